@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# GPU smoke test of the kernel through the standalone driver (no torch): each shape must pass the
+# naive-reference check, each planted fault must fail it. Usage: ci/kernel_smoke.sh [BUILD_DIR]
+set -uo pipefail
+BUILD_DIR=${1:-build}
+drv="$BUILD_DIR/flashcore_driver"
+fails=0
+run() {  # expect(ok|fail) args...
+  local expect=$1; shift
+  local out rc
+  out=$("$drv" "$@" 2>&1); rc=$?
+  local got=ok; [ $rc -ne 0 ] && got=fail
+  local mark=PASS; [ "$got" != "$expect" ] && { mark=WRONG; fails=$((fails + 1)); }
+  printf '%-5s expect=%-4s rc=%d %s | %s\n' "$mark" "$expect" "$rc" "$*" "$(echo "$out" | grep RESULT)"
+  [ "$mark" = WRONG ] && echo "$out" | tail -5
+}
+for dt in bf16 fp16; do
+  for d in 64 128 256; do
+    run ok --batch 2 --heads-q 4 --heads-kv 4 --seqlen-q 200 --seqlen-k 200 --head-dim $d --dtype $dt --check
+    run ok --batch 2 --heads-q 4 --heads-kv 2 --seqlen-q 333 --seqlen-k 333 --head-dim $d --dtype $dt --check --causal
+  done
+done
+run ok --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 1 --seqlen-k 1 --head-dim 64 --dtype fp16 --check
+run ok --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 17 --seqlen-k 17 --head-dim 128 --dtype bf16 --check --causal
+run ok --batch 1 --heads-q 8 --heads-kv 2 --seqlen-q 300 --seqlen-k 1000 --head-dim 64 --dtype bf16 --check --causal
+run ok --batch 1 --heads-q 4 --heads-kv 4 --seqlen-q 1000 --seqlen-k 300 --head-dim 128 --dtype fp16 --check --causal
+run ok --batch 2 --heads-q 8 --heads-kv 8 --seqlen-q 1 --seqlen-k 4097 --head-dim 128 --dtype bf16 --check
+run ok --batch 1 --heads-q 4 --heads-kv 4 --seqlen-q 4097 --seqlen-k 4097 --head-dim 128 --dtype bf16 --check
+run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 17 --seqlen-k 17 --head-dim 64 --dtype fp16 --check --tol 2e-3 --fault 1
+run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 100 --seqlen-k 100 --head-dim 64 --dtype bf16 --check --fault 3
+echo "timing (no check):"
+"$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 128 --dtype bf16 --iters 20 | grep RESULT
+"$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 128 --dtype bf16 --iters 20 --causal | grep RESULT
+"$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 64 --dtype bf16 --iters 20 | grep RESULT
+"$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 256 --dtype bf16 --iters 10 | grep RESULT
+echo "smoke: $fails unexpected result(s)"
+exit $((fails > 0))

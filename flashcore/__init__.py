@@ -1,0 +1,13 @@
+"""FlashCore: a Hopper (SM 9.0) FlashAttention forward kernel, called from PyTorch.
+
+    out, lse = flashcore.attention(q, k, v, causal=True)
+
+Layout: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (fp16 or bf16, last dim contiguous), out like q,
+lse [B, Hq, Sq] float32. See flashcore.api.attention for the full contract.
+"""
+
+from flashcore._lib import library_path
+from flashcore.api import attention
+from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
+
+__all__ = ["attention", "library_path", "FlashCoreError", "UnsupportedDeviceError", "KernelLaunchError"]

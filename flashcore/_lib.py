@@ -1,0 +1,73 @@
+"""ctypes binding to build/libflashcore.so (the C ABI of kernel/flashcore.h). No torch extension build."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from functools import lru_cache
+from pathlib import Path
+
+FC_OK = 0
+FC_ERR_INVALID_ARGUMENT = 1
+FC_ERR_UNSUPPORTED_DEVICE = 2
+FC_ERR_CUDA = 3
+FC_FP16 = 0
+FC_BF16 = 1
+
+Strides = ctypes.c_int64 * 3
+
+
+class FcParams(ctypes.Structure):
+    """Mirror of `fc_params` in kernel/flashcore.h (field order and types must match)."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("batch", ctypes.c_int64),
+        ("heads_q", ctypes.c_int64),
+        ("heads_kv", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("q_stride", Strides),
+        ("k_stride", Strides),
+        ("v_stride", Strides),
+        ("o_stride", Strides),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("debug_fault", ctypes.c_int32),
+    ]
+
+
+def library_path() -> Path:
+    """Where the shared library is: $FLASHCORE_LIB, else build/libflashcore.so at the repository root."""
+    env = os.environ.get("FLASHCORE_LIB")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "build" / "libflashcore.so"
+
+
+@lru_cache(maxsize=1)
+def load() -> ctypes.CDLL:
+    path = library_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"FlashCore library not found at {path}: run `make build` first")
+    lib = ctypes.CDLL(str(path))
+    lib.fc_attention_forward.argtypes = [ctypes.POINTER(FcParams), ctypes.c_void_p]
+    lib.fc_attention_forward.restype = ctypes.c_int
+    lib.fc_last_error.argtypes = []
+    lib.fc_last_error.restype = ctypes.c_char_p
+    lib.fc_device_supported.argtypes = [ctypes.c_int]
+    lib.fc_device_supported.restype = ctypes.c_int
+    lib.fc_version.argtypes = []
+    lib.fc_version.restype = ctypes.c_char_p
+    return lib
+
+
+def last_error(lib: ctypes.CDLL) -> str:
+    raw = lib.fc_last_error()
+    return raw.decode("utf-8", "replace") if raw else ""

@@ -1,0 +1,112 @@
+"""Result models: pure data, no I/O. Renderers (terminal, JSON, Markdown, HTML) read these."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """Verdict of one check, one gate or one run.
+
+    ERROR means the gate could not produce a verdict (no GPU, tool missing, crash): it is never a pass.
+    NOT_RUN means the gate was skipped because an earlier condition made it impossible; it also fails a run.
+    """
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    NOT_RUN = "not_run"
+
+    @property
+    def ok(self) -> bool:
+        return self is Status.PASS
+
+
+def combine(statuses: list[Status]) -> Status:
+    """Worst status wins: ERROR > FAIL > NOT_RUN > PASS. An empty list is an ERROR (nothing was checked)."""
+    if not statuses:
+        return Status.ERROR
+    for worst in (Status.ERROR, Status.FAIL, Status.NOT_RUN):
+        if worst in statuses:
+            return worst
+    return Status.PASS
+
+
+@dataclass(frozen=True)
+class Check:
+    """One measured value against one threshold, for one workload.
+
+    `margin` is signed so that positive means "inside the threshold" whatever the comparison direction.
+    """
+
+    workload: str
+    metric: str
+    threshold: float | None
+    measured: float | None
+    status: Status
+    comparison: str = "<="  # how measured is compared with threshold: "<=", ">=", "=="
+    margin: float | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    phase: int
+    status: Status
+    checks: tuple[Check, ...] = ()
+    message: str = ""  # why it failed / errored, or a one-line summary when it passed
+    elapsed_s: float = 0.0
+    logs: tuple[str, ...] = ()  # paths of raw logs, relative to the run directory
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "phase": self.phase,
+            "status": self.status.value,
+            "message": self.message,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "logs": list(self.logs),
+            "checks": [c.to_dict() for c in self.checks],
+            "details": self.details,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    phase: int
+    gates: tuple[GateResult, ...]
+    environment: dict[str, Any]
+    started_at: str
+    elapsed_s: float
+    notice: str = ""  # one line shown under the verdict, e.g. "no CUDA GPU: gates not run"
+
+    @property
+    def status(self) -> Status:
+        return combine([g.status for g in self.gates])
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status is Status.PASS else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "flashcore.run/1",
+            "run_id": self.run_id,
+            "phase": self.phase,
+            "status": self.status.value,
+            "notice": self.notice,
+            "started_at": self.started_at,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "environment": self.environment,
+            "gates": [g.to_dict() for g in self.gates],
+        }

@@ -1,0 +1,57 @@
+// mbarrier wrappers (shared-memory barriers with phase parity) and the one list of barrier slots.
+// PTX ISA: mbarrier.init / arrive / try_wait.parity; cp.async.mbarrier.arrive.noinc.
+#pragma once
+#include <cstdint>
+
+namespace flashcore {
+
+// Slots of the mbarrier array that sits at the end of shared memory.
+// kQFull: the Q tile landed.  kKVFull + s: stage s holds K and V.  kKVEmpty + s: consumers are done with stage s.
+template <int kStages>
+struct BarrierSlots {
+  static constexpr int kQFull = 0;
+  static constexpr int kKVFull = 1;
+  static constexpr int kKVEmpty = 1 + kStages;
+  static constexpr int kCount = 1 + 2 * kStages;
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+
+// Makes the initialized barriers visible to the async proxy (cp.async completion) before first use.
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// One arrival with release semantics: this thread's earlier shared-memory accesses happen before
+// the phase completes for the waiters.
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Arrives on `bar` when all cp.async operations this thread issued so far have completed.
+// .noinc: the arrival counts against the count given at init (one per producer lane).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Blocks until the phase with the given parity has completed (acquire semantics).
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+}  // namespace flashcore

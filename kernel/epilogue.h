@@ -1,0 +1,40 @@
+// Epilogue: normalize O by 1/l, convert to 16 bits, write O and LSE rows that exist (row < seqlen_q).
+// Phase 1 writes straight from registers (4 bytes per store); later phases stage through smem + TMA.
+#pragma once
+#include "config.h"
+#include "params.h"
+
+namespace flashcore {
+
+__device__ float g_fault_accumulator;  // only touched by kFaultNondeterministic
+
+template <int kHeadDim, typename Element, int kDTiles>
+__device__ __forceinline__ void write_output(const KernelParams& p, float (&o_reg)[kDTiles][4], const float (&inv_l)[2],
+                                             const float (&lse)[2], int batch, int head_q, int row0, int lane,
+                                             bool last_row_of_tile_skipped) {
+  float fault_bias = 0.f;
+  if (p.fault == kFaultNondeterministic) {
+    // A racy global accumulation: the value read back depends on how many CTAs got there first.
+    fault_bias = 1e-2f * atomicAdd(&g_fault_accumulator, 1.f);
+  }
+  auto* o_head = static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head_q * p.o_stride[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= p.seqlen_q) continue;
+    if (last_row_of_tile_skipped && r == 1 && lane / 4 == 7) continue;
+    uint16_t* o_row = o_head + row * p.o_stride[1];
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      const int col = dt * 8 + 2 * (lane % 4);
+      const uint32_t packed =
+          Element::pack(o_reg[dt][2 * r] * inv_l[r] + fault_bias, o_reg[dt][2 * r + 1] * inv_l[r] + fault_bias);
+      *reinterpret_cast<uint32_t*>(o_row + col) = packed;
+    }
+    if (p.lse != nullptr && lane % 4 == 0) {
+      p.lse[(static_cast<int64_t>(batch) * p.heads_q + head_q) * p.seqlen_q + row] = lse[r];
+    }
+  }
+}
+
+}  // namespace flashcore

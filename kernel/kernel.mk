@@ -1,0 +1,40 @@
+# Kernel build rules, included by the top-level Makefile.
+# make build  -> build/libflashcore.so (C ABI, kernel/flashcore.h), build/flashcore_driver, build/ptxas.log
+# make ptx    -> build/flashcore.ptx        make sass -> build/flashcore.sass (needs cuobjdump)
+NVCC ?= nvcc
+BUILD_DIR ?= build
+ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
+NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall
+KERNEL_HEADERS := $(wildcard kernel/*.h)
+LIB_SOURCES := kernel/flashcore.cu kernel/api.cu
+
+.PHONY: build ptx sass
+
+build: $(BUILD_DIR)/libflashcore.so $(BUILD_DIR)/flashcore_driver
+
+# -Xptxas -v writes the register/spill/smem report of every kernel; the build gate reads ptxas.log.
+$(BUILD_DIR)/flashcore.o: kernel/flashcore.cu $(KERNEL_HEADERS)
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(BUILD_DIR)/ptxas.log || { cat $(BUILD_DIR)/ptxas.log; exit 1; }
+	@grep -E "error|warning" $(BUILD_DIR)/ptxas.log || true
+
+$(BUILD_DIR)/api.o: kernel/api.cu $(KERNEL_HEADERS)
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD_DIR)/naive.o: kernel/naive.cu $(KERNEL_HEADERS)
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD_DIR)/libflashcore.so: $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o
+	$(NVCC) $(ARCH_FLAGS) -shared -o $@ $^ -cudart=static
+
+$(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/naive.o
+
+ptx:
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -ptx kernel/flashcore.cu -o $(BUILD_DIR)/flashcore.ptx
+
+sass: $(BUILD_DIR)/libflashcore.so
+	cuobjdump --dump-sass $(BUILD_DIR)/libflashcore.so > $(BUILD_DIR)/flashcore.sass

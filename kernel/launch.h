@@ -1,0 +1,17 @@
+// Host-side checks shared by the launcher and the C ABI: argument validation and error text.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "flashcore.h"
+#include "params.h"
+
+namespace flashcore {
+
+// Checks every field of `in` (shapes, head dim, dtype, strides, alignment, scale, device) and fills `out`.
+// Returns FC_OK or an fc_status with the reason stored for fc_last_error().
+int validate_and_convert(const fc_params* in, KernelParams* out);
+
+// FC_OK for cudaSuccess; otherwise FC_ERR_CUDA with "<what>: <cuda error text>" stored.
+int report_cuda(cudaError_t err, const char* what);
+
+}  // namespace flashcore

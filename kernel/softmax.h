@@ -1,0 +1,61 @@
+// Online softmax over the rows a thread holds in its mma fragments: rows g and g+8 of its warp's
+// 16-row slab (index r = 0, 1 below). Names follow the paper: m_i (running max), l_i (running sum).
+// Scores stay in raw units; exp2(s * scale_log2 - m * scale_log2) compiles to one FFMA + EX2.
+#pragma once
+#include <cmath>
+
+namespace flashcore {
+
+template <int kNTiles>  // kNTiles 8-column tiles of S per thread: S is float[kNTiles][4]
+struct OnlineSoftmax {
+  float m_i[2];  // running row max of raw scores, -inf until a visible key is seen
+  float l_i[2];  // running row sum of exp, partial: this thread's columns only (reduced at the end)
+
+  __device__ __forceinline__ void init() {
+    m_i[0] = m_i[1] = -INFINITY;
+    l_i[0] = l_i[1] = 0.f;
+  }
+
+  // Updates m_i and l_i with one block of scores, turns `s` into P in place (unnormalized) and
+  // returns the factor alpha[r] = exp(m_old - m_new) by which the caller rescales its O rows.
+  __device__ __forceinline__ void update(float (&s)[kNTiles][4], float scale_log2, float (&alpha)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float block_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) block_max = fmaxf(block_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      // The 4 lanes of a quad (same g) hold the row's other columns.
+      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+      const float m_new = fmaxf(m_i[r], block_max);
+      // A row with no visible key so far keeps m = -inf; subtracting 0 instead keeps exp2 at 0, not NaN.
+      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+      alpha[r] = exp2f(m_i[r] * scale_log2 - m_scaled);
+      float row_sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] * scale_log2 - m_scaled);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] * scale_log2 - m_scaled);
+        row_sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      m_i[r] = m_new;
+      l_i[r] = l_i[r] * alpha[r] + row_sum;
+    }
+  }
+
+  // Full row sums (quad reduction) for the epilogue: 1/l (0 for a row with no visible key) and the
+  // natural-log LSE = scale * m + ln(l) (-inf for a row with no visible key).
+  __device__ __forceinline__ void finalize(float softmax_scale, float (&inv_l)[2], float (&lse)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_i[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const bool empty = l == 0.f;
+      inv_l[r] = empty ? 0.f : 1.f / l;
+      lse[r] = empty ? -INFINITY : m_i[r] * softmax_scale + logf(l);
+    }
+  }
+};
+
+}  // namespace flashcore

@@ -1,0 +1,71 @@
+"""flashcore.attention on the GPU: matches an fp32 reference, accepts strided views, plants faults.
+
+Marked `gpu`: counted as skipped on CPU-only machines (see tests/conftest.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import flashcore  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def reference(q, k, v, causal):  # fp32, explicit bottom-right mask, GQA by repeat
+    group = q.shape[2] // k.shape[2]
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    kf, vf = kf.repeat_interleave(group, 1), vf.repeat_interleave(group, 1)
+    s = qf @ kf.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + (sk - sq), -math.inf)
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return (p @ vf).transpose(1, 2), lse
+
+
+def rand(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_matches_reference(d, causal, dtype):
+    q, k, v = rand(2, 300, 4, d, dtype=dtype), rand(2, 300, 2, d, dtype=dtype), rand(2, 300, 2, d, dtype=dtype)
+    out, lse = flashcore.attention(q, k, v, causal=causal)
+    ref, ref_lse = reference(q, k, v, causal)
+    assert (out.float() - ref).abs().max().item() < 2e-2
+    assert (lse - ref_lse).abs().max().item() < 1e-3
+
+
+def test_strided_view_and_rows_without_keys():
+    base = rand(1, 1000, 4, 2, 128)  # q is a strided view: head stride 256
+    q = base[..., 0, :]
+    k, v = rand(1, 300, 4, 128), rand(1, 300, 4, 128)
+    out, lse = flashcore.attention(q, k, v, causal=True)
+    ref, _ = reference(q, k, v, True)
+    assert (out.float() - ref).abs().max().item() < 2e-2
+    assert torch.all(out[:, :700] == 0) and torch.all(lse[:, :, :700] == -math.inf)
+
+
+def test_planted_tail_fault_changes_result():
+    # 17 keys: the leaked 18th key (score 0 against zero-filled K) takes ~1/18 of the weight.
+    q, k, v = (rand(1, 17, 2, 64, dtype=torch.float16) for _ in range(3))
+    good, _ = flashcore.attention(q, k, v)
+    bad, _ = flashcore.attention(q, k, v, debug_fault=1)
+    assert (good.float() - bad.float()).abs().max().item() > 5e-3
+
+
+def test_bad_input_raises_before_launch_and_context_survives():
+    q = rand(1, 64, 2, 96)
+    with pytest.raises(flashcore.FlashCoreError, match="head dim"):
+        flashcore.attention(q, q, q)
+    q, k, v = rand(1, 64, 2, 64), rand(1, 64, 2, 64), rand(1, 64, 2, 64)
+    out, _ = flashcore.attention(q, k, v)
+    assert torch.isfinite(out).all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,7 @@ def _check_layout(name: str, t: torch.Tensor) -> None:
     """Last dim contiguous; other strides multiples of 8 elements; base 16-byte aligned (16-byte copies)."""
     if t.stride(3) != 1 and t.shape[3] > 1:
         raise FlashCoreError(f"{name} has stride {t.stride()}: the last (head) dim must be contiguous (stride 1)")
-    for dim, label in zip((0, 1, 2), ("batch", "seq", "head")):
+    for dim, label in zip((0, 1, 2), ("batch", "seq", "head"), strict=True):
         if t.stride(dim) % 8 != 0 and t.shape[dim] > 1:
             raise FlashCoreError(
                 f"{name}.stride({dim}) ({label}) is {t.stride(dim)}: strides must be multiples of 8 elements "
@@ -53,7 +54,7 @@ def _check_layout(name: str, t: torch.Tensor) -> None:
         raise FlashCoreError(f"{name}.data_ptr() is not 16-byte aligned; call .clone() first")
 
 
-def _strides(t: torch.Tensor) -> _lib.Strides:
+def _strides(t: torch.Tensor) -> ctypes.Array[ctypes.c_int64]:
     # Size-1 dims may carry any stride in torch; the kernel never steps along them, so 0 is exact.
     return _lib.Strides(*[t.stride(d) if t.shape[d] > 1 else 0 for d in range(3)])
 
@@ -71,7 +72,7 @@ def _check_device(device: torch.device) -> None:
 
 def _extent(t: torch.Tensor) -> tuple[int, int]:
     """Byte range [lo, hi) that a strided tensor's elements occupy."""
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True) if size > 0)
     return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
 
 

@@ -23,7 +23,7 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) 
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
 }
 
-// Makes the initialized barriers visible to the async proxy (cp.async completion) before first use.
+// Makes the initialized barriers visible to every proxy before first use (required before async-proxy use).
 __device__ __forceinline__ void mbarrier_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
@@ -34,7 +34,7 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// Arrives on `bar` when all cp.async operations this thread issued so far have completed.
+// Arrives on `bar` once every cp.async this thread issued so far has landed (the thread does not wait).
 // .noinc: the arrival counts against the count given at init (one per producer lane).
 __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");

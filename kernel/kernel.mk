@@ -38,3 +38,10 @@ ptx:
 
 sass: $(BUILD_DIR)/libflashcore.so
 	cuobjdump --dump-sass $(BUILD_DIR)/libflashcore.so > $(BUILD_DIR)/flashcore.sass
+
+# Test-only planted-bug program (tests/planted/planted.cu) for the sanitizer gate's selftest.
+.PHONY: planted
+planted: $(BUILD_DIR)/planted
+$(BUILD_DIR)/planted: tests/planted/planted.cu
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) -std=c++17 $(ARCH_FLAGS) -lineinfo -o $@ $<

@@ -1,5 +1,5 @@
 // Producer warp: copies Q once and K/V tiles per step from global into swizzled shared memory with
-// cp.async (16 bytes per lane per copy). Rows past the sequence end are zero-filled (src-size 0), so
+// cp.async (16 bytes per lane per copy); each tile completes on its mbarrier. Rows past the sequence end are zero-filled (src-size 0), so
 // consumers never read garbage: masked scores are -inf and the zero V rows add nothing.
 #pragma once
 #include "barriers.h"
@@ -34,6 +34,8 @@ __device__ __forceinline__ void load_tile(uint8_t* tile_smem, const void* head_b
 }
 
 // The producer's whole job for one query tile: Q, then K/V blocks [0, n_blocks) through the stage ring.
+// Hand-off: after issuing a tile's copies each lane calls cp.async.mbarrier.arrive.noinc, which arrives
+// on the tile's barrier once the lane's copies have landed, so the lane moves on without waiting.
 template <int kHeadDim, typename Cfg>
 __device__ void producer_loop(const KernelParams& p, uint8_t* q_smem, uint8_t* k_smem, uint8_t* v_smem,
                               uint64_t* bars, int batch, int head_q, int m_block, int n_blocks) {
@@ -59,8 +61,7 @@ __device__ void producer_loop(const KernelParams& p, uint8_t* q_smem, uint8_t* k
                                       lane);
     cp_async_arrive(&bars[Slots::kKVFull + stage]);
   }
-  // Keep the warp alive until its last copies land: an exiting thread's pending cp.async would
-  // still arrive, but waiting makes the lifetime explicit for the sanitizer.
+  // Keep the warp resident until its last copies have landed.
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 

@@ -1,0 +1,118 @@
+"""`python -m harness gate --phase N` and `python -m harness list`.
+
+gate: load the YAML -> select phases 1..N -> run -> write the report directory -> print the table -> exit code
+(0 only when every gate passed; 1 otherwise; 2 for a bad gate file or bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.config import PHASES, Config, ConfigError, load_config
+from harness.results import RunResult
+
+EXIT_CONFIG = 2
+
+
+def make_run_id(phase: int, environment: dict[str, Any]) -> str:
+    """`20250101T120000Z-phase1-abc1234` (UTC time, phase, short commit; `-dirty` when the tree is)."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    commit = str(environment.get("git_commit") or "")[:7] or "nocommit"
+    dirty = "-dirty" if environment.get("git_dirty") else ""
+    return f"{stamp}-phase{phase}-{commit}{dirty}"
+
+
+def write_reports(run: RunResult, run_dir: Path) -> tuple[dict[str, Path], str | None]:
+    """The renderers' files (index.html, results.json, summary.md); results.json alone when they are absent.
+
+    Returns the paths and, when a renderer failed, why (the run then fails: a report is required)."""
+    try:
+        from harness.render import write_all
+    except ImportError:
+        return {"json": _write_json(run, run_dir)}, None
+    try:
+        return dict(write_all(run, run_dir)), None
+    except Exception as e:  # noqa: BLE001 - keep the verdict even if a renderer breaks
+        return {"json": _write_json(run, run_dir)}, f"report renderer failed: {type(e).__name__}: {e}"
+
+
+def _write_json(run: RunResult, run_dir: Path) -> Path:
+    path = run_dir / "results.json"
+    path.write_text(json.dumps(run.to_dict(), indent=2, default=str) + "\n")
+    return path
+
+
+def cmd_gate(args: argparse.Namespace, config: Config) -> int:
+    from harness import env
+    from harness.engine import run_phase
+    from harness.render.terminal import render
+
+    if args.phase not in [p.number for p in config.phases]:
+        known = ", ".join(str(p.number) for p in config.phases)
+        print(f"flashcore harness: phase {args.phase} is not in {config.gates_dir}/phases.yaml ({known})",
+              file=sys.stderr)
+        return EXIT_CONFIG
+    repo_root = Path.cwd()
+    environment = env.collect(repo_root)
+    run_id = make_run_id(args.phase, environment)
+    run_dir = Path(args.out) if args.out else Path("reports") / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run = run_phase(config, args.phase, run_id=run_id, run_dir=run_dir, environment=environment,
+                    repo_root=repo_root, seed=args.seed)
+    paths, render_error = write_reports(run, run_dir)
+    print(render(run, color=sys.stdout.isatty()))
+    main_file = paths.get("html") or paths.get("json") or next(iter(paths.values()), run_dir)
+    print(f"report: {main_file}")
+    if render_error:
+        print(f"flashcore harness: {render_error}", file=sys.stderr)
+        return 1
+    return run.exit_code
+
+
+def cmd_list(config: Config) -> int:
+    for phase in config.phases:
+        print(f"phase {phase.number}: {phase.name}")
+        for g in phase.gates:
+            params = ", ".join(f"{k}={v}" for k, v in vars(g.params).items() if k != "workloads")
+            wl = getattr(g.params, "workloads", None)
+            print(f"  {g.name}: {params}" + (f"\n    workloads: {', '.join(wl)}" if wl else ""))
+        if not phase.gates:
+            print("  (no gates yet)")
+    print("\nworkloads:")
+    width = max(len(n) for n in config.workloads)
+    for wl in config.workloads.values():
+        print(f"  {wl.name:<{width}}  {wl.kind:<13}  {wl.label}")
+    print("\nsets:")
+    for name, members in config.sets.items():
+        print(f"  {name}: {', '.join(members)}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m harness", description="FlashCore phase-gated validation")
+    sub = ap.add_subparsers(dest="command", required=True)
+    gate = sub.add_parser("gate", help="run the gates of phases 1..N and write a report")
+    gate.add_argument("--phase", type=int, required=True, choices=list(PHASES), metavar="N", help="phase 1..7")
+    gate.add_argument("--gates-dir", type=Path, default=Path("gates"), help="directory of the YAML (default gates)")
+    gate.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
+    gate.add_argument("--seed", type=int, help="base seed (default: a fresh one, recorded in the report)")
+    lst = sub.add_parser("list", help="print phases, gates, workloads and sets")
+    lst.add_argument("--gates-dir", type=Path, default=Path("gates"))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        config = load_config(args.gates_dir)
+    except ConfigError as e:
+        print(f"flashcore harness: bad gate file: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "list":
+        return cmd_list(config)
+    return cmd_gate(args, config)

@@ -1,0 +1,109 @@
+"""The environment a run happened in: GPU, driver, CUDA, torch, nvcc, clocks, host, git. Every value is
+null when its tool is absent; collecting never raises."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+_SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem")
+
+
+def find_cuda_tool(name: str) -> str | None:
+    """A CUDA tool on PATH, else under $CUDA_HOME/bin or /usr/local/cuda/bin."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and (Path(root) / "bin" / name).is_file():
+            return str(Path(root) / "bin" / name)
+    return None
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    """stdout of a command, or None when it is missing, fails or hangs."""
+    env = os.environ | {"GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}  # git: never take the index lock
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(float(text)) if text is not None else None
+    except ValueError:
+        return None
+
+
+def nvidia_smi() -> dict[str, Any]:
+    """First GPU's name, driver and clocks (MHz) from nvidia-smi; nulls without it."""
+    out = _run(["nvidia-smi", f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits"])
+    values = [v.strip() for v in out.splitlines()[0].split(",")] if out else []
+    got = dict(zip(_SMI_FIELDS, values, strict=False)) if len(values) == len(_SMI_FIELDS) else {}
+    return {
+        "gpu_smi": got.get("name"),
+        "driver": got.get("driver_version"),
+        "sm_clock_mhz": _int(got.get("clocks.sm")),
+        "sm_clock_max_mhz": _int(got.get("clocks.max.sm")),
+        "mem_clock_mhz": _int(got.get("clocks.mem")),
+    }
+
+
+def nvcc_version() -> str | None:
+    """`12.8.93` from `nvcc --version` (`Cuda compilation tools, release 12.8, V12.8.93`)."""
+    nvcc = find_cuda_tool("nvcc")
+    out = _run([nvcc, "--version"]) if nvcc else None
+    m = re.search(r"V(\d+\.\d+\.\d+)", out or "") or re.search(r"release (\d+\.\d+)", out or "")
+    return m.group(1) if m else None
+
+
+def torch_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"torch": None, "cuda_runtime": None, "gpu": None, "gpu_capability": None, "gpu_count": 0}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cuda_runtime"] = torch.version.cuda
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+            info["gpu_capability"] = "{}.{}".format(*torch.cuda.get_device_capability(0))
+            info["gpu_count"] = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001, S110 - environment facts are best effort
+        pass
+    return info
+
+
+def git_info(repo_root: Path) -> dict[str, Any]:
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo_root)
+    status = _run(["git", "status", "--porcelain"], cwd=repo_root)
+    return {
+        "git_commit": commit,
+        "git_dirty": None if status is None else bool(status),
+        "git_branch": _run(["git", "symbolic-ref", "--short", "-q", "HEAD"], cwd=repo_root),
+    }
+
+
+def collect(repo_root: Path) -> dict[str, Any]:
+    """Every fact a reviewer needs to trust (or reproduce) a run."""
+    env: dict[str, Any] = {}
+    env.update(torch_info())
+    smi = nvidia_smi()
+    env["gpu"] = env["gpu"] or smi.pop("gpu_smi")
+    smi.pop("gpu_smi", None)
+    env.update(smi)
+    env["nvcc"] = nvcc_version()
+    env["hostname"] = socket.gethostname()
+    env["python"] = platform.python_version()
+    env["platform"] = platform.platform()
+    env.update(git_info(repo_root))
+    env["utc_time"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return env

@@ -1,0 +1,115 @@
+"""What every gate shares: the Gate base class, the context a gate runs in, and result helpers."""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.config import Config, GateSpec, Workload
+from harness.results import Check, GateResult, Status, combine
+
+
+def _no_step(_: str) -> None:
+    return None
+
+
+@dataclass
+class GateContext:
+    """Everything a gate may use: its spec (params), the config, where to write, and the progress hook."""
+
+    spec: GateSpec
+    config: Config
+    run_dir: Path
+    repo_root: Path
+    seed: int  # base seed of this run; gates derive one seed per workload from it
+    step: Callable[[str], None] = field(default=_no_step)  # report what is running now (progress line)
+
+    @property
+    def params(self) -> Any:
+        return self.spec.params
+
+    @property
+    def log_rel(self) -> str:
+        return f"logs/{self.spec.name}.log"
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / self.log_rel
+
+    def log(self, text: str) -> None:
+        """Append to this gate's raw log (`logs/<gate>.log` in the run directory)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+
+    def workloads(self) -> tuple[Workload, ...]:
+        """The workloads named by the gate's `workloads` param (sets already expanded by the loader)."""
+        return tuple(self.config.workloads[n] for n in self.params.workloads)
+
+    def result(self, checks: Sequence[Check], details: dict[str, Any] | None = None,
+               message: str | None = None, logs: Sequence[str] = ()) -> GateResult:
+        """A GateResult whose status is the worst of `checks` (no checks = ERROR)."""
+        status = combine([c.status for c in checks])
+        own_log = (self.log_rel,) if self.log_path.exists() else ()
+        return GateResult(
+            name=self.spec.name,
+            phase=self.spec.phase,
+            status=status,
+            checks=tuple(checks),
+            message=message if message is not None else summarize(checks),
+            logs=tuple(dict.fromkeys(own_log + tuple(logs))),
+            details=details or {},
+        )
+
+    def verdict_only(self, status: Status, message: str) -> GateResult:
+        """A result without checks: for a gate that could not run (never PASS)."""
+        assert status is not Status.PASS, "a gate without checks cannot pass"
+        own_log = (self.log_rel,) if self.log_path.exists() else ()
+        return GateResult(self.spec.name, self.spec.phase, status, message=message, logs=own_log)
+
+
+class Gate(abc.ABC):
+    """One gate: `run(ctx)` measures and returns a GateResult; the verdicts are pure functions beside it."""
+
+    name: ClassVar[str]  # set by @register
+    Params: ClassVar[type]  # frozen dataclass of this gate's YAML params (fields declared with config.param)
+    needs_gpu: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def run(self, ctx: GateContext) -> GateResult: ...
+
+
+def margin_le(measured: float, threshold: float) -> float:
+    """Signed margin for `measured <= threshold`: positive means inside."""
+    return threshold - measured
+
+
+def finite_or_none(x: float) -> float | None:
+    """Non-finite numbers are not valid JSON: keep them in the message, not in `measured`."""
+    return x if math.isfinite(x) else None
+
+
+def _relative_margin(c: Check) -> float:
+    return (c.margin or 0.0) / abs(c.threshold or 1.0)
+
+
+def summarize(checks: Sequence[Check]) -> str:
+    """One line: what passed, or the first few checks that did not."""
+    if not checks:
+        return "no checks were made"
+    bad = [c for c in checks if c.status is not Status.PASS]
+    subjects = len({c.workload for c in checks})
+    if not bad:
+        text = f"all {len(checks)} checks passed ({subjects} subjects)"
+        judged = [c for c in checks if c.margin is not None and c.threshold and c.measured is not None]
+        if judged:
+            t = min(judged, key=_relative_margin)
+            text += f"; tightest: {t.workload} {t.metric} {t.measured:.3g} vs {t.threshold:.3g}"
+        return text
+    shown = "; ".join(f"{c.workload} {c.metric}: {c.message or c.status.value}" for c in bad[:3])
+    more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+    return f"{len(bad)} of {len(checks)} checks not passed: {shown}{more}"

@@ -1,0 +1,165 @@
+"""Correctness gate: flashcore's output against torch SDPA and an fp32 reference, on every configured workload.
+
+Rule (ROADMAP): fp16: max|ours - SDPA| < fp16_max_abs. bf16: err(ours) <= factor * err(SDPA) + slack,
+err = max|x - ref32| over the same inputs. Always: every output element written (poison gone), no NaN/Inf,
+and LSE within lse_max_abs of the fp32 reference where a key is visible (-inf where none is).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from types import ModuleType
+from typing import Any
+
+from harness.config import Workload, param
+from harness.gates import gpu, reference
+from harness.gates.base import Gate, GateContext, finite_or_none, margin_le
+from harness.gates.registry import register
+from harness.results import Check, GateResult, Status
+
+
+@dataclass(frozen=True)
+class CorrectnessParams:
+    workloads: tuple[str, ...] = param(workloads=True)
+    seeds: int = param(ge=1)  # input draws per workload
+    fp16_max_abs: float = param(gt=0)
+    bf16_error_factor: float = param(gt=0)
+    bf16_error_slack: float = param(ge=0)
+    lse_max_abs: float = param(gt=0)
+    reference_chunk_mib: int = param(gt=0)  # fp32 working set of the reference, per chunk of heads
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one call produced, reduced to numbers (the verdicts below need nothing else)."""
+
+    seed: int
+    unwritten: int  # output elements still holding the poison pattern
+    nonfinite: int  # other NaN/Inf output elements
+    lse_unwritten: int
+    stats: reference.ErrorStats
+
+
+# ---- verdicts (pure) ------------------------------------------------------------------------------
+
+
+def verdict_output(subject: str, dtype: str, m: Measured, p: CorrectnessParams) -> Check:
+    """The ROADMAP accuracy rule for the workload's dtype. NaN measurements never pass."""
+    s = m.stats
+    if dtype == "fp16":
+        ok = s.diff_sdpa < p.fp16_max_abs
+        return Check(subject, "max_abs_vs_sdpa", p.fp16_max_abs, finite_or_none(s.diff_sdpa),
+                     Status.PASS if ok else Status.FAIL, comparison="<",
+                     margin=finite_or_none(margin_le(s.diff_sdpa, p.fp16_max_abs)),
+                     message=f"max|ours-sdpa| {s.diff_sdpa:.3g} (err vs fp32: ours {s.err_ours:.3g}, "
+                     f"sdpa {s.err_sdpa:.3g}), seed {m.seed}")
+    if not math.isfinite(s.err_sdpa):
+        return Check(subject, "err_vs_fp32", None, finite_or_none(s.err_ours), Status.ERROR,
+                     message=f"SDPA's own error is {s.err_sdpa}: no baseline to judge against, seed {m.seed}")
+    threshold = p.bf16_error_factor * s.err_sdpa + p.bf16_error_slack
+    ok = s.err_ours <= threshold
+    return Check(subject, "err_vs_fp32", threshold, finite_or_none(s.err_ours), Status.PASS if ok else Status.FAIL,
+                 comparison="<=", margin=finite_or_none(margin_le(s.err_ours, threshold)),
+                 message=f"max|ours-ref32| {s.err_ours:.3g} vs {p.bf16_error_factor:g} x sdpa {s.err_sdpa:.3g}"
+                 f" + {p.bf16_error_slack:g}, seed {m.seed}")
+
+
+def verdict_written(subject: str, m: Measured) -> list[Check]:
+    """Every output and LSE element written, and no NaN/Inf in the output."""
+    unwritten = m.unwritten + m.lse_unwritten
+    return [
+        Check(subject, "unwritten_elements", 0, unwritten, Status.PASS if unwritten == 0 else Status.FAIL, "==",
+              message=f"{m.unwritten} output and {m.lse_unwritten} LSE elements still poisoned"),
+        Check(subject, "nonfinite_elements", 0, m.nonfinite, Status.PASS if m.nonfinite == 0 else Status.FAIL,
+              "==", message=f"{m.nonfinite} NaN/Inf output elements written by the kernel"),
+    ]
+
+
+def verdict_lse(subject: str, m: Measured, p: CorrectnessParams) -> Check:
+    s = m.stats
+    ok = s.lse_bad_rows == 0 and s.lse_err <= p.lse_max_abs
+    why = f"max|lse-ref32| {s.lse_err:.3g}"
+    if s.lse_bad_rows:
+        why += f"; {s.lse_bad_rows} rows not finite where a key is visible, or not -inf where none is"
+    return Check(subject, "lse_max_abs", p.lse_max_abs, finite_or_none(s.lse_err), Status.PASS if ok else Status.FAIL,
+                 "<=", margin=finite_or_none(margin_le(s.lse_err, p.lse_max_abs)), message=why)
+
+
+def verdicts(subject: str, dtype: str, m: Measured, p: CorrectnessParams) -> list[Check]:
+    return [*verdict_written(subject, m), verdict_output(subject, dtype, m, p), verdict_lse(subject, m, p)]
+
+
+def _jsonable(x: float | int) -> float | int | str:
+    """JSON has no NaN/Inf: write those as text."""
+    return x if isinstance(x, int) or math.isfinite(x) else str(x)
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+
+def measure(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams, device: str) -> Measured:
+    """One call of flashcore on fresh inputs into poisoned buffers, compared with SDPA and the fp32 reference."""
+    import torch
+
+    q, k, v = gpu.make_inputs(wl, seed, device)
+    out, lse = gpu.poisoned_outputs(wl, device)
+    with gpu.nvtx_range(f"correctness/{wl.name}/flashcore"):
+        gpu.call_kernel(fc, wl, q, k, v, out, lse)
+    unwritten, lse_unwritten = gpu.count_unwritten(out, lse, wl.dtype)
+    nonfinite = int((~torch.isfinite(out)).sum()) - unwritten
+    with gpu.nvtx_range(f"correctness/{wl.name}/reference"):
+        sdpa_out = reference.sdpa(q, k, v, wl.causal)
+        stats = reference.compare(q, k, v, wl.causal, out, lse, sdpa_out, p.reference_chunk_mib << 20)
+    return Measured(seed, unwritten, nonfinite, lse_unwritten, stats)
+
+
+def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult:
+    """Measure and judge every workload; a workload that raises becomes one FAIL/ERROR check, the rest go on."""
+    p: CorrectnessParams = ctx.params
+    workloads = ctx.workloads()
+    checks: list[Check] = []
+    details: dict[str, Any] = {}
+    for i, wl in enumerate(workloads):
+        for s in range(p.seeds):
+            subject = wl.name if p.seeds == 1 else f"{wl.name}#{s}"
+            ctx.step(f"{subject} ({i + 1}/{len(workloads)})")
+            seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name, s)
+            t0 = time.perf_counter()
+            try:
+                m = measure(fc, wl, seed, p, device)
+            except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
+                ctx.log(f"{subject} ({wl.label}, seed {seed}):\n{traceback.format_exc()}")
+                status = gpu.exception_status(fc, e)
+                checks.append(Check(subject, "run", None, None, status, message=f"{type(e).__name__}: {e}"))
+                details[subject] = {"shape": wl.label, "seed": seed, "error": f"{type(e).__name__}: {e}"}
+                continue
+            finally:
+                gpu.free_memory()
+            new = verdicts(subject, wl.dtype, m, p)
+            checks.extend(new)
+            rule = next(c for c in new if c.metric in ("max_abs_vs_sdpa", "err_vs_fp32"))
+            details[subject] = {"shape": wl.label, "seed": seed, "elapsed_s": round(time.perf_counter() - t0, 3),
+                                "threshold": rule.threshold, "margin": rule.margin,
+                                "unwritten": m.unwritten, "lse_unwritten": m.lse_unwritten, "nonfinite": m.nonfinite,
+                                **{k: _jsonable(v) for k, v in asdict(m.stats).items()}}
+            ctx.log(f"{subject} ({wl.label}, seed {seed}): {details[subject]}")
+    return ctx.result(checks, details={"base_seed": ctx.seed, "workloads": details})
+
+
+@register("correctness")
+class CorrectnessGate(Gate):
+    Params = CorrectnessParams
+    needs_gpu = True
+
+    def run(self, ctx: GateContext) -> GateResult:
+        reason = gpu.cuda_unavailable_reason()
+        if reason is not None:
+            return ctx.verdict_only(Status.NOT_RUN, reason)
+        try:
+            fc = gpu.load_flashcore()
+        except gpu.FlashcoreUnavailable as e:
+            return ctx.verdict_only(Status.ERROR, str(e))
+        return check_workloads(ctx, fc, "cuda")

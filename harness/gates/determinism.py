@@ -1,0 +1,128 @@
+"""Determinism gate: the same inputs give bit-identical output and LSE on every repeat.
+
+Per workload: fresh inputs, `repeats` calls into fresh poisoned buffers, each compared bit for bit with the
+first (on the raw bit patterns, so NaN payloads and unwritten elements compare too). Bit-exact is the
+definition of this gate: any mismatching repeat fails it.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from types import ModuleType
+from typing import Any
+
+from harness.config import Workload, param
+from harness.gates import gpu
+from harness.gates.base import Gate, GateContext, finite_or_none
+from harness.gates.registry import register
+from harness.results import Check, GateResult, Status
+
+
+@dataclass(frozen=True)
+class DeterminismParams:
+    workloads: tuple[str, ...] = param(workloads=True)
+    repeats: int = param(ge=2)  # calls per workload, the first being the one the others must equal
+
+
+@dataclass(frozen=True)
+class RepeatStats:
+    seed: int
+    repeats: int  # calls made
+    mismatches: int  # repeats (after the first) whose output or LSE bits differ from the first
+    max_abs_diff: float  # largest |repeat - first| over finite output and LSE elements
+
+
+# ---- verdict (pure) -------------------------------------------------------------------------------
+
+
+def verdict_determinism(subject: str, s: RepeatStats, p: DeterminismParams) -> Check:
+    if s.repeats < p.repeats:
+        return Check(subject, "mismatching_repeats", 0, s.mismatches, Status.ERROR, "==",
+                     message=f"only {s.repeats} of {p.repeats} repeats ran")
+    ok = s.mismatches == 0
+    return Check(subject, "mismatching_repeats", 0, s.mismatches, Status.PASS if ok else Status.FAIL, "==",
+                 margin=float(-s.mismatches),
+                 message=f"{s.mismatches} of {s.repeats - 1} repeats differ from the first"
+                 f" (max |diff| {s.max_abs_diff:.3g}), seed {s.seed}")
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+
+def _max_abs_diff(a: Any, b: Any) -> float:
+    import torch
+
+    d = (a.float() - b.float()).abs()
+    d = d[torch.isfinite(d)]
+    return float(d.max()) if d.numel() else 0.0
+
+
+def measure(fc: ModuleType, wl: Workload, seed: int, repeats: int, device: str,
+            step: Callable[[int], None] | None = None) -> RepeatStats:
+    import torch
+
+    q, k, v = gpu.make_inputs(wl, seed, device)
+    first_out, first_lse = gpu.poisoned_outputs(wl, device)
+    mismatches, worst = 0, 0.0
+    with gpu.nvtx_range(f"determinism/{wl.name}"):
+        gpu.call_kernel(fc, wl, q, k, v, first_out, first_lse)
+        for r in range(1, repeats):
+            if step is not None and r % 10 == 0:
+                step(r)
+            out, lse = gpu.poisoned_outputs(wl, device)
+            gpu.call_kernel(fc, wl, q, k, v, out, lse)
+            same = torch.equal(gpu.bits(out), gpu.bits(first_out)) and torch.equal(gpu.bits(lse), gpu.bits(first_lse))
+            if not same:
+                mismatches += 1
+                worst = max(worst, _max_abs_diff(out, first_out), _max_abs_diff(lse, first_lse))
+            del out, lse
+    return RepeatStats(seed, repeats, mismatches, worst)
+
+
+@register("determinism")
+class DeterminismGate(Gate):
+    Params = DeterminismParams
+    needs_gpu = True
+
+    def run(self, ctx: GateContext) -> GateResult:
+        reason = gpu.cuda_unavailable_reason()
+        if reason is not None:
+            return ctx.verdict_only(Status.NOT_RUN, reason)
+        try:
+            fc = gpu.load_flashcore()
+        except gpu.FlashcoreUnavailable as e:
+            return ctx.verdict_only(Status.ERROR, str(e))
+        return check_workloads(ctx, fc, "cuda")
+
+
+def _step_repeat(ctx: GateContext, where: str, repeats: int, r: int) -> None:
+    ctx.step(f"{where} repeat {r + 1}/{repeats}")
+
+
+def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult:
+    p: DeterminismParams = ctx.params
+    workloads = ctx.workloads()
+    checks: list[Check] = []
+    details: dict[str, Any] = {}
+    for i, wl in enumerate(workloads):
+        where = f"{wl.name} ({i + 1}/{len(workloads)})"
+        ctx.step(where)
+        seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name)
+        try:
+            s = measure(fc, wl, seed, p.repeats, device, partial(_step_repeat, ctx, where, p.repeats))
+        except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
+            ctx.log(f"{wl.name} ({wl.label}, seed {seed}):\n{traceback.format_exc()}")
+            checks.append(Check(wl.name, "run", None, None, gpu.exception_status(fc, e),
+                                message=f"{type(e).__name__}: {e}"))
+            details[wl.name] = {"shape": wl.label, "seed": seed, "error": f"{type(e).__name__}: {e}"}
+            continue
+        finally:
+            gpu.free_memory()
+        checks.append(verdict_determinism(wl.name, s, p))
+        details[wl.name] = {"shape": wl.label, **asdict(s), "max_abs_diff": finite_or_none(s.max_abs_diff)}
+        ctx.log(f"{wl.name} ({wl.label}): {details[wl.name]}")
+    return ctx.result(checks, details={"base_seed": ctx.seed, "workloads": details})
+

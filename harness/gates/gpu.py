@@ -1,0 +1,160 @@
+"""GPU helpers shared by the kernel gates: availability, loading flashcore, inputs, poisoned buffers, nvtx.
+
+torch is imported inside functions so that the CPU parts of the harness (config, verdicts) load fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import zlib
+from collections.abc import Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from harness.config import Workload
+from harness.results import Status
+
+if TYPE_CHECKING:
+    import torch
+
+NO_GPU_LINE = (
+    "FlashCore: no CUDA GPU on this machine (torch.cuda.is_available() is False): GPU gates not run; this run fails."
+)
+
+# NaN bit patterns written into output buffers before each call. An element still holding its pattern was
+# never written; a kernel-produced NaN has a different (canonical) pattern, so the two are counted apart.
+POISON_16 = {"fp16": 0x7D3C, "bf16": 0x7FA5}
+POISON_LSE = 0x7FBADBAD  # float32 NaN
+
+
+class FlashcoreUnavailable(RuntimeError):
+    """flashcore cannot be imported or its library is missing: the kernel gates cannot run (ERROR)."""
+
+
+def cuda_unavailable_reason() -> str | None:
+    """None when a CUDA GPU is usable, else the one line to show."""
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001 - any import failure means no GPU work
+        return f"FlashCore: torch cannot be imported ({e}): GPU gates not run; this run fails."
+    if not torch.cuda.is_available():
+        return NO_GPU_LINE
+    return None
+
+
+def load_flashcore() -> ModuleType:
+    try:
+        fc = importlib.import_module("flashcore")
+    except Exception as e:  # noqa: BLE001 - report any load failure as the gate's error
+        raise FlashcoreUnavailable(f"cannot import flashcore: {type(e).__name__}: {e}") from e
+    library_path = getattr(fc, "library_path", None)
+    if callable(library_path):
+        lib = library_path()
+        if not lib.is_file():
+            raise FlashcoreUnavailable(f"flashcore library {lib} not found: run `make build` first")
+    return fc
+
+
+def exception_status(fc: ModuleType, exc: BaseException) -> Status:
+    """The kernel failing its own contract (a workload rejected with FlashCoreError, a failed launch) is a
+    FAIL. A wrong device or any other exception means no verdict: ERROR."""
+    unsupported = getattr(fc, "UnsupportedDeviceError", None)
+    if isinstance(unsupported, type) and isinstance(exc, unsupported):
+        return Status.ERROR
+    for name in ("FlashCoreError", "KernelLaunchError"):
+        cls = getattr(fc, name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return Status.FAIL
+    return Status.ERROR
+
+
+def workload_seed(base: int, gate: str, workload: str, index: int = 0) -> int:
+    """A distinct, reproducible seed per (run, gate, workload, repeat): recorded in the results."""
+    return zlib.crc32(f"{base}:{gate}:{workload}:{index}".encode()) & 0x7FFFFFFF
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def make_inputs(wl: Workload, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fresh random q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D] (standard normal, never zeros)."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    dt = torch_dtype(wl.dtype)
+    q = torch.randn(wl.batch, wl.seqlen_q, wl.heads_q, wl.head_dim, generator=g, device=device, dtype=dt)
+    k = torch.randn(wl.batch, wl.seqlen_k, wl.heads_kv, wl.head_dim, generator=g, device=device, dtype=dt)
+    v = torch.randn(wl.batch, wl.seqlen_k, wl.heads_kv, wl.head_dim, generator=g, device=device, dtype=dt)
+    return q, k, v
+
+
+def poisoned_outputs(wl: Workload, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output [B,Sq,Hq,D] and LSE [B,Hq,Sq] float32, every element holding its poison NaN pattern."""
+    import torch
+
+    out = torch.full((wl.batch, wl.seqlen_q, wl.heads_q, wl.head_dim), POISON_16[wl.dtype],
+                     dtype=torch.int16, device=device).view(torch_dtype(wl.dtype))
+    lse = torch.full((wl.batch, wl.heads_q, wl.seqlen_q), POISON_LSE, dtype=torch.int32,
+                     device=device).view(torch.float32)
+    return out, lse
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bit patterns of a 16- or 32-bit float tensor (so NaN payloads compare equal or not)."""
+    import torch
+
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def count_unwritten(out: torch.Tensor, lse: torch.Tensor, dtype: str) -> tuple[int, int]:
+    """How many output / LSE elements still hold the poison pattern."""
+    return int((bits(out) == POISON_16[dtype]).sum()), int((bits(lse) == POISON_LSE).sum())
+
+
+def call_kernel(fc: ModuleType, wl: Workload, q: Any, k: Any, v: Any, out: Any, lse: Any) -> None:
+    """Run flashcore into the given (poisoned) buffers and wait for it, so async faults surface here."""
+    import torch
+
+    fc.attention(q, k, v, causal=wl.causal, out=out, lse=lse)
+    if q.is_cuda:
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def nvtx_range(name: str) -> Iterator[None]:
+    """An NVTX range (visible in nsys / ncu) around one workload's GPU work; no-op when NVTX is unavailable."""
+    try:
+        import nvtx
+
+        ctx: contextlib.AbstractContextManager[Any] = nvtx.annotate(name, domain="flashcore")
+    except ImportError:
+        ctx = _torch_nvtx(name)
+    with ctx:
+        yield
+
+
+@contextlib.contextmanager
+def _torch_nvtx(name: str) -> Iterator[None]:
+    import torch
+
+    try:
+        torch.cuda.nvtx.range_push(name)
+        pushed = True
+    except Exception:  # noqa: BLE001 - a CPU-only torch has no NVTX
+        pushed = False
+    try:
+        yield
+    finally:
+        if pushed:
+            torch.cuda.nvtx.range_pop()
+
+
+def free_memory() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,131 @@
+"""References for the correctness gate: an fp32 attention computed in head chunks, and torch SDPA.
+
+Layouts follow kernel/flashcore.h: q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D], out [B,Sq,Hq,D], lse [B,Hq,Sq].
+Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Sk - Sq). A query row that sees no
+key has output 0 and LSE -inf. GQA: query head h reads K/V head h // (Hq / Hkv).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def empty_rows(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
+    """Number of leading query rows that see no key (only causal with Sq > Sk has any)."""
+    return max(0, seqlen_q - seqlen_k) if causal else 0
+
+
+def visible_mask(seqlen_q: int, seqlen_k: int, device: torch.device | str) -> torch.Tensor:
+    """[Sq, Sk] bool, True where key j is visible to query i under the bottom-right causal rule."""
+    import torch
+
+    i = torch.arange(seqlen_q, device=device)[:, None]
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    return j <= i + (seqlen_k - seqlen_q)
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """torch SDPA on the same 16-bit inputs, returned as [B,Sq,Hq,D]; rows with no visible key are zeroed
+    (SDPA gives NaN there)."""
+    import torch
+    import torch.nn.functional as F
+
+    sq, hq, sk, hkv = q.shape[1], q.shape[2], k.shape[1], k.shape[2]
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if hq != hkv:
+        kt, vt = kt.repeat_interleave(hq // hkv, dim=1), vt.repeat_interleave(hq // hkv, dim=1)
+    if causal and sq == sk:
+        out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+    elif causal:
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=visible_mask(sq, sk, q.device))
+    else:
+        out = F.scaled_dot_product_attention(qt, kt, vt)
+    out = out.transpose(1, 2)
+    n_empty = empty_rows(sq, sk, causal)
+    if n_empty:
+        out = out.clone()
+        out[:, :n_empty] = torch.zeros((), dtype=out.dtype, device=out.device)
+    return out
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """Max absolute errors against the fp32 reference, over the whole output."""
+
+    err_ours: float  # max |ours - ref32|
+    err_sdpa: float  # max |sdpa - ref32|
+    diff_sdpa: float  # max |ours - sdpa|
+    lse_err: float  # max |lse_ours - lse_ref| over rows that see a key (both finite)
+    lse_bad_rows: int  # rows whose LSE is not finite while a key is visible, or not -inf while none is
+
+
+def _amax(x: torch.Tensor) -> float:
+    """Max of |x|, NaN if any element is NaN (a NaN must never look like a small error)."""
+    if x.numel() == 0:
+        return 0.0
+    return float(x.abs().float().max())
+
+
+def rows_per_chunk(seqlen_q: int, seqlen_k: int, head_dim: int, budget_bytes: int) -> int:
+    """How many (batch, head) rows fit the fp32 working set: S [Sq,Sk], q [Sq,D], k and v [Sk,D], out [Sq,D]."""
+    per_row = 4 * (seqlen_q * seqlen_k + 2 * seqlen_q * head_dim + 2 * seqlen_k * head_dim)
+    return max(1, budget_bytes // per_row)
+
+
+def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, ours: torch.Tensor,
+            ours_lse: torch.Tensor, sdpa_out: torch.Tensor, budget_bytes: int) -> ErrorStats:
+    """Compute the fp32 reference chunk by chunk over (batch, head) and reduce the errors of ours and SDPA."""
+    import torch
+
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d)
+    q_bh, k_bh, v_bh = q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)
+    ours_bh, sdpa_bh = ours.permute(0, 2, 1, 3), sdpa_out.permute(0, 2, 1, 3)
+    mask = visible_mask(sq, sk, q.device) if causal else None
+    row_visible = torch.arange(sq, device=q.device) >= empty_rows(sq, sk, causal)  # [Sq]
+    err_ours = err_sdpa = diff_sdpa = lse_err = 0.0
+    lse_bad = 0
+    n = rows_per_chunk(sq, sk, d, budget_bytes)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true fp32
+    try:
+        for start in range(0, b * hq, n):
+            idx = torch.arange(start, min(start + n, b * hq), device=q.device)
+            bi, hi = idx // hq, idx % hq
+            ki = hi // (hq // hkv)
+            q32 = q_bh[bi, hi].float()  # [n, Sq, D]
+            k32, v32 = k_bh[bi, ki].float(), v_bh[bi, ki].float()  # [n, Sk, D]
+            s = torch.bmm(q32, k32.transpose(1, 2)).mul_(scale)  # [n, Sq, Sk]
+            if mask is not None:
+                s.masked_fill_(~mask, float("-inf"))
+            m = s.amax(dim=-1, keepdim=True)
+            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            p = s.sub_(m).exp_()
+            denom = p.sum(dim=-1, keepdim=True)
+            ref = torch.bmm(p, v32) / denom.clamp_min(torch.finfo(torch.float32).tiny)
+            ref[:, ~row_visible] = 0.0
+            lse_ref = (m + denom.log()).squeeze(-1)  # [n, Sq], -inf where no key is visible
+            del s, p
+            o, so = ours_bh[bi, hi], sdpa_bh[bi, hi]
+            err_ours = _nanmax(err_ours, _amax(o.float() - ref))
+            err_sdpa = _nanmax(err_sdpa, _amax(so.float() - ref))
+            diff_sdpa = _nanmax(diff_sdpa, _amax(o.float() - so.float()))
+            lse = ours_lse[bi, hi]  # [n, Sq]
+            bad = (row_visible & ~torch.isfinite(lse)) | (~row_visible & (lse != float("-inf")))
+            lse_bad += int(bad.sum())
+            good = row_visible & torch.isfinite(lse)
+            lse_err = _nanmax(lse_err, _amax((lse - lse_ref)[good]))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    return ErrorStats(err_ours, err_sdpa, diff_sdpa, lse_err, lse_bad)
+
+
+def _nanmax(a: float, b: float) -> float:
+    """max() that keeps NaN (Python's max would drop it depending on argument order)."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)

@@ -1,0 +1,117 @@
+"""Shared test set-up: the `gpu` marker, skipped (and counted, with its reason) on machines without a GPU."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import types
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+import torch
+
+from harness.config import Config, GateSpec, Workload
+from harness.gates.base import GateContext
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_SKIP_REASON = "needs an H100"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"gpu: {GPU_SKIP_REASON}")
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - no torch, no GPU
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not _has_gpu():
+        skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def gates_dir(tmp_path: Path) -> Path:
+    """A copy of the repository's gates/*.yaml that a test may edit."""
+    out = tmp_path / "gates"
+    shutil.copytree(REPO / "gates", out)
+    return out
+
+
+def make_context(run_dir: Path, name: str, params: object, workloads: tuple[Workload, ...] = (),
+                 seed: int = 1234, repo_root: Path | None = None) -> GateContext:
+    """A GateContext for one gate over the given workloads (no YAML involved)."""
+    by_name = {w.name: w for w in workloads}
+    config = Config(gates_dir=run_dir, workloads=MappingProxyType(by_name),
+                    sets=MappingProxyType({"all": tuple(by_name)}), phases=())
+    spec = GateSpec(name=name, phase=1, params=params)
+    return GateContext(spec=spec, config=config, run_dir=run_dir, repo_root=repo_root or run_dir, seed=seed)
+
+
+def workload(name: str, b: int = 2, hq: int = 2, hkv: int = 2, sq: int = 17, sk: int = 17, d: int = 64,
+             dtype: str = "bf16", causal: bool = False) -> Workload:
+    return Workload(name, b, hq, hkv, sq, sk, d, dtype, causal, "edge", "test")
+
+
+# ---- stand-in flashcore modules for CPU tests of the kernel gates ----------------------------------
+class FlashCoreError(ValueError):
+    pass
+
+
+class UnsupportedDeviceError(FlashCoreError):
+    pass
+
+
+def attention_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                   leak: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain fp32 attention, [B,Sq,Hq,D] in, (out [B,Sq,Hq,D] fp32, lse [B,Hq,Sq]); `leak` shifts the causal mask."""
+    sq, sk, group = q.shape[1], k.shape[1], q.shape[2] // k.shape[2]
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    kf, vf = kf.repeat_interleave(group, 1), vf.repeat_interleave(group, 1)
+    s = qf @ kf.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        i = torch.arange(sq)[:, None]
+        j = torch.arange(sk)[None, :]
+        s = s.masked_fill(j > i + (sk - sq) + leak, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return (p @ vf).transpose(1, 2), lse
+
+
+def fake_flashcore(fault: str = "", calls: list[int] | None = None) -> types.ModuleType:
+    """A module with flashcore's `attention` contract. `fault`: "" (correct), "leak" (a masked key leaks in),
+    "unwritten" (last query row never written), "nan" (one NaN written), "noise" (every other call differs
+    in one element), "reject" (raises FlashCoreError), "crash" (raises RuntimeError)."""
+    count = calls if calls is not None else []
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                  out: Any = None, lse: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        count.append(1)
+        if fault == "reject":
+            raise FlashCoreError("head dim 64 is not supported in this build")
+        if fault == "crash":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        o, l_ = attention_fp32(q, k, v, causal, leak=1 if fault == "leak" else 0)
+        rows = slice(None, -1) if fault == "unwritten" else slice(None)
+        out[:, rows] = o[:, rows].to(out.dtype)
+        lse[:, :, rows] = l_[:, :, rows]
+        if fault == "nan":
+            out[0, 0, 0, 0] = float("nan")
+        if fault == "noise" and len(count) % 2 == 0:
+            out[0, 0, 0, 0] += 1.0
+        return out, lse
+
+    module = types.ModuleType("fake_flashcore")
+    module.attention = attention  # type: ignore[attr-defined]
+    module.FlashCoreError = FlashCoreError  # type: ignore[attr-defined]
+    module.UnsupportedDeviceError = UnsupportedDeviceError  # type: ignore[attr-defined]
+    return module

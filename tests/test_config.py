@@ -1,0 +1,190 @@
+"""gates/*.yaml parsing: the repository's files load into the expected config, and every kind of bad file gets
+a ConfigError naming the file, the key path, the value and what is allowed."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.config import ConfigError, Workload, load_config
+
+EXPECTED_WORKLOADS = [
+    "prefill-d128", "prefill-d128-causal", "prefill-d64", "prefill-d256", "prefill-d128-fp16", "decode",
+    "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
+]  # fmt: skip
+
+
+def test_repository_config_loads(gates_dir: Path) -> None:
+    config = load_config(gates_dir)
+    assert list(config.workloads) == EXPECTED_WORKLOADS
+    assert config.workloads["decode"] == Workload(
+        "decode", 64, 32, 32, 1, 8192, 128, "bf16", False, "memory-bound", config.workloads["decode"].why
+    )
+    gqa = config.workloads["gqa"]
+    assert (gqa.heads_q, gqa.heads_kv, gqa.causal) == (32, 8, True)
+    assert config.workloads["sq1000-sk300-causal"].dtype == "fp16"
+    assert [p.number for p in config.phases] == [1, 2, 3, 4, 5, 6, 7]
+    assert [g.name for g in config.phase(1).gates] == ["build", "correctness", "determinism"]
+
+
+def test_phase1_thresholds_come_from_yaml(gates_dir: Path) -> None:
+    gates = {g.name: g for g in load_config(gates_dir).phase(1).gates}
+    build, corr, det = gates["build"].params, gates["correctness"].params, gates["determinism"].params
+    assert (build.arch, build.max_spill_bytes, build.ptxas_log, build.library) == (
+        "sm_90a", 0, "build/ptxas.log", "build/libflashcore.so")
+    assert build.forbid_serialization_warnings is True
+    assert {"C7515", "C7517", "C7519"} <= set(build.serialization_codes)
+    assert corr.workloads == tuple(EXPECTED_WORKLOADS)  # the `all` set, expanded in file order
+    assert (corr.fp16_max_abs, corr.bf16_error_factor, corr.bf16_error_slack, corr.seeds) == (2.0e-3, 2.0, 1.0e-5, 1)
+    assert det.repeats == 50
+    assert {"prefill-d128", "gqa", "s4097", "decode"} <= set(det.workloads)
+    assert all(n in EXPECTED_WORKLOADS for n in det.workloads)
+
+
+def test_gates_are_cumulative(gates_dir: Path) -> None:
+    config = load_config(gates_dir)
+    assert [g.name for g in config.gates_through(1)] == ["build", "correctness", "determinism"]
+    assert config.gates_through(7) == config.gates_through(1)  # later phases have no gates yet
+    assert all(g.phase == 1 for g in config.gates_through(7))
+
+
+def test_config_is_frozen(gates_dir: Path) -> None:
+    config = load_config(gates_dir)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.workloads["s1"].batch = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.workloads["new"] = config.workloads["s1"]  # type: ignore[index]
+
+
+def test_sets_and_workload_lists_expand_without_duplicates(gates_dir: Path) -> None:
+    _edit(gates_dir, "phases.yaml", lambda d: d["phases"][1]["gates"]["determinism"].update(
+        workloads=["gqa", "determinism", "gqa", "s1"]))
+    det = {g.name: g for g in load_config(gates_dir).phase(1).gates}["determinism"].params
+    assert det.workloads[0] == "gqa"
+    assert det.workloads[-1] == "s1"
+    assert len(det.workloads) == len(set(det.workloads))
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+
+
+def _edit(gates_dir: Path, file: str, change: Callable[[dict[str, Any]], Any]) -> None:
+    path = gates_dir / file
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _wl(name: str, **changes: Any) -> Callable[[dict[str, Any]], Any]:
+    return lambda d: d["workloads"][name].update(changes)
+
+
+def _gate(name: str, **changes: Any) -> Callable[[dict[str, Any]], Any]:
+    return lambda d: d["phases"][1]["gates"][name].update(changes)
+
+
+def _del(*path: Any) -> Callable[[dict[str, Any]], Any]:
+    def change(d: dict[str, Any]) -> None:
+        for p in path[:-1]:
+            d = d[p]
+        del d[path[-1]]
+
+    return change
+
+
+W, P = "workloads.yaml", "phases.yaml"
+CASES = [
+    # (id, file, change, key path in the message, words the message must contain)
+    ("head_dim", W, _wl("s17-causal", head_dim=96), "workloads.s17-causal.head_dim = 96", "{64, 128, 256}"),
+    ("gqa_ratio", W, _wl("gqa", heads_kv=5), "workloads.gqa.heads_q = 32", "multiple of heads_kv (5)"),
+    ("zero_batch", W, _wl("s1", batch=0), "workloads.s1.batch = 0", "must be > 0"),
+    ("negative_seqlen", W, _wl("s4097", seqlen_k=-1), "workloads.s4097.seqlen_k = -1", "must be > 0"),
+    ("int_as_text", W, _wl("s1", seqlen_q="17"), "workloads.s1.seqlen_q = '17'", "an integer"),
+    ("float_size", W, _wl("s1", batch=2.5), "workloads.s1.batch = 2.5", "an integer"),
+    ("bool_size", W, _wl("s1", batch=True), "workloads.s1.batch = True", "an integer"),
+    ("causal_text", W, _wl("s1", causal="yes"), "workloads.s1.causal = 'yes'", "true or false"),
+    ("dtype", W, _wl("decode", dtype="fp8"), "workloads.decode.dtype = 'fp8'", "{bf16, fp16}"),
+    ("kind", W, _wl("decode", kind="fast"), "workloads.decode.kind = 'fast'", "compute-bound, memory-bound, edge"),
+    ("missing_key", W, _del("workloads", "gqa", "dtype"), "workloads.gqa.dtype = (missing)", "required"),
+    ("unknown_key", W, _wl("gqa", stride=8), "workloads.gqa.stride = 8", "unknown key; allowed: batch"),
+    ("bad_name", W, lambda d: d["workloads"].update({"Big Shape": d["workloads"]["s1"]}),
+     "workloads.Big Shape", "workload name"),
+    ("set_unknown", W, lambda d: d["sets"]["edge"].append("s18"), "sets.edge[8] = 's18'", "unknown workload"),
+    ("set_all", W, lambda d: d["sets"].update(all=["s1"]), "sets.all", "not 'all'"),
+    ("set_shadows", W, lambda d: d["sets"].update(gqa=["s1"]), "sets.gqa", "nor a workload name"),
+    ("set_empty", W, lambda d: d["sets"].update(edge=[]), "sets.edge = []", "non-empty"),
+    ("no_workloads", W, lambda d: d.update(workloads={}), "workloads = {}", "at least one workload"),
+    ("top_unknown", W, lambda d: d.update(shapes={}), "shapes = {}", "unknown key; allowed: workloads, sets"),
+    ("gate_unknown", P, lambda d: d["phases"][1]["gates"].update(speed={}), "phases.1.gates.speed", "unknown gate"),
+    ("gate_workload", P, _gate("determinism", workloads=["gqa", "s18"]),
+     "phases.1.gates.determinism.workloads[1] = 's18'", "unknown workload or set"),
+    ("gate_param_unknown", P, _gate("correctness", fp32_max_abs=1.0),
+     "phases.1.gates.correctness.fp32_max_abs = 1.0", "unknown key"),
+    ("gate_param_missing", P, _del("phases", 1, "gates", "correctness", "fp16_max_abs"),
+     "phases.1.gates.correctness.fp16_max_abs = (missing)", "required: a number"),
+    ("gate_param_type", P, _gate("determinism", repeats="many"),
+     "phases.1.gates.determinism.repeats = 'many'", "an integer"),
+    ("gate_float_as_text", P, _gate("correctness", bf16_error_slack="1e-5"),
+     "phases.1.gates.correctness.bf16_error_slack = '1e-5'", "write 1.0e-5"),
+    ("gate_bound", P, _gate("determinism", repeats=1), "phases.1.gates.determinism.repeats = 1", "must be >= 2"),
+    ("gate_threshold_zero", P, _gate("correctness", fp16_max_abs=0.0),
+     "phases.1.gates.correctness.fp16_max_abs = 0.0", "must be > 0"),
+    ("gate_bool", P, _gate("build", forbid_serialization_warnings="no"),
+     "phases.1.gates.build.forbid_serialization_warnings = 'no'", "true or false"),
+    ("gate_list", P, _gate("build", serialization_codes="C7515"),
+     "phases.1.gates.build.serialization_codes = 'C7515'", "a list of"),
+    ("gate_params_not_mapping", P, lambda d: d["phases"][1]["gates"].update(build=[1]),
+     "phases.1.gates.build = [1]", "must be a mapping"),
+    ("gate_twice", P, lambda d: d["phases"][2]["gates"].update(build=d["phases"][1]["gates"]["build"]),
+     "phases.2.gates.build", "already a gate of phase 1"),
+    ("phase_8", P, lambda d: d["phases"].update({8: {"name": "x", "gates": {}}}), "phases.8 = 8", "1..7"),
+    ("phase_0", P, lambda d: d["phases"].update({0: {"name": "x", "gates": {}}}), "phases.0 = 0", "1..7"),
+    ("phase_text", P, lambda d: d["phases"].update({"one": {"name": "x", "gates": {}}}), "phases.one", "1..7"),
+    ("phase_gap", P, _del("phases", 3), "phases = [1, 2, 4, 5, 6, 7]", "contiguous from 1"),
+    ("phase_no_name", P, _del("phases", 2, "name"), "phases.2.name = (missing)", "required"),
+    ("phase_no_gates", P, _del("phases", 2, "gates"), "phases.2.gates = (missing)", "required"),
+    ("phase_unknown_key", P, lambda d: d["phases"][2].update(owner="me"), "phases.2.owner = 'me'", "unknown key"),
+]
+
+
+@pytest.mark.parametrize(("file", "change", "key", "why"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_file_names_file_key_value_and_rule(
+    gates_dir: Path, file: str, change: Callable[[dict[str, Any]], Any], key: str, why: str
+) -> None:
+    _edit(gates_dir, file, change)
+    with pytest.raises(ConfigError) as err:
+        load_config(gates_dir)
+    message = str(err.value)
+    assert message.startswith(str(gates_dir / file) + ": "), message
+    assert key in message, message
+    assert why in message, message
+
+
+def test_duplicate_key_is_an_error(gates_dir: Path) -> None:
+    path = gates_dir / "workloads.yaml"
+    path.write_text(path.read_text().replace("  s4097:\n", "  s1:\n", 1))
+    with pytest.raises(ConfigError, match=r"workloads\.yaml: \(yaml\).*duplicate key 's1'"):
+        load_config(gates_dir)
+
+
+def test_invalid_yaml_is_an_error(gates_dir: Path) -> None:
+    (gates_dir / "phases.yaml").write_text("phases:\n  1: {name: skeleton, gates: {build: [}\n")
+    with pytest.raises(ConfigError, match=r"phases\.yaml: \(yaml\) = .*not valid YAML"):
+        load_config(gates_dir)
+
+
+def test_missing_file_is_an_error(gates_dir: Path) -> None:
+    (gates_dir / "phases.yaml").unlink()
+    with pytest.raises(ConfigError, match=r"phases\.yaml: \(file\) = .*cannot be read"):
+        load_config(gates_dir)
+
+
+def test_empty_file_is_an_error(gates_dir: Path) -> None:
+    (gates_dir / "workloads.yaml").write_text("")
+    with pytest.raises(ConfigError, match=r"workloads\.yaml: workloads = \(missing\): required"):
+        load_config(gates_dir)

@@ -1,0 +1,76 @@
+"""index.html: a self-contained report (inline CSS, no scripts, no external URLs) from a Jinja2 template."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+import jinja2
+
+from harness.render import (
+    OUTPUT_FILES,
+    VERDICT_WORD,
+    check_numbers,
+    flat_environment,
+    fmt_seconds,
+    is_relative_link,
+    phase_scope,
+    verdict_counts,
+)
+from harness.results import GateResult, RunResult
+
+TEMPLATE = "report.html.j2"
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("harness.render", "templates"),
+        autoescape=True,  # every value is escaped: gate messages may quote compiler or tool output
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _gate_view(gate: GateResult) -> dict[str, Any]:
+    checks = [
+        dict(
+            zip(("threshold", "measured", "margin"), check_numbers(c), strict=True),
+            workload=c.workload,
+            metric=c.metric,
+            status=c.status.value,
+            word=VERDICT_WORD[c.status],
+            message=c.message,
+        )
+        for c in gate.checks
+    ]
+    return {
+        "name": gate.name,
+        "phase": gate.phase,
+        "status": gate.status.value,
+        "word": VERDICT_WORD[gate.status],
+        "elapsed": fmt_seconds(gate.elapsed_s),
+        "message": gate.message,
+        "checks": checks,
+        "logs": [{"path": p, "linked": is_relative_link(p)} for p in gate.logs],
+        "details": json.dumps(gate.details, indent=2, default=str) if gate.details else "",
+    }
+
+
+def render_html(run: RunResult) -> str:
+    return _environment().get_template(TEMPLATE).render(
+        run_id=run.run_id,
+        scope=phase_scope(run.phase),
+        status=run.status.value,
+        word=VERDICT_WORD[run.status],
+        counts=verdict_counts(run),
+        notice=run.notice,
+        started_at=run.started_at,
+        elapsed=fmt_seconds(run.elapsed_s),
+        exit_code=run.exit_code,
+        gates=[_gate_view(g) for g in run.gates],
+        environment=flat_environment(run.environment),
+        files=OUTPUT_FILES,
+    )

@@ -1,0 +1,42 @@
+# FlashCore: `make help` lists the targets. Variables may be overridden: make test PYTHON=python3.11
+PYTHON    ?= python3
+NVCC      ?= nvcc
+BUILD_DIR ?= build
+GATE_ARGS ?=
+PYTEST_ARGS ?=
+export PYTHON NVCC
+
+.DEFAULT_GOAL := help
+PHASES := 1 2 3 4 5 6 7
+# mypy gets flashcore/ only once it holds Python files.
+TYPED := harness $(if $(wildcard flashcore/*.py),flashcore)
+
+include kernel/kernel.mk
+
+.PHONY: help test clean distclean $(addprefix gate-phase,$(PHASES))
+
+help:
+	@echo "make build          build $(BUILD_DIR)/libflashcore.so, flashcore_driver, ptxas.log (needs nvcc)"
+	@echo "make ptx | sass     dump the kernel's PTX / SASS (kernel/kernel.mk)"
+	@echo "make gate-phaseN    run the gates of phases 1..N (N = 1..7) on an H100; report under reports/<run-id>/"
+	@echo "make test           CPU suite: set up .venv, ruff, mypy, pytest (GPU tests deselected and counted)"
+	@echo "make clean          remove $(BUILD_DIR)/ and tool caches; 'make distclean' also removes the venvs"
+	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' PYTEST_ARGS='$(PYTEST_ARGS)'"
+
+# The build gate runs the build itself, so a failing build still yields a report.
+$(addprefix gate-phase,$(PHASES)): gate-phase%:
+	@PY=$$(ci/pyenv.sh gate) && $$PY -m harness gate --phase $* $(GATE_ARGS)
+
+# Every step runs even when an earlier one fails, so one run shows all problems; pytest's line comes last.
+test:
+	@PY=$$(ci/pyenv.sh test) || exit 1; failed=""; \
+	echo "+ ruff check ."; $$PY -m ruff check . || failed="$$failed ruff"; \
+	echo "+ mypy $(TYPED)"; $$PY -m mypy $(TYPED) || failed="$$failed mypy"; \
+	echo "+ pytest -m 'not gpu' $(PYTEST_ARGS)"; $$PY -m pytest -m "not gpu" $(PYTEST_ARGS) || failed="$$failed pytest"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed" >&2; exit 1; fi
+
+clean:
+	rm -rf $(BUILD_DIR) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+distclean: clean
+	rm -rf .venv .venv-gate

@@ -13,12 +13,13 @@ TYPED := harness $(if $(wildcard flashcore/*.py),flashcore)
 
 include kernel/kernel.mk
 
-.PHONY: help test clean distclean $(addprefix gate-phase,$(PHASES))
+.PHONY: help test selftest clean distclean $(addprefix gate-phase,$(PHASES))
 
 help:
 	@echo "make build          build $(BUILD_DIR)/libflashcore.so, flashcore_driver, ptxas.log (needs nvcc)"
 	@echo "make ptx | sass     dump the kernel's PTX / SASS (kernel/kernel.mk)"
 	@echo "make gate-phaseN    run the gates of phases 1..N (N = 1..7) on an H100; report under reports/<run-id>/"
+	@echo "make selftest       GPU: plant one fault per gate and check that each gate fails"
 	@echo "make test           CPU suite: set up .venv, ruff, mypy, pytest (GPU tests deselected and counted)"
 	@echo "make clean          remove $(BUILD_DIR)/ and tool caches; 'make distclean' also removes the venvs"
 	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' PYTEST_ARGS='$(PYTEST_ARGS)'"
@@ -26,6 +27,10 @@ help:
 # The build gate runs the build itself, so a failing build still yields a report.
 $(addprefix gate-phase,$(PHASES)): gate-phase%:
 	@PY=$$(ci/pyenv.sh gate) && $$PY -m harness gate --phase $* $(GATE_ARGS)
+
+# GPU host: plant one fault per gate (kernel faults, a spilling build, ...) and check each gate turns red.
+selftest:
+	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness selftest
 
 # Every step runs even when an earlier one fails, so one run shows all problems; pytest's line comes last.
 test:

@@ -17,6 +17,8 @@ from harness.config import PHASES, Config, ConfigError, load_config
 from harness.results import RunResult
 
 EXIT_CONFIG = 2
+# Test-only kernel faults (flashcore.attention's debug_fault): each must turn a gate red (make selftest).
+FAULTS = {"tail-mask": 1, "nondeterministic": 2, "skip-row": 3}
 
 
 def make_run_id(phase: int, environment: dict[str, Any]) -> str:
@@ -62,8 +64,9 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
     run_id = make_run_id(args.phase, environment)
     run_dir = Path(args.out) if args.out else Path("reports") / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
+    fault = FAULTS[args.plant_fault] if args.plant_fault else 0
     run = run_phase(config, args.phase, run_id=run_id, run_dir=run_dir, environment=environment,
-                    repo_root=repo_root, seed=args.seed)
+                    repo_root=repo_root, seed=args.seed, fault=fault)
     paths, render_error = write_reports(run, run_dir)
     print(render(run, color=sys.stdout.isatty()))
     main_file = paths.get("html") or paths.get("json") or next(iter(paths.values()), run_dir)
@@ -101,13 +104,34 @@ def parser() -> argparse.ArgumentParser:
     gate.add_argument("--gates-dir", type=Path, default=Path("gates"), help="directory of the YAML (default gates)")
     gate.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
     gate.add_argument("--seed", type=int, help="base seed (default: a fresh one, recorded in the report)")
+    gate.add_argument("--plant-fault", choices=sorted(FAULTS), help="test-only: plant a kernel fault (run must fail)")
+    prs = sub.add_parser("parse", help="re-judge a saved tool output offline and print JSON")
+    prs.add_argument("kind", choices=["sanitizer", "ncu"], help="which tool wrote the file")
+    prs.add_argument("file", type=Path, help="the saved log (sanitizer) or CSV (ncu)")
+    prs.add_argument("--tool", choices=["memcheck", "racecheck", "synccheck", "initcheck"],
+                     help="sanitizer tool (inferred from the log when omitted)")
+    sub.add_parser("selftest", help="GPU: plant one fault per gate and check that each gate fails")
     lst = sub.add_parser("list", help="print phases, gates, workloads and sets")
     lst.add_argument("--gates-dir", type=Path, default=Path("gates"))
     return ap
 
 
+def cmd_parse(args: argparse.Namespace) -> int:
+    if args.kind == "sanitizer":
+        from harness.sanitizer.cli import parse_command
+    else:
+        from harness.ncu.cli import parse_command
+    return parse_command(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "parse":
+        return cmd_parse(args)
+    if args.command == "selftest":
+        from harness import selftest
+
+        return selftest.main()
     try:
         config = load_config(args.gates_dir)
     except ConfigError as e:

@@ -62,6 +62,7 @@ def run_phase(
     environment: dict[str, Any],
     repo_root: Path,
     seed: int | None = None,
+    fault: int = 0,
     stream: TextIO | None = None,
     live: bool | None = None,
 ) -> RunResult:
@@ -75,6 +76,8 @@ def run_phase(
     gpu_reason = cuda_unavailable_reason()
     needs_gpu = any((g := registry.get(s.name)) is not None and g.needs_gpu for s in specs)
     notice = gpu_reason if gpu_reason is not None and needs_gpu else ""
+    if fault:
+        notice = f"PLANTED FAULT {fault} (test-only): this run must fail. " + notice
     if notice:
         progress.line(notice)
     results: list[GateResult] = []
@@ -83,7 +86,7 @@ def run_phase(
             results.append(phase_without_gates(phase_spec.number))
         for spec in phase_spec.gates:
             ctx = GateContext(spec=spec, config=config, run_dir=run_dir, repo_root=repo_root, seed=base_seed,
-                              step=progress.step)
+                              step=progress.step, fault=fault)
             progress.start(f"[phase {spec.phase}] {spec.name}")
             t0 = time.monotonic()
             result = run_gate(spec, ctx, gpu_reason)

@@ -15,10 +15,22 @@
 
 namespace flashcore {
 
+// Blocks per SM promised to ptxas (it caps registers at 64K / (threads * blocks)). The test-only
+// -DFLASHCORE_PLANT_SPILL promises 8, a 51-register cap that makes ptxas spill: the build gate's
+// selftest uses it to prove that the gate fails on spills.
+template <int kHeadDim>
+constexpr int launch_min_blocks() {
+#ifdef FLASHCORE_PLANT_SPILL
+  return 8;
+#else
+  return TileConfig<kHeadDim>::kMinBlocksPerSm;
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernel: one CTA per (query tile, query head, batch). Warp 0 loads, warps 1..4 compute.
 template <int kHeadDim, typename Element>
-__global__ void __launch_bounds__(kThreads, TileConfig<kHeadDim>::kMinBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, launch_min_blocks<kHeadDim>())
     attention_forward_kernel(const __grid_constant__ KernelParams p) {
   using Cfg = TileConfig<kHeadDim>;
   using Slots = BarrierSlots<Cfg::kStages>;

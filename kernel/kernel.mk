@@ -4,7 +4,9 @@
 NVCC ?= nvcc
 BUILD_DIR ?= build
 ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
-NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall
+# NVCC_EXTRA: extra flags, e.g. -DFLASHCORE_PLANT_SPILL for the planted-spill build of the build gate's selftest.
+NVCC_EXTRA ?=
+NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall $(NVCC_EXTRA)
 KERNEL_HEADERS := $(wildcard kernel/*.h)
 LIB_SOURCES := kernel/flashcore.cu kernel/api.cu
 

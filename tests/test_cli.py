@@ -58,11 +58,22 @@ def test_gate_exits_0_only_when_every_gate_passes(in_tmp: Path, monkeypatch: pyt
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("build", "correctness", "determinism"):
         _stand_in(monkeypatch, name, needs_gpu=False)
-    assert cli.main(["gate", "--phase", "3"]) == 0
+    assert cli.main(["gate", "--phase", "1"]) == 0
     (run_dir,) = (in_tmp / "reports").iterdir()
-    assert re.fullmatch(r"\d{8}T\d{6}Z-phase3-[0-9a-z]+(-dirty)?", run_dir.name)
+    assert re.fullmatch(r"\d{8}T\d{6}Z-phase1-[0-9a-z]+(-dirty)?", run_dir.name)
     assert json.loads((run_dir / "results.json").read_text())["status"] == "pass"
     assert "verdict: PASS" in capsys.readouterr().out
+    # phases 2 and 3 have no gates written in gates/phases.yaml yet: phase 3 cannot pass on phase 1's gates
+    assert cli.main(["gate", "--phase", "3", "--out", "p3"]) == 1
+    statuses = {g["name"]: g["status"] for g in json.loads((in_tmp / "p3/results.json").read_text())["gates"]}
+    assert statuses["phase2-gates"] == statuses["phase3-gates"] == "error"
+
+
+def test_planted_fault_is_announced(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("build", "correctness", "determinism"):
+        _stand_in(monkeypatch, name, needs_gpu=False)
+    cli.main(["gate", "--phase", "1", "--out", "f", "--plant-fault", "tail-mask"])
+    assert json.loads((in_tmp / "f/results.json").read_text())["notice"].startswith("PLANTED FAULT 1")
 
 
 def test_bad_yaml_exits_2_with_the_message(in_tmp: Path, gates_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

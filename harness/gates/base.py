@@ -27,6 +27,7 @@ class GateContext:
     repo_root: Path
     seed: int  # base seed of this run; gates derive one seed per workload from it
     step: Callable[[str], None] = field(default=_no_step)  # report what is running now (progress line)
+    fault: int = 0  # test-only planted kernel fault (flashcore.attention debug_fault); 0 in real runs
 
     @property
     def params(self) -> Any:

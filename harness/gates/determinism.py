@@ -92,7 +92,7 @@ class DeterminismGate(Gate):
         if reason is not None:
             return ctx.verdict_only(Status.NOT_RUN, reason)
         try:
-            fc = gpu.load_flashcore()
+            fc = gpu.load_flashcore(ctx.fault)
         except gpu.FlashcoreUnavailable as e:
             return ctx.verdict_only(Status.ERROR, str(e))
         return check_workloads(ctx, fc, "cuda")

@@ -6,6 +6,7 @@ torch is imported inside functions so that the CPU parts of the harness (config,
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import zlib
 from collections.abc import Iterator
@@ -43,7 +44,8 @@ def cuda_unavailable_reason() -> str | None:
     return None
 
 
-def load_flashcore() -> ModuleType:
+def load_flashcore(fault: int = 0) -> ModuleType:
+    """The flashcore module; with `fault` != 0 a copy whose attention() plants that test-only kernel fault."""
     try:
         fc = importlib.import_module("flashcore")
     except Exception as e:  # noqa: BLE001 - report any load failure as the gate's error
@@ -53,7 +55,12 @@ def load_flashcore() -> ModuleType:
         lib = library_path()
         if not lib.is_file():
             raise FlashcoreUnavailable(f"flashcore library {lib} not found: run `make build` first")
-    return fc
+    if not fault:
+        return fc
+    planted = ModuleType("flashcore_planted")
+    planted.__dict__.update(fc.__dict__)
+    planted.attention = functools.partial(fc.attention, debug_fault=fault)  # type: ignore[attr-defined]
+    return planted
 
 
 def exception_status(fc: ModuleType, exc: BaseException) -> Status:

@@ -1,0 +1,1 @@
+"""ncu gate: see harness/ncu/*.py."""

@@ -1,0 +1,1 @@
+"""sanitizer gate: see harness/sanitizer/*.py."""

@@ -1,0 +1,97 @@
+"""`python -m harness selftest` (make selftest, GPU host): prove that each gate can fail.
+
+Each case plants one fault and names the gate that must turn red; a clean run must stay green.
+Exit 0 only when every expectation held. Results go to reports/selftest-<time>/<case>/.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config import Config, load_config
+from harness.results import Status
+
+Runner = Callable[[Config, Path], dict[str, Status]]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    run: Runner
+    must_fail: str | None  # gate that must FAIL; None: every gate must PASS
+    why: str
+
+
+def _phase1(fault: int) -> Runner:
+    def run(config: Config, out: Path) -> dict[str, Status]:
+        from harness import env
+        from harness.engine import run_phase
+        from harness.render import write_all
+
+        result = run_phase(config, 1, run_id=out.name, run_dir=out, environment=env.collect(Path.cwd()),
+                           repo_root=Path.cwd(), fault=fault)
+        write_all(result, out)
+        return {g.name: g.status for g in result.gates}
+
+    return run
+
+
+def _planted_spill(config: Config, out: Path) -> dict[str, Status]:
+    """Build with -DFLASHCORE_PLANT_SPILL into its own directory and judge it with the build gate's verdicts."""
+    from harness.gates.build import verdict_kernels
+    from harness.gates.ptxas import parse_ptxas
+    from harness.results import combine
+
+    build_dir = out / "build"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = ["make", "-s", "-f", "kernel/kernel.mk", f"BUILD_DIR={build_dir}", f"{build_dir}/libflashcore.so",
+           "NVCC_EXTRA=-DFLASHCORE_PLANT_SPILL"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    (out / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        return {"build": Status.ERROR}
+    params = next(g.params for g in config.gates_through(1) if g.name == "build")
+    checks = verdict_kernels(parse_ptxas((build_dir / "ptxas.log").read_text()), params)
+    return {"build": combine([c.status for c in checks])}
+
+
+CASES = (
+    Case("clean", _phase1(0), None, "the real kernel passes every phase-1 gate"),
+    Case("tail-mask", _phase1(1), "correctness", "key seqlen_k leaks past the tail mask"),
+    Case("skip-row", _phase1(3), "correctness", "the last row of every query tile is never written"),
+    Case("nondeterministic", _phase1(2), "determinism", "a racy global accumulation feeds the output"),
+    Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
+)
+
+
+def judge(case: Case, statuses: dict[str, Status]) -> tuple[bool, str]:
+    """Did the case behave as planted? (the named gate FAILs; with nothing planted, all PASS)."""
+    if case.must_fail is None:
+        bad = {n: s.value for n, s in statuses.items() if s is not Status.PASS}
+        return not bad, "all gates pass" if not bad else f"not passing: {bad}"
+    got = statuses.get(case.must_fail)
+    if got is Status.FAIL:
+        return True, f"{case.must_fail} failed as planted"
+    return False, f"{case.must_fail} was {got.value if got else 'missing'}, expected fail"
+
+
+def main(gates_dir: Path = Path("gates")) -> int:
+    config = load_config(gates_dir)
+    root = Path("reports") / f"selftest-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    rows = []
+    for case in CASES:
+        print(f"selftest: {case.name}: {case.why}", file=sys.stderr, flush=True)
+        ok, what = judge(case, case.run(config, root / case.name))
+        rows.append((case.name, "OK" if ok else "WRONG", what))
+    width = max(len(r[0]) for r in rows)
+    print(f"\nselftest ({root})")
+    for name, verdict, what in rows:
+        print(f"  {name:<{width}}  {verdict:<5}  {what}")
+    failed = [r for r in rows if r[1] != "OK"]
+    print(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0

@@ -1,0 +1,48 @@
+"""The kernel builds with nvcc for sm_90a here (no GPU needed) and the build gate judges the real ptxas report.
+
+Zero spills passes; a planted register cap (-DFLASHCORE_PLANT_SPILL: 8 blocks per SM promised to ptxas)
+makes ptxas spill and the gate fail."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.gates.build import BuildParams, verdict_kernels
+from harness.gates.ptxas import parse_ptxas
+from harness.results import Status, combine
+
+REPO = Path(__file__).resolve().parent.parent
+PARAMS = BuildParams(arch="sm_90a", max_spill_bytes=0, ptxas_log="", library="", timeout_s=600)
+
+
+def build(tmp_path: Path, extra: str = "") -> str:
+    if shutil.which("nvcc") is None:
+        pytest.fail("nvcc is not on PATH: the kernel build test needs the CUDA compiler (no GPU needed)")
+    build_dir = tmp_path / "build"
+    cmd = ["make", "-s", "-f", "kernel/kernel.mk", f"BUILD_DIR={build_dir}", f"{build_dir}/libflashcore.so"]
+    if extra:
+        cmd.append(f"NVCC_EXTRA={extra}")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (build_dir / "libflashcore.so").is_file()
+    return (build_dir / "ptxas.log").read_text()
+
+
+def test_kernel_builds_for_sm90a_without_spills(tmp_path: Path) -> None:
+    report = parse_ptxas(build(tmp_path))
+    checks = verdict_kernels(report, PARAMS)
+    assert len(report.entries) == 6  # 3 head dims x 2 dtypes
+    assert {f.arch for f in report.entries} == {"sm_90a"}
+    assert combine([c.status for c in checks]) is Status.PASS, [c for c in checks if c.status is not Status.PASS]
+
+
+def test_planted_register_cap_spills_and_fails_the_gate(tmp_path: Path) -> None:
+    report = parse_ptxas(build(tmp_path, "-DFLASHCORE_PLANT_SPILL"))
+    checks = verdict_kernels(report, PARAMS)
+    spilled = [c for c in checks if c.status is Status.FAIL]
+    assert spilled, "a 51-register cap must make ptxas spill and the build gate fail"
+    assert combine([c.status for c in checks]) is Status.FAIL

@@ -83,12 +83,22 @@ def torch_info() -> dict[str, Any]:
 
 
 def git_info(repo_root: Path) -> dict[str, Any]:
+    """Commit, dirty flag and branch from git. A tree copied without .git (e.g. to a lent GPU host) may name
+    its commit in FLASHCORE_GIT_COMMIT / FLASHCORE_GIT_DIRTY; `git_source` says which one was used."""
     commit = _run(["git", "rev-parse", "HEAD"], cwd=repo_root)
+    if commit is None and os.environ.get("FLASHCORE_GIT_COMMIT"):
+        return {
+            "git_commit": os.environ["FLASHCORE_GIT_COMMIT"],
+            "git_dirty": os.environ.get("FLASHCORE_GIT_DIRTY", "unknown") == "1",
+            "git_branch": None,
+            "git_source": "FLASHCORE_GIT_COMMIT (tree copied without .git)",
+        }
     status = _run(["git", "status", "--porcelain"], cwd=repo_root)
     return {
         "git_commit": commit,
         "git_dirty": None if status is None else bool(status),
         "git_branch": _run(["git", "symbolic-ref", "--short", "-q", "HEAD"], cwd=repo_root),
+        "git_source": "git",
     }
 
 

@@ -56,7 +56,17 @@ def _gate_view(gate: GateResult) -> dict[str, Any]:
         "checks": checks,
         "logs": [{"path": p, "linked": is_relative_link(p)} for p in gate.logs],
         "details": json.dumps(gate.details, indent=2, default=str) if gate.details else "",
+        "data": gate.details,
+        "section": _section_template(gate.name),
     }
+
+
+def _section_template(gate_name: str) -> str | None:
+    """A gate's own report section (findings tables, charts), when templates/sections/<gate>.html.j2 exists.
+
+    It renders inside the gate's <section> with `g.data` = GateResult.details."""
+    name = f"sections/{gate_name}.html.j2"
+    return name if name in _environment().list_templates() else None
 
 
 def render_html(run: RunResult) -> str:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import torch
 
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
-MAX_FAULT = 3
+MAX_FAULT = 4
 
 
 def _dtype_code(dtype: torch.dtype) -> int:

@@ -41,6 +41,28 @@ def _phase1(fault: int) -> Runner:
     return run
 
 
+def _one_gate(gate: str, fault: int) -> Runner:
+    """Run a single gate of any phase with a planted kernel fault (e.g. an ncu gate, without phases 1..N-1)."""
+
+    def run(config: Config, out: Path) -> dict[str, Status]:
+        from harness import env
+        from harness.engine import run_gate
+        from harness.gates.base import GateContext
+        from harness.gates.gpu import cuda_unavailable_reason
+        from harness.render import write_all
+        from harness.results import RunResult
+
+        spec = next(g for phase in config.phases for g in phase.gates if g.name == gate)
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        ctx = GateContext(spec=spec, config=config, run_dir=out, repo_root=Path.cwd(), seed=0, fault=fault)
+        result = run_gate(spec, ctx, cuda_unavailable_reason())
+        write_all(RunResult(out.name, spec.phase, (result,), env.collect(Path.cwd()), "", 0.0,
+                            notice=f"PLANTED FAULT {fault} (test-only): {gate} must fail"), out)
+        return {gate: result.status}
+
+    return run
+
+
 def _planted_spill(config: Config, out: Path) -> dict[str, Status]:
     """Build with -DFLASHCORE_PLANT_SPILL into its own directory and judge it with the build gate's verdicts."""
     from harness.gates.build import verdict_kernels
@@ -63,9 +85,11 @@ def _planted_spill(config: Config, out: Path) -> dict[str, Status]:
 CASES = (
     Case("clean", _phase1(0), None, "the real kernel passes every phase-1 gate"),
     Case("tail-mask", _phase1(1), "correctness", "key seqlen_k leaks past the tail mask"),
-    Case("skip-row", _phase1(3), "correctness", "the last row of every query tile is never written"),
+    Case("skip-row", _phase1(3), "correctness", "the first row of every query tile is never written"),
     Case("nondeterministic", _phase1(2), "determinism", "a racy global accumulation feeds the output"),
     Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
+    Case("slow-loads", _one_gate("ncu-dram", 4), "ncu-dram",
+         "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),
 )
 
 

@@ -14,13 +14,11 @@ namespace {
 
 thread_local char g_last_error[512] = "";
 
-int fail(int status, const char* fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
+int fail(int status, const char* fmt, va_list args) {
   vsnprintf(g_last_error, sizeof(g_last_error), fmt, args);
-  va_end(args);
   return status;
 }
+
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
@@ -30,7 +28,7 @@ int check_strides(const char* name, const int64_t (&stride)[3]) {
   const char* dims[3] = {"batch", "seq", "head"};
   for (int i = 0; i < 3; ++i) {
     if (stride[i] < 0 || stride[i] % kChunkElems != 0) {
-      return fail(FC_ERR_INVALID_ARGUMENT,
+      return report_error(FC_ERR_INVALID_ARGUMENT,
                   "%s: %s stride %lld is not allowed: strides must be non-negative multiples of 8 elements (16 bytes)",
                   name, dims[i], static_cast<long long>(stride[i]));
     }
@@ -40,24 +38,32 @@ int check_strides(const char* name, const int64_t (&stride)[3]) {
 
 }  // namespace
 
+int report_error(int status, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  fail(status, fmt, args);
+  va_end(args);
+  return status;
+}
+
 int report_cuda(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return FC_OK;
-  return fail(FC_ERR_CUDA, "%s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+  return report_error(FC_ERR_CUDA, "%s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
 int validate_and_convert(const fc_params* in, KernelParams* out) {
-  if (in == nullptr) return fail(FC_ERR_INVALID_ARGUMENT, "params is NULL");
+  if (in == nullptr) return report_error(FC_ERR_INVALID_ARGUMENT, "params is NULL");
   if (in->q == nullptr || in->k == nullptr || in->v == nullptr || in->o == nullptr) {
-    return fail(FC_ERR_INVALID_ARGUMENT, "q, k, v and o pointers must not be NULL");
+    return report_error(FC_ERR_INVALID_ARGUMENT, "q, k, v and o pointers must not be NULL");
   }
   if (!aligned16(in->q) || !aligned16(in->k) || !aligned16(in->v) || !aligned16(in->o)) {
-    return fail(FC_ERR_INVALID_ARGUMENT, "q, k, v and o must start at 16-byte aligned addresses");
+    return report_error(FC_ERR_INVALID_ARGUMENT, "q, k, v and o must start at 16-byte aligned addresses");
   }
   if (in->dtype != FC_FP16 && in->dtype != FC_BF16) {
-    return fail(FC_ERR_INVALID_ARGUMENT, "dtype %d is not supported: use FC_FP16 (0) or FC_BF16 (1)", in->dtype);
+    return report_error(FC_ERR_INVALID_ARGUMENT, "dtype %d is not supported: use FC_FP16 (0) or FC_BF16 (1)", in->dtype);
   }
   if (in->head_dim != 64 && in->head_dim != 128 && in->head_dim != 256) {
-    return fail(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: use 64, 128 or 256",
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: use 64, 128 or 256",
                 static_cast<long long>(in->head_dim));
   }
   const int64_t sizes[5] = {in->batch, in->heads_q, in->heads_kv, in->seqlen_q, in->seqlen_k};
@@ -65,19 +71,19 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   const int64_t limits[5] = {65535, 65535, 65535, int64_t{1} << 30, int64_t{1} << 30};  // grid.z, grid.y, int32 indexing
   for (int i = 0; i < 5; ++i) {
     if (sizes[i] < 1 || sizes[i] > limits[i]) {
-      return fail(FC_ERR_INVALID_ARGUMENT, "%s = %lld is out of range [1, %lld]", names[i],
+      return report_error(FC_ERR_INVALID_ARGUMENT, "%s = %lld is out of range [1, %lld]", names[i],
                   static_cast<long long>(sizes[i]), static_cast<long long>(limits[i]));
     }
   }
   if (in->heads_q % in->heads_kv != 0) {
-    return fail(FC_ERR_INVALID_ARGUMENT, "heads_q = %lld must be a multiple of heads_kv = %lld",
+    return report_error(FC_ERR_INVALID_ARGUMENT, "heads_q = %lld must be a multiple of heads_kv = %lld",
                 static_cast<long long>(in->heads_q), static_cast<long long>(in->heads_kv));
   }
   if (!(std::isfinite(in->softmax_scale) && in->softmax_scale > 0.f)) {
-    return fail(FC_ERR_INVALID_ARGUMENT, "softmax_scale = %g must be finite and > 0", in->softmax_scale);
+    return report_error(FC_ERR_INVALID_ARGUMENT, "softmax_scale = %g must be finite and > 0", in->softmax_scale);
   }
-  if (in->debug_fault < kFaultNone || in->debug_fault > kFaultSkipLastRow) {
-    return fail(FC_ERR_INVALID_ARGUMENT, "debug_fault = %d is not a known fault (0..3)", in->debug_fault);
+  if (in->debug_fault < kFaultNone || in->debug_fault > kFaultSlow) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "debug_fault = %d is not a known fault (0..4)", in->debug_fault);
   }
   int status = FC_OK;
   if ((status = check_strides("q", in->q_stride)) != FC_OK) return status;
@@ -122,7 +128,7 @@ extern "C" int fc_device_supported(int device) {
   cudaDeviceProp prop;
   if (flashcore::report_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties") != FC_OK) return 0;
   if (prop.major != 9 || prop.minor != 0) {
-    flashcore::fail(FC_ERR_UNSUPPORTED_DEVICE,
+    flashcore::report_error(FC_ERR_UNSUPPORTED_DEVICE,
                     "device %d (%s) is SM %d.%d: FlashCore's kernel is built for SM 9.0 (H100/H200) only", device,
                     prop.name, prop.major, prop.minor);
     return 0;

@@ -16,7 +16,8 @@ enum FaultKind : int32_t {
   kFaultNone = 0,
   kFaultTailMaskOffByOne = 1,   // keeps key index seqlen_k (one past the end) unmasked: wrong result
   kFaultNondeterministic = 2,   // adds a racy global accumulation to O: results differ run to run
-  kFaultSkipLastRow = 3,        // leaves the last row of every query tile unwritten
+  kFaultSkipFirstRow = 3,       // leaves the first row of every query tile unwritten
+  kFaultSlow = 4,               // serial K/V loads, no prefetch: correct but slow (fails the ncu gates)
 };
 
 // Thread roles (phase 1): warp 0 loads (producer), warps 1..kConsumerWarps compute (consumers).

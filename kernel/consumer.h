@@ -3,6 +3,7 @@
 #pragma once
 #include "barriers.h"
 #include "config.h"
+#include "mask.h"
 #include "mma.h"
 #include "params.h"
 #include "softmax.h"
@@ -45,21 +46,6 @@ struct Consumer {
     }
   }
 
-  // -inf where key >= seqlen_k (tail) or, causal, key > row + diag_offset. `row0` is the thread's row g.
-  __device__ __forceinline__ void mask(float (&s)[kNTiles][4], const KernelParams& p, int row0, int key0, int lane) {
-    const int key_end = p.fault == kFaultTailMaskOffByOne ? p.seqlen_k + 1 : p.seqlen_k;
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + nt * 8 + 2 * (lane % 4) + (e % 2);
-        const int row = row0 + (e / 2) * 8;
-        const bool hidden = key >= key_end || (p.causal && key > row + p.diag_offset);
-        if (hidden) s[nt][e] = -INFINITY;
-      }
-    }
-  }
-
   // O = O * alpha + P V, P taken from the S registers (C fragments repacked as A fragments).
   __device__ __forceinline__ void pv(float (&s)[kNTiles][4], const float (&alpha)[2], uint32_t v_addr, int lane) {
 #pragma unroll
@@ -86,12 +72,5 @@ struct Consumer {
     }
   }
 };
-
-// Whether any score of the block [key0, key0 + kBlockN) x rows [row_first, row_last] needs masking.
-__device__ __forceinline__ bool block_needs_mask(const KernelParams& p, int key0, int block_n, int row_first) {
-  const bool tail = key0 + block_n > p.seqlen_k;
-  const bool diagonal = p.causal && key0 + block_n - 1 > row_first + p.diag_offset;
-  return tail || diagonal || p.fault == kFaultTailMaskOffByOne;
-}
 
 }  // namespace flashcore

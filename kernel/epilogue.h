@@ -11,7 +11,7 @@ __device__ float g_fault_accumulator;  // only touched by kFaultNondeterministic
 template <int kHeadDim, typename Element, int kDTiles>
 __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_reg)[kDTiles][4], const float (&inv_l)[2],
                                              const float (&lse)[2], int batch, int head_q, int row0, int lane,
-                                             bool last_row_of_tile_skipped) {
+                                             bool skip_first_row) {
   float fault_bias = 0.f;
   if (p.fault == kFaultNondeterministic) {
     // A racy global accumulation: the value read back depends on how many CTAs got there first.
@@ -22,7 +22,7 @@ __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_re
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + 8 * r;
     if (row >= p.seqlen_q) continue;
-    if (last_row_of_tile_skipped && r == 1 && lane / 4 == 7) continue;
+    if (skip_first_row && r == 0 && lane / 4 == 0) continue;
     uint16_t* o_row = o_head + row * p.o_stride[1];
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {

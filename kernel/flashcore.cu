@@ -1,106 +1,24 @@
-// FlashCore forward attention, phase 1 (skeleton): warp-specialized producer/consumer kernel on
-// mma.sync, double-buffered K/V in shared memory, online softmax in registers, mbarrier hand-offs.
+// FlashCore forward attention: launchers, kernel choice and the C ABI entry point.
 // Build: make build   (nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas=--warn-on-spills)
-// Hopper features used: mbarrier with phase parity + cp.async completion; requires SM 9.0.
+// Hopper features used: TMA (cp.async.bulk.tensor) + mbarrier expect_tx, wgmma.mma_async, setmaxnreg
+// (kernel_wgmma.cuh); the decode path (few query rows) runs the phase-1 mma.sync kernel (kernel_mma_sync.cuh).
+// Requires SM 9.0.
 #include <cuda_runtime.h>
 
-#include "barriers.h"
-#include "config.h"
-#include "consumer.h"
-#include "epilogue.h"
 #include "flashcore.h"
+#include "hopper_config.h"
+#include "kernel_mma_sync.cuh"
+#include "kernel_wgmma.cuh"
 #include "launch.h"
-#include "loader.h"
 #include "params.h"
+#include "tensor_maps.h"
 
 namespace flashcore {
 
-// Blocks per SM promised to ptxas (it caps registers at 64K / (threads * blocks)). The test-only
-// -DFLASHCORE_PLANT_SPILL promises 8, a 51-register cap that makes ptxas spill: the build gate's
-// selftest uses it to prove that the gate fails on spills.
-template <int kHeadDim>
-constexpr int launch_min_blocks() {
-#ifdef FLASHCORE_PLANT_SPILL
-  return 8;
-#else
-  return TileConfig<kHeadDim>::kMinBlocksPerSm;
-#endif
-}
-
 // ---------------------------------------------------------------------------------------------
-// Kernel: one CTA per (query tile, query head, batch). Warp 0 loads, warps 1..4 compute.
+// Launchers: one instantiation per (kernel, head dim, dtype).
 template <int kHeadDim, typename Element>
-__global__ void __launch_bounds__(kThreads, launch_min_blocks<kHeadDim>())
-    attention_forward_kernel(const __grid_constant__ KernelParams p) {
-  using Cfg = TileConfig<kHeadDim>;
-  using Slots = BarrierSlots<Cfg::kStages>;
-  extern __shared__ __align__(128) uint8_t smem[];
-  uint8_t* q_smem = smem;                                          // [kBlockM][kHeadDim]
-  uint8_t* k_smem = q_smem + Cfg::kQTileBytes;                     // [kStages][kBlockN][kHeadDim]
-  uint8_t* v_smem = k_smem + Cfg::kStages * Cfg::kKVTileBytes;     // [kStages][kBlockN][kHeadDim]
-  auto* bars = reinterpret_cast<uint64_t*>(v_smem + Cfg::kStages * Cfg::kKVTileBytes);
-
-  const int m_block = blockIdx.x;
-  const int head_q = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-
-  // Keys this tile needs: all of them, or (causal) up to the last row's diagonal.
-  const int row_first = m_block * Cfg::kBlockM;
-  int key_end = p.seqlen_k;
-  if (p.causal) key_end = min(key_end, max(0, row_first + Cfg::kBlockM + p.diag_offset));
-  const int n_blocks = (key_end + Cfg::kBlockN - 1) / Cfg::kBlockN;
-
-  if (threadIdx.x == 0) {
-    mbarrier_init(&bars[Slots::kQFull], 32);  // one cp.async arrival per producer lane
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbarrier_init(&bars[Slots::kKVFull + s], 32);
-      // Every consumer thread arrives after its own last read of the stage: with one arrival per warp
-      // (lane 0 after __syncwarp) compute-sanitizer's racecheck reports WAR hazards on the next refill.
-      mbarrier_init(&bars[Slots::kKVEmpty + s], kConsumerWarps * 32);
-    }
-    mbarrier_init_fence();
-  }
-  __syncthreads();
-
-  if (warp < kProducerWarps) {
-    producer_loop<kHeadDim, Cfg>(p, q_smem, k_smem, v_smem, bars, batch, head_q, m_block, n_blocks);
-  } else {
-    const int consumer_warp = warp - kProducerWarps;
-    Consumer<kHeadDim, Element, Cfg> consumer;
-    consumer.init();
-    const uint32_t q_slab_addr = smem_addr(q_smem) + consumer_warp * kRowsPerWarp * kHeadDim * 2;
-    const int row0 = row_first + consumer_warp * kRowsPerWarp + lane / 4;
-    mbarrier_wait(&bars[Slots::kQFull], 0);
-
-    for (int n_block = 0; n_block < n_blocks; ++n_block) {
-      const int stage = n_block % Cfg::kStages;
-      mbarrier_wait(&bars[Slots::kKVFull + stage], (n_block / Cfg::kStages) & 1);
-      const uint32_t k_addr = smem_addr(k_smem + stage * Cfg::kKVTileBytes);
-      const uint32_t v_addr = smem_addr(v_smem + stage * Cfg::kKVTileBytes);
-      const int key0 = n_block * Cfg::kBlockN;
-
-      float s[Cfg::kBlockN / 8][4];
-      consumer.qk(s, q_slab_addr, k_addr, lane);                                   // 1. S = Q K^T
-      if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) consumer.mask(s, p, row0, key0, lane);  // 2. mask
-      float alpha[2];
-      consumer.softmax.update(s, p.softmax_scale_log2, alpha);                      // 3. P, m_i, l_i
-      consumer.pv(s, alpha, v_addr, lane);                                          // 4. O = O*alpha + P V
-      mbarrier_arrive(&bars[Slots::kKVEmpty + stage]);                             // 5. release stage
-    }
-
-    float inv_l[2], lse[2];
-    consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
-    write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, head_q, row0, lane,
-                                    p.fault == kFaultSkipLastRow && consumer_warp == kConsumerWarps - 1);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Launcher: one instantiation per (head dim, dtype).
-template <int kHeadDim, typename Element>
-cudaError_t launch(const KernelParams& p, cudaStream_t stream) {
+cudaError_t launch_mma_sync(const KernelParams& p, cudaStream_t stream) {
   using Cfg = TileConfig<kHeadDim>;
   auto kernel = attention_forward_kernel<kHeadDim, Element>;
   // Above 48 KB of dynamic shared memory a kernel must opt in (per device, so on every call: it is cheap).
@@ -111,13 +29,45 @@ cudaError_t launch(const KernelParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t dispatch(const KernelParams& p, int head_dim, int dtype, cudaStream_t stream) {
-  const bool bf16 = dtype == FC_BF16;
-  switch (head_dim) {
-    case 64: return bf16 ? launch<64, Bf16>(p, stream) : launch<64, Fp16>(p, stream);
-    case 128: return bf16 ? launch<128, Bf16>(p, stream) : launch<128, Fp16>(p, stream);
-    case 256: return bf16 ? launch<256, Bf16>(p, stream) : launch<256, Fp16>(p, stream);
-    default: return cudaErrorInvalidValue;  // unreachable: validate() rejected it
+template <int kHeadDim, typename Element>
+cudaError_t launch_wgmma(const KernelParams& p, const TmaParams& tma, cudaStream_t stream) {
+  using Cfg = HopperTileConfig<kHeadDim>;
+  auto kernel = attention_forward_wgmma_kernel<kHeadDim, Element>;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, kHopperThreads, Cfg::kSmemBytes, stream>>>(p, tma);
+  return cudaGetLastError();
+}
+
+// Query rows up to which the decode path (64-row mma.sync tiles, cp.async) beats a 128-row wgmma tile
+// that would be almost all padding.
+constexpr int kDecodeMaxRows = 16;
+
+template <int kHeadDim, typename Element>
+int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+  if (p.seqlen_q <= kDecodeMaxRows) return report_cuda(launch_mma_sync<kHeadDim, Element>(p, stream), "decode kernel");
+  using Cfg = HopperTileConfig<kHeadDim>;
+  TmaParams tma;
+  int status = FC_OK;
+  if ((status = encode_tensor_map(&tma.q, "q", in->q, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->q_stride,
+                                  Cfg::kBlockM)) != FC_OK ||
+      (status = encode_tensor_map(&tma.k, "k", in->k, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->k_stride,
+                                  Cfg::kBlockN)) != FC_OK ||
+      (status = encode_tensor_map(&tma.v, "v", in->v, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->v_stride,
+                                  Cfg::kBlockN)) != FC_OK) {
+    return status;
+  }
+  return report_cuda(launch_wgmma<kHeadDim, Element>(p, tma, stream), "attention kernel");
+}
+
+int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+  const bool bf16 = in->dtype == FC_BF16;
+  switch (in->head_dim) {
+    case 64: return bf16 ? run<64, Bf16>(in, p, stream) : run<64, Fp16>(in, p, stream);
+    case 128: return bf16 ? run<128, Bf16>(in, p, stream) : run<128, Fp16>(in, p, stream);
+    case 256: return bf16 ? run<256, Bf16>(in, p, stream) : run<256, Fp16>(in, p, stream);
+    default: return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld", static_cast<long long>(in->head_dim));
   }
 }
 
@@ -127,7 +77,5 @@ extern "C" int fc_attention_forward(const fc_params* params, void* stream) {
   flashcore::KernelParams kp;
   const int status = flashcore::validate_and_convert(params, &kp);
   if (status != FC_OK) return status;
-  const cudaError_t err = flashcore::dispatch(kp, static_cast<int>(params->head_dim), params->dtype,
-                                              static_cast<cudaStream_t>(stream));
-  return flashcore::report_cuda(err, "attention kernel launch");
+  return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream));
 }

@@ -7,8 +7,8 @@ ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
 # NVCC_EXTRA: extra flags, e.g. -DFLASHCORE_PLANT_SPILL for the planted-spill build of the build gate's selftest.
 NVCC_EXTRA ?=
 NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall $(NVCC_EXTRA)
-KERNEL_HEADERS := $(wildcard kernel/*.h)
-LIB_SOURCES := kernel/flashcore.cu kernel/api.cu
+KERNEL_HEADERS := $(wildcard kernel/*.h kernel/*.cuh)
+LIB_SOURCES := kernel/flashcore.cu kernel/api.cu kernel/tensor_maps.cu
 
 .PHONY: build ptx sass
 
@@ -24,15 +24,19 @@ $(BUILD_DIR)/api.o: kernel/api.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
+$(BUILD_DIR)/tensor_maps.o: kernel/tensor_maps.cu $(KERNEL_HEADERS)
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
 $(BUILD_DIR)/naive.o: kernel/naive.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-$(BUILD_DIR)/libflashcore.so: $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o
+$(BUILD_DIR)/libflashcore.so: $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/tensor_maps.o
 	$(NVCC) $(ARCH_FLAGS) -shared -o $@ $^ -cudart=static
 
-$(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
-	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/naive.o
+$(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/tensor_maps.o $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/tensor_maps.o $(BUILD_DIR)/naive.o
 
 ptx:
 	@mkdir -p $(BUILD_DIR)

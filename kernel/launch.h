@@ -11,6 +11,9 @@ namespace flashcore {
 // Returns FC_OK or an fc_status with the reason stored for fc_last_error().
 int validate_and_convert(const fc_params* in, KernelParams* out);
 
+// Stores a printf-style message for fc_last_error() and returns `status`.
+int report_error(int status, const char* fmt, ...);
+
 // FC_OK for cudaSuccess; otherwise FC_ERR_CUDA with "<what>: <cuda error text>" stored.
 int report_cuda(cudaError_t err, const char* what);
 

@@ -3,6 +3,7 @@
 // consumers never read garbage: masked scores are -inf and the zero V rows add nothing.
 #pragma once
 #include "barriers.h"
+#include "config.h"
 #include "mma.h"
 #include "params.h"
 
@@ -15,22 +16,30 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
 }
 
 // Copies rows [row0, row0 + kRows) of one head, clipped at `seqlen`, into a swizzled [kRows][kHeadDim] tile.
+// `serial` (test-only kFaultSlow): lane 0 issues every copy, so the warp keeps few bytes in flight.
 template <int kHeadDim, int kRows>
 __device__ __forceinline__ void load_tile(uint8_t* tile_smem, const void* head_base, int64_t row_stride, int row0,
-                                          int seqlen, int lane) {
+                                          int seqlen, int lane, bool serial = false) {
   constexpr int kChunksPerRow = kHeadDim / kChunkElems;
   constexpr int kChunks = kRows * kChunksPerRow;
   static_assert(kChunks % 32 == 0, "a tile must split evenly over the 32 producer lanes");
   const uint32_t tile_addr = smem_addr(tile_smem);
   const auto* base = static_cast<const uint16_t*>(head_base);
-#pragma unroll 8
-  for (int i = lane; i < kChunks; i += 32) {
+  auto copy_chunk = [&](int i) {
     const int row = i / kChunksPerRow;
     const int chunk = i % kChunksPerRow;
     const bool valid = row0 + row < seqlen;
     const uint16_t* src = valid ? base + (row0 + row) * row_stride + chunk * kChunkElems : base;
     cp_async_16(tile_addr + swizzled_offset_bytes<kHeadDim>(row, chunk), src, valid);
+  };
+  if (serial) {
+    if (lane == 0) {
+      for (int i = 0; i < kChunks; ++i) copy_chunk(i);
+    }
+    return;
   }
+#pragma unroll 8
+  for (int i = lane; i < kChunks; i += 32) copy_chunk(i);
 }
 
 // The producer's whole job for one query tile: Q, then K/V blocks [0, n_blocks) through the stage ring.
@@ -49,6 +58,9 @@ __device__ void producer_loop(const KernelParams& p, uint8_t* q_smem, uint8_t* k
   load_tile<kHeadDim, Cfg::kBlockM>(q_smem, q_head, p.q_stride[1], m_block * Cfg::kBlockM, p.seqlen_q, lane);
   cp_async_arrive(&bars[Slots::kQFull]);
 
+  // Test-only kFaultSlow: one lane issues the copies and each tile waits for the previous one to be released
+  // (no prefetch). Single buffering alone can still saturate DRAM on decode, hence the single lane too.
+  const bool slow = p.fault == kFaultSlow;
   for (int n_block = 0; n_block < n_blocks; ++n_block) {
     const int stage = n_block % Cfg::kStages;
     // Wait until the consumers released this stage; the first pass over the ring finds it free
@@ -56,10 +68,11 @@ __device__ void producer_loop(const KernelParams& p, uint8_t* q_smem, uint8_t* k
     mbarrier_wait(&bars[Slots::kKVEmpty + stage], ((n_block / Cfg::kStages) & 1) ^ 1);
     const int row0 = n_block * Cfg::kBlockN;
     load_tile<kHeadDim, Cfg::kBlockN>(k_smem + stage * Cfg::kKVTileBytes, k_head, p.k_stride[1], row0, p.seqlen_k,
-                                      lane);
+                                      lane, slow);
     load_tile<kHeadDim, Cfg::kBlockN>(v_smem + stage * Cfg::kKVTileBytes, v_head, p.v_stride[1], row0, p.seqlen_k,
-                                      lane);
+                                      lane, slow);
     cp_async_arrive(&bars[Slots::kKVFull + stage]);
+    if (slow) mbarrier_wait(&bars[Slots::kKVEmpty + stage], (n_block / Cfg::kStages) & 1);  // this tile released
   }
   // Keep the warp resident until its last copies have landed.
   asm volatile("cp.async.wait_all;" ::: "memory");

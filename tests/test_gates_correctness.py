@@ -263,7 +263,7 @@ def _raise_import(name: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fault", [1, 3])  # 1: key seqlen_k leaks in; 3: last row of each query tile unwritten
+@pytest.mark.parametrize("fault", [1, 3])  # 1: key seqlen_k leaks in; 3: first row of each query tile unwritten
 def test_real_kernel_passes_and_a_planted_fault_fails(tmp_path: Path, fault: int) -> None:
     import flashcore
 

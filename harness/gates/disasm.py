@@ -1,0 +1,40 @@
+"""Pure parsers: which instructions each kernel of a cubin (cuobjdump SASS) or a PTX module contains."""
+
+from __future__ import annotations
+
+import re
+
+_SASS_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+# "/*0a70*/   @!P0 HGMMA.64x128x16.F32.BF16 gdesc[UR4], RZ, !UPT ;" -> HGMMA
+_SASS_INSTR = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+_PTX_ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$]+)")
+_PTX_INSTR = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.:]*)")
+
+
+def sass_opcodes(listing: str) -> dict[str, set[str]]:
+    """Kernel (mangled) name -> SASS opcodes (mnemonic before the first '.') in `cuobjdump --dump-sass`."""
+    kernels: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in listing.splitlines():
+        if m := _SASS_FUNCTION.match(line):
+            current = kernels.setdefault(m.group(1), set())
+        elif current is not None and (m := _SASS_INSTR.match(line)):
+            current.add(m.group(1))
+    return kernels
+
+
+def ptx_instructions(ptx: str) -> dict[str, set[str]]:
+    """Kernel (mangled) name -> PTX instruction names with their modifiers (e.g. 'wgmma.mma_async.sync...')."""
+    kernels: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in ptx.splitlines():
+        if m := _PTX_ENTRY.match(line):
+            current = kernels.setdefault(m.group(1), set())
+        elif current is not None and (m := _PTX_INSTR.match(line)):
+            current.add(m.group(1))
+    return kernels
+
+
+def has_instruction(found: set[str], wanted: str) -> bool:
+    """`wanted` is an opcode (SASS: exact mnemonic) or a PTX prefix ('cp.async.bulk.tensor')."""
+    return any(name == wanted or name.startswith(wanted + ".") for name in found)

@@ -1,0 +1,100 @@
+"""Structure gates: the kernel that claims a phase must contain that phase's instructions.
+
+phase 2 (structure-tma): TMA loads (SASS UTMALDG / PTX cp.async.bulk.tensor) in the attention kernel;
+phase 3 (structure-wgmma): HGMMA (PTX wgmma.mma_async) present and no HMMA (PTX mma.sync) in it.
+SASS from `cuobjdump --dump-sass` when the tool exists; otherwise the PTX from `make ptx`, said in each check.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config import param
+from harness.env import find_cuda_tool
+from harness.gates.base import Gate, GateContext
+from harness.gates.disasm import has_instruction, ptx_instructions, sass_opcodes
+from harness.gates.registry import register
+from harness.results import Check, GateResult, Status
+
+LOG = "logs/disassembly.txt"
+
+
+@dataclass(frozen=True)
+class StructureParams:
+    library: str = param()  # the built library (SASS source)
+    ptx: str = param()  # `make ptx` output, used when cuobjdump is absent
+    kernel_pattern: str = param()  # regex over mangled kernel names: the kernels that claim the phase
+    sass_required: tuple[str, ...] = param()
+    sass_forbidden: tuple[str, ...] = param()
+    ptx_required: tuple[str, ...] = param()
+    ptx_forbidden: tuple[str, ...] = param()
+    timeout_s: int = param(gt=0)
+
+
+def verdict_structure(kernels: dict[str, set[str]], pattern: str, required: tuple[str, ...],
+                      forbidden: tuple[str, ...], source: str) -> list[Check]:
+    """Per matching kernel: every required instruction present, every forbidden one absent.
+    No kernel matching `pattern` is an ERROR (nothing was checked)."""
+    matched = {name: ops for name, ops in kernels.items() if re.search(pattern, name)}
+    if not matched:
+        return [Check("(library)", "kernels_matched", 1, 0, Status.ERROR, ">=",
+                      message=f"no kernel matches {pattern!r} in the {source} ({len(kernels)} kernels)")]
+    checks = []
+    for name, ops in sorted(matched.items()):
+        label = name if len(name) <= 60 else name[:57] + "..."
+        for instr in required:
+            ok = has_instruction(ops, instr)
+            checks.append(Check(label, f"has {instr}", None, None, Status.PASS if ok else Status.FAIL, "==",
+                                message=f"{source}: {instr} {'present' if ok else 'MISSING'}"))
+        for instr in forbidden:
+            bad = has_instruction(ops, instr)
+            checks.append(Check(label, f"no {instr}", None, None, Status.FAIL if bad else Status.PASS, "==",
+                                message=f"{source}: {instr} {'FOUND' if bad else 'absent'}"))
+    return checks
+
+
+class StructureGate(Gate):
+    Params = StructureParams
+    needs_gpu = False
+
+    def run(self, ctx: GateContext) -> GateResult:
+        p: StructureParams = ctx.params
+        log = ctx.run_dir / LOG
+        log.parent.mkdir(parents=True, exist_ok=True)
+        cuobjdump = find_cuda_tool("cuobjdump")
+        library = ctx.repo_root / p.library
+        if cuobjdump is not None and library.is_file():
+            ctx.step("cuobjdump --dump-sass")
+            proc = subprocess.run([cuobjdump, "--dump-sass", str(library)], capture_output=True, text=True,
+                                  timeout=p.timeout_s)
+            log.write_text(proc.stdout + proc.stderr)
+            if proc.returncode != 0:
+                return ctx.verdict_only(Status.ERROR, f"cuobjdump --dump-sass failed (exit {proc.returncode})")
+            checks = verdict_structure(sass_opcodes(proc.stdout), p.kernel_pattern, p.sass_required,
+                                       p.sass_forbidden, "SASS")
+            return ctx.result(checks, logs=(LOG,))
+        ctx.step("make ptx (no cuobjdump: PTX fallback)")
+        proc = subprocess.run(["make", "-s", "ptx"], cwd=ctx.repo_root, capture_output=True, text=True,
+                              timeout=p.timeout_s)
+        ptx = Path(ctx.repo_root / p.ptx)
+        if proc.returncode != 0 or not ptx.is_file():
+            log.write_text(proc.stdout + proc.stderr)
+            return ctx.verdict_only(Status.ERROR, f"no cuobjdump and `make ptx` failed (exit {proc.returncode})")
+        text = ptx.read_text(errors="replace")
+        log.write_text(text)
+        checks = verdict_structure(ptx_instructions(text), p.kernel_pattern, p.ptx_required, p.ptx_forbidden,
+                                   "PTX (cuobjdump not found)")
+        return ctx.result(checks, logs=(LOG,))
+
+
+@register("structure-tma")
+class StructureTmaGate(StructureGate):
+    """Phase 2: the attention kernel loads through the tensor memory accelerator."""
+
+
+@register("structure-wgmma")
+class StructureWgmmaGate(StructureGate):
+    """Phase 3: the attention kernel's GEMMs are warpgroup MMAs, with no mma.sync left."""

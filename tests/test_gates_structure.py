@@ -1,0 +1,66 @@
+"""Structure gates on real compiler output: the wgmma kernel passes phase 2 and 3; the phase-1 kernel
+(mma.sync, cp.async) claimed as the prefill kernel fails both, so the gate can fail."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.gates.disasm import has_instruction, ptx_instructions, sass_opcodes
+from harness.gates.structure import verdict_structure
+from harness.results import Status, combine
+
+REPO = Path(__file__).resolve().parent.parent
+SASS = """
+\tcode for sm_90a
+\t\tFunction : _ZN9flashcore30attention_forward_wgmma_kernelILi64ENS_4Bf16EEEvNS_12KernelParamsENS_9TmaParamsE
+        /*0000*/                   LDC R1, c[0x0][0x28] ;           /* 0x00000a00ff017b82 */
+        /*0a70*/              @!P0 UTMALDG.4D [UR8], [UR4] ;        /* 0x0000000804007fb4 */
+        /*0b80*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR12], RZ, !UPT ;
+\t\tFunction : _ZN9flashcore24attention_forward_kernelILi64ENS_4Bf16EEEvNS_12KernelParamsE
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR6][R4.64], P0 ;
+        /*0010*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;
+"""
+
+
+def test_sass_parser_reads_opcodes_per_kernel() -> None:
+    kernels = sass_opcodes(SASS)
+    wgmma = next(v for k, v in kernels.items() if "wgmma" in k)
+    assert {"UTMALDG", "HGMMA", "LDC"} <= wgmma and "HMMA" not in wgmma
+    checks = verdict_structure(kernels, "attention_forward_wgmma_kernel", ("HGMMA",), ("HMMA",), "SASS")
+    assert combine([c.status for c in checks]) is Status.PASS
+    checks = verdict_structure(kernels, "attention_forward_kernel", ("HGMMA",), ("HMMA",), "SASS")
+    assert combine([c.status for c in checks]) is Status.FAIL
+
+
+def test_no_matching_kernel_is_an_error() -> None:
+    checks = verdict_structure(sass_opcodes(SASS), "nothing_like_this", ("HGMMA",), (), "SASS")
+    assert [c.status for c in checks] == [Status.ERROR]
+
+
+@pytest.fixture(scope="module")
+def real_ptx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
+    if shutil.which("nvcc") is None:
+        pytest.fail("nvcc is not on PATH: the structure test compiles the kernel to PTX (no GPU needed)")
+    build = tmp_path_factory.mktemp("ptx")
+    proc = subprocess.run(["make", "-s", "-f", "kernel/kernel.mk", f"BUILD_DIR={build}", "ptx"], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return ptx_instructions((build / "flashcore.ptx").read_text())
+
+
+def test_real_wgmma_kernel_has_tma_and_wgmma_and_no_mma_sync(real_ptx: dict[str, set[str]]) -> None:
+    tma = verdict_structure(real_ptx, "attention_forward_wgmma_kernel", ("cp.async.bulk.tensor",), (), "PTX")
+    wgmma = verdict_structure(real_ptx, "attention_forward_wgmma_kernel", ("wgmma.mma_async",), ("mma.sync",), "PTX")
+    assert len({c.workload for c in wgmma}) == 6  # 3 head dims x 2 dtypes
+    assert combine([c.status for c in tma + wgmma]) is Status.PASS
+
+
+def test_phase1_kernel_claimed_as_phase3_fails(real_ptx: dict[str, set[str]]) -> None:
+    decode = {k: v for k, v in real_ptx.items() if "wgmma" not in k}
+    assert all(has_instruction(ops, "mma.sync") for ops in decode.values())
+    checks = verdict_structure(decode, "attention_forward_kernel", ("wgmma.mma_async",), ("mma.sync",), "PTX")
+    assert combine([c.status for c in checks]) is Status.FAIL

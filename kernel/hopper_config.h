@@ -21,6 +21,26 @@ constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kHopperConsumerWGs <= 65536, "register split too big");
 
+// mbarrier slots: K and V have their own full/empty barriers, so K(n) is released as soon as S(n) is done
+// while V(n) stays until P(n) V(n) is; the producer can refill K a full iteration ahead.
+template <int kStages>
+struct HopperSlots {
+  static constexpr int kQFull = 0;
+  static constexpr int kKFull = 1;
+  static constexpr int kVFull = 1 + kStages;
+  static constexpr int kKEmpty = 1 + 2 * kStages;
+  static constexpr int kVEmpty = 1 + 3 * kStages;
+  static constexpr int kCount = 1 + 4 * kStages;
+};
+
+// Named barrier ids (bar.sync / bar.arrive). 0 is __syncthreads; each consumer warpgroup owns one
+// "may issue GEMMs" barrier for the ping-pong schedule (kernel_wgmma.cuh).
+enum NamedBarrier : int {
+  kBarrierSyncThreads = 0,
+  kBarrierIssueWG1 = 1,
+  kBarrierIssueWG2 = 2,
+};
+
 template <int kHeadDim>
 struct HopperTileConfig {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim must be 64, 128 or 256");
@@ -33,7 +53,7 @@ struct HopperTileConfig {
   static constexpr int kChunks = kHeadDim / 64;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
   static constexpr int kAlign = 1024;  // 128-byte-swizzled tiles start on 1024-byte boundaries
   static constexpr int kSmemBytes = kAlign + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory exceeds the 227 KB an H100 block may use");

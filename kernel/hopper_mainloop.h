@@ -12,9 +12,6 @@
 
 namespace flashcore {
 
-template <int kStages>
-using HopperSlots = BarrierSlots<kStages>;
-
 // One thread: Q once, then K and V of blocks [0, n_blocks) through the stage ring.
 template <int kHeadDim>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
@@ -33,20 +30,24 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
   }
   for (int n_block = 0; n_block < n_blocks; ++n_block) {
     const int stage = n_block % Cfg::kStages;
-    mbarrier_wait(&bars[Slots::kKVEmpty + stage], ((n_block / Cfg::kStages) & 1) ^ 1);
-    if (p.fault == kFaultSlow && n_block > 0) {
-      // Test-only: wait until the previous block was consumed too, so loads never overlap compute.
-      const int prev = n_block - 1;
-      mbarrier_wait(&bars[Slots::kKVEmpty + prev % Cfg::kStages], (prev / Cfg::kStages) & 1);
-    }
-    uint64_t* full = &bars[Slots::kKVFull + stage];
-    mbarrier_arrive_expect_tx(full, 2 * Cfg::kKVBytes);
-    uint8_t* k_tile = k_smem + stage * Cfg::kKVBytes;
-    uint8_t* v_tile = v_smem + stage * Cfg::kKVBytes;
+    const uint32_t empty_parity = ((n_block / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
+    const int row0 = n_block * Cfg::kBlockN;
+    uint64_t* k_full = &bars[Slots::kKFull + stage];
+    mbarrier_wait(&bars[Slots::kKEmpty + stage], empty_parity);
+    if (p.fault == kFaultSlow) __nanosleep(20000);  // test-only: the producer waits 20 us after every tile
+    mbarrier_arrive_expect_tx(k_full, Cfg::kKVBytes);
 #pragma unroll
     for (int c = 0; c < Cfg::kChunks; ++c) {
-      tma_load_4d(k_tile + c * Cfg::kBlockN * 128, &tma.k, full, 64 * c, n_block * Cfg::kBlockN, head_kv, batch);
-      tma_load_4d(v_tile + c * Cfg::kBlockN * 128, &tma.v, full, 64 * c, n_block * Cfg::kBlockN, head_kv, batch);
+      tma_load_4d(k_smem + stage * Cfg::kKVBytes + c * Cfg::kBlockN * 128, &tma.k, k_full, 64 * c, row0, head_kv,
+                  batch);
+    }
+    uint64_t* v_full = &bars[Slots::kVFull + stage];
+    mbarrier_wait(&bars[Slots::kVEmpty + stage], empty_parity);
+    mbarrier_arrive_expect_tx(v_full, Cfg::kKVBytes);
+#pragma unroll
+    for (int c = 0; c < Cfg::kChunks; ++c) {
+      tma_load_4d(v_smem + stage * Cfg::kKVBytes + c * Cfg::kBlockN * 128, &tma.v, v_full, 64 * c, row0, head_kv,
+                  batch);
     }
   }
 }
@@ -67,10 +68,9 @@ struct WgmmaConsumer {
     softmax.init();
   }
 
-  // S[64 x kBlockN] = Q[64 rows of this warpgroup] K^T; both operands K-major (d contiguous).
-  __device__ __forceinline__ void qk(float (&s)[kNTiles][4], uint32_t q_wg_addr, uint32_t k_addr) {
+  // Issues S[64 x kBlockN] = Q[64 rows of this warpgroup] K^T (both K-major) as one wgmma group; no wait.
+  __device__ __forceinline__ void qk_issue(float (&s)[kNTiles][4], uint32_t q_wg_addr, uint32_t k_addr) {
     auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
-    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       // k-step kk: 64-column chunk kk / 4, 32 bytes (16 columns) per step inside the 128-byte swizzled row.
@@ -80,29 +80,11 @@ struct WgmmaConsumer {
                                       smem_descriptor(k_addr + k_off, 16, 1024), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(s_flat);
   }
 
-  // O = O * alpha + P V; P from the S registers (C layout repacked as A fragments), V MN-major.
-  __device__ __forceinline__ void pv(float (&s)[kNTiles][4], const float (&alpha)[2], uint32_t v_addr) {
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      o_reg[dt][0] *= alpha[0];
-      o_reg[dt][1] *= alpha[0];
-      o_reg[dt][2] *= alpha[1];
-      o_reg[dt][3] *= alpha[1];
-    }
-    uint32_t p_frag[Cfg::kBlockN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-      p_frag[kk][0] = Element::pack(s[2 * kk][0], s[2 * kk][1]);
-      p_frag[kk][1] = Element::pack(s[2 * kk][2], s[2 * kk][3]);
-      p_frag[kk][2] = Element::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      p_frag[kk][3] = Element::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
+  // Issues O += P V (P from registers, V MN-major) as one wgmma group; no wait.
+  __device__ __forceinline__ void pv_issue(const uint32_t (&p_frag)[Cfg::kBlockN / 16][4], uint32_t v_addr) {
     auto& o_flat = reinterpret_cast<float(&)[kHeadDim / 2]>(o_reg);
-    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
       // Keys 16kk..16kk+15: two 8-key groups of 128-byte rows (SBO 1024); 64-column chunks LBO apart.
@@ -110,9 +92,30 @@ struct WgmmaConsumer {
                                   smem_descriptor(v_addr + kk * 16 * 128, Cfg::kBlockN * 128, 1024));
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(o_flat);
   }
+
+  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      o_reg[dt][0] *= alpha[0];
+      o_reg[dt][1] *= alpha[0];
+      o_reg[dt][2] *= alpha[1];
+      o_reg[dt][3] *= alpha[1];
+    }
+  }
+
+  // P (16-bit A fragments of the P V GEMM) from the softmaxed S registers: C layout repacked as A layout.
+  static __device__ __forceinline__ void pack_p(const float (&s)[kNTiles][4], uint32_t (&p_frag)[Cfg::kBlockN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+      p_frag[kk][0] = Element::pack(s[2 * kk][0], s[2 * kk][1]);
+      p_frag[kk][1] = Element::pack(s[2 * kk][2], s[2 * kk][3]);
+      p_frag[kk][2] = Element::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      p_frag[kk][3] = Element::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  }
+
+  __device__ __forceinline__ void fence_o() { fence_operands(reinterpret_cast<float(&)[kHeadDim / 2]>(o_reg)); }
 };
 
 }  // namespace flashcore

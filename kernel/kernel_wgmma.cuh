@@ -41,8 +41,10 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   if (threadIdx.x == 0) {
     mbarrier_init(&bars[Slots::kQFull], 1);  // the producer's arrive.expect_tx; TMA completes the bytes
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbarrier_init(&bars[Slots::kKVFull + s], 1);
-      mbarrier_init(&bars[Slots::kKVEmpty + s], 128 * kHopperConsumerWGs);  // every consumer thread
+      mbarrier_init(&bars[Slots::kKFull + s], 1);
+      mbarrier_init(&bars[Slots::kVFull + s], 1);
+      mbarrier_init(&bars[Slots::kKEmpty + s], 128 * kHopperConsumerWGs);  // every consumer thread
+      mbarrier_init(&bars[Slots::kVEmpty + s], 128 * kHopperConsumerWGs);
     }
     mbarrier_init_fence();
   }
@@ -62,20 +64,76 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     const uint32_t q_wg_addr = smem_addr(q_smem) + consumer_wg * 64 * 128;  // this warpgroup's 64 rows
     const int row0 = row_first + consumer_wg * 64 + warp_in_wg * 16 + lane / 4;  // the thread's row g
 
-    WgmmaConsumer<kHeadDim, Element> consumer;
+    using Consumer = WgmmaConsumer<kHeadDim, Element>;
+    Consumer consumer;
     consumer.init();
+    auto k_addr = [&](int n) { return smem_addr(k_smem + (n % Cfg::kStages) * Cfg::kKVBytes); };
+    auto v_addr = [&](int n) { return smem_addr(v_smem + (n % Cfg::kStages) * Cfg::kKVBytes); };
+    auto wait = [&](int slot, int n) { mbarrier_wait(&bars[slot + n % Cfg::kStages], (n / Cfg::kStages) & 1); };
+    auto release = [&](int slot, int n) { mbarrier_arrive(&bars[slot + n % Cfg::kStages]); };
+    auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2]) {
+      const int key0 = n * Cfg::kBlockN;
+      if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) mask_scores(s, p, row0, key0, lane);
+      consumer.softmax.update(s, p.softmax_scale_log2, alpha);
+    };
+
+    // Ping-pong: a warpgroup issues GEMMs only after the other one issued its own, so one warpgroup's
+    // softmax runs under the other's GEMMs. Each issue phase: bar.sync on my barrier (my 128 threads + the
+    // other warpgroup's 128 arrivals), issue, bar.arrive on the other's. Warpgroup 1 is let go first.
+    const int my_barrier = consumer_wg == 0 ? kBarrierIssueWG1 : kBarrierIssueWG2;
+    const int other_barrier = consumer_wg == 0 ? kBarrierIssueWG2 : kBarrierIssueWG1;
+    auto issue_begin = [&] { named_barrier_sync(my_barrier, 256); };
+    auto issue_end = [&] { named_barrier_arrive(other_barrier, 256); };
+    if (consumer_wg == 1) named_barrier_arrive(kBarrierIssueWG1, 256);
+
     mbarrier_wait(&bars[Slots::kQFull], 0);
-    for (int n_block = 0; n_block < n_blocks; ++n_block) {
-      const int stage = n_block % Cfg::kStages;
-      mbarrier_wait(&bars[Slots::kKVFull + stage], (n_block / Cfg::kStages) & 1);
-      const int key0 = n_block * Cfg::kBlockN;
-      float s[Cfg::kBlockN / 8][4];
-      consumer.qk(s, q_wg_addr, smem_addr(k_smem + stage * Cfg::kKVBytes));                 // 1. S = Q K^T
-      if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) mask_scores(s, p, row0, key0, lane);  // 2. mask
+    // Block 0: S = Q K^T, softmax; P(0) waits in registers for the next iteration's P V.
+    uint32_t p_frag[Cfg::kBlockN / 16][4];
+    if (n_blocks > 0) {
+      float s[Consumer::kNTiles][4];
       float alpha[2];
-      consumer.softmax.update(s, p.softmax_scale_log2, alpha);                               // 3. P, m_i, l_i
-      consumer.pv(s, alpha, smem_addr(v_smem + stage * Cfg::kKVBytes));                      // 4. O = O*alpha + P V
-      mbarrier_arrive(&bars[Slots::kKVEmpty + stage]);                                       // 5. release stage
+      wait(Slots::kKFull, 0);
+      wgmma_fence();
+      issue_begin();
+      consumer.qk_issue(s, q_wg_addr, k_addr(0));
+      issue_end();
+      wgmma_wait<0>();
+      fence_operands(reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s));
+      release(Slots::kKEmpty, 0);
+      scores(s, 0, alpha);  // O is still 0: alpha needs no rescale
+      Consumer::pack_p(s, p_frag);
+    }
+    // Block n: issue S(n) = Q K(n)^T and O += P(n-1) V(n-1) together; softmax(n) runs while P V is on the
+    // tensor cores; K(n) is released once S(n) is done, V(n-1) once P V is; then O *= alpha(n), keep P(n).
+    for (int n_block = 1; n_block < n_blocks; ++n_block) {
+      float s[Consumer::kNTiles][4];
+      float alpha[2];
+      wait(Slots::kKFull, n_block);
+      wait(Slots::kVFull, n_block - 1);
+      wgmma_fence();
+      issue_begin();
+      consumer.qk_issue(s, q_wg_addr, k_addr(n_block));       // group: S(n)
+      consumer.pv_issue(p_frag, v_addr(n_block - 1));         // group: O += P(n-1) V(n-1)
+      issue_end();
+      wgmma_wait<1>();                                         // S(n) done, P V may still run
+      fence_operands(reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s));
+      release(Slots::kKEmpty, n_block);
+      scores(s, n_block, alpha);
+      wgmma_wait<0>();                                         // P V done
+      consumer.fence_o();
+      release(Slots::kVEmpty, n_block - 1);
+      consumer.rescale_o(alpha);
+      Consumer::pack_p(s, p_frag);
+    }
+    if (n_blocks > 0) {
+      wait(Slots::kVFull, n_blocks - 1);
+      wgmma_fence();
+      issue_begin();
+      consumer.pv_issue(p_frag, v_addr(n_blocks - 1));
+      issue_end();
+      wgmma_wait<0>();
+      consumer.fence_o();
+      release(Slots::kVEmpty, n_blocks - 1);
     }
     float inv_l[2], lse[2];
     consumer.softmax.finalize(p.softmax_scale, inv_l, lse);

@@ -1,1 +1,5 @@
-"""sanitizer gate: see harness/sanitizer/*.py."""
+"""compute-sanitizer support for the sanitizer gate (harness/gates/sanitizer.py).
+
+model (pure data) <- parser (log text -> facts) <- verdict (facts + how the run ended -> PASS/FAIL/ERROR);
+suppressions (the reviewed file in gates/); runner (command line, timeout, raw log); cli (offline re-judge).
+"""

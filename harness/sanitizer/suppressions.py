@@ -1,0 +1,56 @@
+"""Reviewed suppressions (gates/sanitizer-suppressions.yaml): match criteria plus a written justification.
+
+A suppressed finding is still shown (marked, with its justification); it only stops failing the gate.
+Reports the tool counted but did not print can never be suppressed (see verdict.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from harness.config import ConfigError, _read_yaml, param, parse_dataclass
+from harness.sanitizer.model import TOOLS, Finding, SanitizerLog
+
+
+@dataclass(frozen=True)
+class Suppression:
+    tool: str = param(choices=TOOLS)
+    kind: str = param()  # exactly as the parser names it, e.g. "shared-memory race"
+    justification: str = param()  # why this report is not a bug (e.g. a documented false positive), for review
+    kernel: str = param(default="")  # regular expression searched in the reported function ("" = any)
+    file: str = param(default="")  # regular expression searched in "file:line" ("" = any)
+
+    def matches(self, f: Finding) -> bool:
+        return (f.tool == self.tool and f.kind == self.kind
+                and (not self.kernel or re.search(self.kernel, f.kernel or "") is not None)
+                and (not self.file or re.search(self.file, f.location or "") is not None))
+
+
+def load_suppressions(path: Path) -> tuple[Suppression, ...]:
+    """Parse the file; any problem (missing justification, bad regex, unknown key) is a ConfigError."""
+    data = _read_yaml(path, ("suppressions",))
+    entries = data.get("suppressions", None)
+    if not isinstance(entries, list):
+        raise ConfigError(path, "suppressions", entries, "must be a list of entries (`suppressions: []` for none)")
+    out = []
+    for i, raw in enumerate(entries):
+        key = f"suppressions[{i}]"
+        s = parse_dataclass(Suppression, raw, path, key)
+        for name in ("kernel", "file"):
+            try:
+                re.compile(getattr(s, name))
+            except re.error as e:
+                raise ConfigError(path, f"{key}.{name}", getattr(s, name), f"not a regular expression: {e}") from None
+        out.append(s)
+    return tuple(out)
+
+
+def apply(log: SanitizerLog, suppressions: tuple[Suppression, ...]) -> SanitizerLog:
+    """The same log with each finding that an entry matches marked suppressed (first matching entry wins)."""
+    findings = []
+    for f in log.findings:
+        hit = next((s for s in suppressions if s.matches(f)), None)
+        findings.append(replace(f, suppressed=True, suppression=hit.justification) if hit else f)
+    return replace(log, findings=tuple(findings))

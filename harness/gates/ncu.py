@@ -1,0 +1,136 @@
+"""ncu throughput gates: a hardware-counter percentage of peak, per workload, from the ncu CLI.
+
+`ncu-dram` (phase 2): dram__throughput.avg.pct_of_peak_sustained_elapsed >= 85 on memory-bound workloads.
+`ncu-sm` (phase 3): sm__throughput.avg.pct_of_peak_sustained_elapsed >= 70 on compute-bound workloads.
+Both are this class with other YAML params. Only workloads of kind `applies_to` are judged (a long prefill
+reads DRAM at ~5 % even in FA3); others in the list are profiled and shown. Verdict (pure, below): the
+median over the profiled launches of each matched kernel >= min_pct. Zero matched launches, a metric
+missing from the output, or a profiler error (e.g. ERR_NVGPUCTRPERM) is an ERROR, never a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.config import KINDS, param
+from harness.gates.base import Gate, GateContext
+from harness.gates.registry import register
+from harness.ncu import runner
+from harness.ncu.parse import Kernel, NcuCsv, group_kernels
+from harness.results import Check, GateResult, Status
+
+
+@dataclass(frozen=True, kw_only=True)
+class NcuThroughputParams(runner.NcuParams):
+    metric: str = param()  # the gated metric, a percentage of peak (also collected)
+    min_pct: float = param(ge=0)  # the median over launches must be >= this
+    applies_to: str = param(choices=KINDS)  # workloads of this kind are judged; others are only shown
+
+
+def short_name(name: str, width: int = 48) -> str:
+    """`void attention_forward_kernel<128, Bf16>(KernelParams)` -> `attention_forward_kernel<128, Bf16>`."""
+    base = name.removeprefix("void ").split("(", 1)[0] or name
+    return base if len(base) <= width else base[: width - 3] + "..."
+
+
+def collected(p: NcuThroughputParams) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((p.metric, *p.metrics)))
+
+
+# ---- verdicts (pure) ------------------------------------------------------------------------------
+
+
+def verdict_kernel(subject: str, kernel: Kernel, metric: str, minimum: float) -> Check:
+    """The median of `metric` over the kernel's launches against `minimum`; no number at all is an ERROR."""
+    values = kernel.values(metric)
+    median = kernel.median(metric)
+    if median is None:
+        return Check(subject, metric, minimum, None, Status.ERROR, ">=",
+                     message=f"{metric} is not a number in any of the {len(values)} launches of "
+                     f"{short_name(kernel.name)} (n/a)")
+    shown = ", ".join("n/a" if v is None else f"{v:.2f}" for v in values)
+    ok = median >= minimum
+    return Check(subject, metric, minimum, median, Status.PASS if ok else Status.FAIL, ">=", margin=median - minimum,
+                 message=f"median of {len(values)} launches of {short_name(kernel.name)}: {median:.2f} % "
+                 f"({shown}); threshold {minimum:g} %")
+
+
+def verdict_profile(subject: str, csv: NcuCsv, metrics: Sequence[str], metric: str, minimum: float,
+                    kernel_filter: str) -> list[Check]:
+    """Checks of one workload's parsed CSV: one per matched kernel (several names: subject gets the name)."""
+    if not csv.launches:
+        return [Check(subject, metric, minimum, None, Status.ERROR, ">=",
+                      message=f"zero kernel launches matched regex:{kernel_filter}")]
+    missing = [m for m in metrics if not csv.has(m)]
+    if missing:
+        return [Check(subject, m, minimum if m == metric else None, None, Status.ERROR, ">=",
+                      message=f"metric {m} is missing from the ncu output (is the name right for this ncu? "
+                      "`ncu --query-metrics`)") for m in missing]
+    kernels = group_kernels(csv.launches)
+    return [verdict_kernel(subject if len(kernels) == 1 else f"{subject} [{short_name(k.name)}]", k,
+                           metric, minimum) for k in kernels]
+
+
+def workload_details(csv: NcuCsv, metrics: Sequence[str]) -> dict[str, Any]:
+    """Per kernel: launch facts, the median and per-launch values of every collected metric."""
+    return {"kernels": [{**k.facts(),
+                         "metrics": {m: k.median(m) for m in metrics if csv.has(m)},
+                         "per_launch": {m: k.values(m) for m in metrics if csv.has(m)}}
+                        for k in group_kernels(csv.launches)],
+            "units": {m: csv.units.get(m, "") for m in metrics}}
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+
+class NcuThroughputGate(Gate):
+    Params = NcuThroughputParams
+    needs_gpu = True
+
+    def run(self, ctx: GateContext) -> GateResult:
+        p: NcuThroughputParams = ctx.params
+        found = runner.locate(ctx, p)
+        if isinstance(found, str):
+            return ctx.verdict_only(Status.ERROR, found)
+        ncu, driver = found
+        metrics = collected(p)
+        checks: list[Check] = []
+        logs: list[str] = []
+        workloads: dict[str, Any] = {}
+        judged_any = False
+        for i, wl in enumerate(ctx.workloads()):
+            judged = wl.kind == p.applies_to
+            judged_any |= judged
+            ctx.step(f"ncu {wl.name} ({i + 1}/{len(p.workloads)})")
+            prof = runner.profile(ctx, wl, p, metrics, ncu, driver)
+            logs += prof.logs
+            entry: dict[str, Any] = {"shape": wl.label, "kind": wl.kind, "judged": judged, "logs": list(prof.logs)}
+            if prof.csv is None:
+                checks.append(Check(wl.name, p.metric, p.min_pct if judged else None, None, Status.ERROR, ">=",
+                                    message=prof.error))
+                entry["error"] = prof.error
+            else:
+                entry.update(workload_details(prof.csv, metrics))
+                if judged:
+                    checks += verdict_profile(wl.name, prof.csv, metrics, p.metric, p.min_pct, p.kernel_filter)
+            workloads[wl.name] = entry
+            ctx.log(f"{wl.name} ({wl.label}): {entry}")
+        if not judged_any:
+            checks.append(Check("(config)", p.metric, p.min_pct, None, Status.ERROR, ">=",
+                                message=f"no {p.applies_to} workload among {', '.join(p.workloads)}: nothing judged"))
+        details = {"ncu_version": runner.ncu_version(ncu, ctx.repo_root), "metric": p.metric, "threshold": p.min_pct,
+                   "applies_to": p.applies_to, "metrics": list(metrics), "clock_control": p.clock_control,
+                   "launch_skip": p.launch_skip, "launch_count": p.launch_count, "workloads": workloads}
+        return ctx.result(checks, details=details, logs=logs)
+
+
+@register("ncu-dram")
+class NcuDramGate(NcuThroughputGate):
+    """Phase 2: DRAM throughput on the memory-bound workloads."""
+
+
+@register("ncu-sm")
+class NcuSmGate(NcuThroughputGate):
+    """Phase 3: SM throughput on the compute-bound workloads."""

@@ -36,7 +36,7 @@ cudaError_t launch_wgmma(const KernelParams& p, const TmaParams& tma, cudaStream
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, kHopperThreads, Cfg::kSmemBytes, stream>>>(p, tma);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tma);
   return cudaGetLastError();
 }
 

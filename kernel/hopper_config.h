@@ -11,15 +11,15 @@ struct TmaParams {
   CUtensorMap q, k, v;
 };
 
-// Warpgroup 0 produces (one thread issues every TMA load); warpgroups 1..2 consume, 64 query rows each
-// (one wgmma M). 384 threads.
-constexpr int kHopperConsumerWGs = 2;
-constexpr int kHopperThreads = 128 * (1 + kHopperConsumerWGs);
-// setmaxnreg split: 24 x 128 + 240 x 256 = 64512 <= 65536 registers (FA3's split for 2 consumer warpgroups):
-// the producer needs almost none, the consumers hold O (up to 128 fp32) and S (up to 64 fp32) per thread.
-constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kHopperConsumerWGs <= 65536, "register split too big");
+// Warpgroup 0 produces (one thread issues every TMA load); the consumer warpgroups own 64 query rows each
+// (one wgmma M). setmaxnreg splits (FA3's): 2 consumers 24 / 240, 3 consumers 32 / 160 registers.
+template <int kConsumerWGs>
+struct RegisterSplit {
+  static_assert(kConsumerWGs == 2 || kConsumerWGs == 3, "2 or 3 consumer warpgroups");
+  static constexpr int kProducer = kConsumerWGs == 2 ? 24 : 32;
+  static constexpr int kConsumer = kConsumerWGs == 2 ? 240 : 160;
+  static_assert(kProducer * 128 + kConsumer * 128 * kConsumerWGs <= 65536, "register split exceeds the SM's file");
+};
 
 // mbarrier slots: K and V have their own full/empty barriers, so K(n) is released as soon as S(n) is done
 // while V(n) stays until P(n) V(n) is; the producer can refill K a full iteration ahead.
@@ -37,17 +37,21 @@ struct HopperSlots {
 // "may issue GEMMs" barrier for the ping-pong schedule (kernel_wgmma.cuh).
 enum NamedBarrier : int {
   kBarrierSyncThreads = 0,
-  kBarrierIssueWG1 = 1,
-  kBarrierIssueWG2 = 2,
+  kBarrierIssueWG0 = 1,  // + consumer warpgroup index (up to 3 consumers: ids 1..3)
 };
 
 template <int kHeadDim>
 struct HopperTileConfig {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim must be 64, 128 or 256");
-  static constexpr int kBlockM = 64 * kHopperConsumerWGs;
-  // BLOCK_N: 128 keys for hdim <= 128 (S is 64 fp32 registers per thread); hdim 256 takes 64 so that
-  // Q (64 KB) + 2 stages of K and V (4 x 32 KB) fit in shared memory and O (128 registers) + S (32) fit in 240.
-  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  // hdim 64: 3 consumer warpgroups (BLOCK_M 192): each K/V tile serves more rows, and the short GEMMs
+  // leave softmax as the long pole, which a third warpgroup in the ping-pong ring helps hide.
+  static constexpr int kConsumerWGs = kHeadDim == 64 ? 3 : 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWGs);
+  using Registers = RegisterSplit<kConsumerWGs>;
+  static constexpr int kBlockM = 64 * kConsumerWGs;
+  // BLOCK_N: 128 keys for hdim <= 128 (S is 64 fp32 registers per thread); hdim 256 takes 80 so that
+  // Q (64 KB) + 2 stages of K and V (4 x 40 KB) fit in 227 KB and O (128 registers) + S (40) fit in 240.
+  static constexpr int kBlockN = kHeadDim == 256 ? 80 : 128;
   static constexpr int kStages = 2;
   // TMA boxes and wgmma atoms are 64 columns (128 bytes, the 128-byte swizzle span) wide.
   static constexpr int kChunks = kHeadDim / 64;

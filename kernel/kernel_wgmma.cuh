@@ -14,7 +14,7 @@
 namespace flashcore {
 
 template <int kHeadDim, typename Element>
-__global__ void __launch_bounds__(kHopperThreads, 1)
+__global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
   using Cfg = HopperTileConfig<kHeadDim>;
   using Slots = HopperSlots<Cfg::kStages>;
@@ -43,20 +43,20 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(&bars[Slots::kKFull + s], 1);
       mbarrier_init(&bars[Slots::kVFull + s], 1);
-      mbarrier_init(&bars[Slots::kKEmpty + s], 128 * kHopperConsumerWGs);  // every consumer thread
-      mbarrier_init(&bars[Slots::kVEmpty + s], 128 * kHopperConsumerWGs);
+      mbarrier_init(&bars[Slots::kKEmpty + s], 128 * Cfg::kConsumerWGs);  // every consumer thread
+      mbarrier_init(&bars[Slots::kVEmpty + s], 128 * Cfg::kConsumerWGs);
     }
     mbarrier_init_fence();
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<Cfg::Registers::kProducer>();
     if (threadIdx.x == 0) {
       tma_producer<kHeadDim>(p, tma, q_smem, k_smem, v_smem, bars, batch, head_q, m_block, n_blocks);
     }
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
+    setmaxnreg_inc<Cfg::Registers::kConsumer>();
     const int consumer_wg = warpgroup - 1;
     const int thread = threadIdx.x % 128;
     const int lane = thread % 32;
@@ -77,14 +77,15 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
       consumer.softmax.update(s, p.softmax_scale_log2, alpha);
     };
 
-    // Ping-pong: a warpgroup issues GEMMs only after the other one issued its own, so one warpgroup's
-    // softmax runs under the other's GEMMs. Each issue phase: bar.sync on my barrier (my 128 threads + the
-    // other warpgroup's 128 arrivals), issue, bar.arrive on the other's. Warpgroup 1 is let go first.
-    const int my_barrier = consumer_wg == 0 ? kBarrierIssueWG1 : kBarrierIssueWG2;
-    const int other_barrier = consumer_wg == 0 ? kBarrierIssueWG2 : kBarrierIssueWG1;
+    // Ping-pong ring: a warpgroup issues GEMMs only after the previous one in the ring issued its own, so
+    // one warpgroup's softmax runs under the others' GEMMs. Each issue phase: bar.sync on my barrier (my 128
+    // threads + the predecessor's 128 arrivals), issue, bar.arrive on my successor's. The last warpgroup
+    // lets the first one go.
+    const int my_barrier = kBarrierIssueWG0 + consumer_wg;
+    const int next_barrier = kBarrierIssueWG0 + (consumer_wg + 1) % Cfg::kConsumerWGs;
     auto issue_begin = [&] { named_barrier_sync(my_barrier, 256); };
-    auto issue_end = [&] { named_barrier_arrive(other_barrier, 256); };
-    if (consumer_wg == 1) named_barrier_arrive(kBarrierIssueWG1, 256);
+    auto issue_end = [&] { named_barrier_arrive(next_barrier, 256); };
+    if (consumer_wg == Cfg::kConsumerWGs - 1) named_barrier_arrive(kBarrierIssueWG0, 256);
 
     mbarrier_wait(&bars[Slots::kQFull], 0);
     // Block 0: S = Q K^T, softmax; P(0) waits in registers for the next iteration's P V.

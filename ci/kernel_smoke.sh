@@ -26,6 +26,8 @@ run ok --batch 1 --heads-q 8 --heads-kv 2 --seqlen-q 300 --seqlen-k 1000 --head-
 run ok --batch 1 --heads-q 4 --heads-kv 4 --seqlen-q 1000 --seqlen-k 300 --head-dim 128 --dtype fp16 --check --causal
 run ok --batch 2 --heads-q 8 --heads-kv 8 --seqlen-q 1 --seqlen-k 4097 --head-dim 128 --dtype bf16 --check
 run ok --batch 1 --heads-q 4 --heads-kv 4 --seqlen-q 4097 --seqlen-k 4097 --head-dim 128 --dtype bf16 --check
+run ok --batch 2 --heads-q 8 --heads-kv 2 --seqlen-q 5 --seqlen-k 333 --head-dim 64 --dtype fp16 --check --causal
+run ok --batch 1 --heads-q 4 --heads-kv 2 --seqlen-q 300 --seqlen-k 300 --head-dim 128 --dtype bf16 --check --kernel phase1
 run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 17 --seqlen-k 17 --head-dim 64 --dtype fp16 --check --tol 2e-3 --fault 1
 run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 100 --seqlen-k 100 --head-dim 64 --dtype bf16 --check --fault 3
 echo "timing (no check):"
@@ -33,5 +35,6 @@ echo "timing (no check):"
 "$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 128 --dtype bf16 --iters 20 --causal | grep RESULT
 "$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 64 --dtype bf16 --iters 20 | grep RESULT
 "$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 256 --dtype bf16 --iters 10 | grep RESULT
+"$drv" --batch 64 --heads-q 32 --heads-kv 32 --seqlen-q 1 --seqlen-k 8192 --head-dim 128 --dtype bf16 --iters 10 | grep RESULT
 echo "smoke: $fails unexpected result(s)"
 exit $((fails > 0))

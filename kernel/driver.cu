@@ -2,6 +2,7 @@
 // Used by the sanitizer and ncu gates, which must see plain cudaMalloc allocations.
 //   build/flashcore_driver --batch 2 --heads-q 4 --heads-kv 4 --seqlen-q 100 --seqlen-k 100
 //       --head-dim 64 --dtype bf16 [--causal] [--iters 1] [--seed 1] [--check] [--fault N] [--tol X]
+//       [--kernel wgmma|phase1]   (phase1: the mma.sync kernel of phase 1, for comparisons)
 // Prints one line "RESULT status=ok|fail ..." and exits 0 (ok), 1 (check failed), 2 (bad usage), 3 (error).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -45,14 +46,15 @@ float to_float(uint16_t bits, int dtype) {
 
 struct Args {
   fc_params p{};
-  int iters = 1, seed = 1, check = 0;
+  int iters = 1, seed = 1, check = 0, phase1 = 0;
   double tol = -1;
 };
 
 int usage(const char* msg) {
   std::fprintf(stderr, "flashcore_driver: %s\n"
                "usage: flashcore_driver --batch B --heads-q H --heads-kv H --seqlen-q S --seqlen-k S --head-dim D\n"
-               "       --dtype bf16|fp16 [--causal] [--iters N] [--seed N] [--check] [--fault N] [--tol X]\n", msg);
+               "       --dtype bf16|fp16 [--causal] [--iters N] [--seed N] [--check] [--fault N] [--tol X]\n"
+               "       [--kernel wgmma|phase1]\n", msg);
   std::printf("RESULT status=error reason=usage\n");
   return 2;
 }
@@ -65,6 +67,12 @@ bool parse(int argc, char** argv, Args* a) {
     int64_t tmp = 0;
     if (!std::strcmp(f, "--causal")) a->p.causal = 1;
     else if (!std::strcmp(f, "--check")) a->check = 1;
+    else if (!std::strcmp(f, "--kernel")) {
+      if (i + 1 >= argc) return false;
+      const char* k = argv[++i];
+      if (!std::strcmp(k, "phase1")) a->phase1 = 1;
+      else if (std::strcmp(k, "wgmma") != 0) return false;
+    }
     else if (!std::strcmp(f, "--batch")) { if (!next(&a->p.batch)) return false; }
     else if (!std::strcmp(f, "--heads-q")) { if (!next(&a->p.heads_q)) return false; }
     else if (!std::strcmp(f, "--heads-kv")) { if (!next(&a->p.heads_kv)) return false; }
@@ -126,7 +134,8 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaEventCreate(&stop));
   CUDA_CHECK(cudaEventRecord(start));
   for (int it = 0; it < a.iters; ++it) {
-    if (fc_attention_forward(&p, nullptr) != FC_OK) {
+    const int status = a.phase1 ? fc_attention_forward_phase1(&p, nullptr) : fc_attention_forward(&p, nullptr);
+    if (status != FC_OK) {
       std::fprintf(stderr, "flashcore_driver: %s\n", fc_last_error());
       std::printf("RESULT status=error reason=launch\n");
       return 3;

@@ -1,7 +1,8 @@
 // FlashCore forward attention: launchers, kernel choice and the C ABI entry point.
 // Build: make build   (nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas=--warn-on-spills)
 // Hopper features used: TMA (cp.async.bulk.tensor) + mbarrier expect_tx, wgmma.mma_async, setmaxnreg
-// (kernel_wgmma.cuh); the decode path (few query rows) runs the phase-1 mma.sync kernel (kernel_mma_sync.cuh).
+// (kernel_wgmma.cuh) for every shape, decode included. The phase-1 mma.sync kernel (kernel_mma_sync.cuh)
+// stays reachable through fc_attention_forward_phase1 as a second reference and for comparisons.
 // Requires SM 9.0.
 #include <cuda_runtime.h>
 
@@ -40,13 +41,8 @@ cudaError_t launch_wgmma(const KernelParams& p, const TmaParams& tma, cudaStream
   return cudaGetLastError();
 }
 
-// Query rows up to which the decode path (64-row mma.sync tiles, cp.async) beats a 128-row wgmma tile
-// that would be almost all padding.
-constexpr int kDecodeMaxRows = 16;
-
 template <int kHeadDim, typename Element>
 int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
-  if (p.seqlen_q <= kDecodeMaxRows) return report_cuda(launch_mma_sync<kHeadDim, Element>(p, stream), "decode kernel");
   using Cfg = HopperTileConfig<kHeadDim>;
   TmaParams tma;
   int status = FC_OK;
@@ -61,8 +57,20 @@ int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
   return report_cuda(launch_wgmma<kHeadDim, Element>(p, tma, stream), "attention kernel");
 }
 
-int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+template <int kHeadDim, typename Element>
+int run_phase1(const fc_params*, const KernelParams& p, cudaStream_t stream) {
+  return report_cuda(launch_mma_sync<kHeadDim, Element>(p, stream), "phase-1 kernel");
+}
+
+int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream, bool phase1) {
   const bool bf16 = in->dtype == FC_BF16;
+  if (phase1) {
+    switch (in->head_dim) {
+      case 64: return bf16 ? run_phase1<64, Bf16>(in, p, stream) : run_phase1<64, Fp16>(in, p, stream);
+      case 128: return bf16 ? run_phase1<128, Bf16>(in, p, stream) : run_phase1<128, Fp16>(in, p, stream);
+      default: return bf16 ? run_phase1<256, Bf16>(in, p, stream) : run_phase1<256, Fp16>(in, p, stream);
+    }
+  }
   switch (in->head_dim) {
     case 64: return bf16 ? run<64, Bf16>(in, p, stream) : run<64, Fp16>(in, p, stream);
     case 128: return bf16 ? run<128, Bf16>(in, p, stream) : run<128, Fp16>(in, p, stream);
@@ -77,5 +85,12 @@ extern "C" int fc_attention_forward(const fc_params* params, void* stream) {
   flashcore::KernelParams kp;
   const int status = flashcore::validate_and_convert(params, &kp);
   if (status != FC_OK) return status;
-  return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream));
+  return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream), false);
+}
+
+extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream) {
+  flashcore::KernelParams kp;
+  const int status = flashcore::validate_and_convert(params, &kp);
+  if (status != FC_OK) return status;
+  return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream), true);
 }

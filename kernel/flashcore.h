@@ -41,6 +41,10 @@ typedef struct fc_params {
 // Validates everything first: nothing is launched when the status is not FC_OK.
 int fc_attention_forward(const fc_params* params, void* stream);
 
+// The phase-1 kernel (mma.sync, cp.async producer warp): same contract, kept as a reference and for
+// before/after comparisons (flashcore_driver --kernel phase1). Not used by the Python API.
+int fc_attention_forward_phase1(const fc_params* params, void* stream);
+
 // Human-readable text of the last failure on this thread (argument name, value, what is allowed).
 const char* fc_last_error(void);
 

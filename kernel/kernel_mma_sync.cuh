@@ -1,4 +1,4 @@
-// Phase-1 kernel (kept as the decode path and as a reference): warp-specialized mma.sync FlashAttention
+// Phase-1 kernel (kept as a reference and for comparisons, see fc_attention_forward_phase1): warp-specialized mma.sync FlashAttention
 // forward, cp.async producer warp, double-buffered K/V, online softmax in registers, mbarrier hand-offs.
 #pragma once
 #include <cuda_runtime.h>

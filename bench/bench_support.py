@@ -1,0 +1,60 @@
+"""Helpers shared by conftest.py and test_bench.py (a module of its own: two conftest modules must not clash)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from harness.bench.record import Measurement
+from harness.bench.settings import BenchSettings
+from harness.config import Config, Workload
+
+PROGRESS = "bench-progress"  # user_properties key of a test's one-line result
+
+
+@dataclass(frozen=True)
+class Case:
+    workload: Workload
+    backend: str
+
+
+@dataclass
+class State:
+    """What the suite accumulates across tests (kept on the pytest config)."""
+
+    config: Config
+    settings: BenchSettings
+    cases: list[Case]
+    base_seed: int
+    not_available: list[Measurement] = field(default_factory=list)
+    done: int = 0
+    t0: float = field(default_factory=time.monotonic)
+
+
+STATE = pytest.StashKey[State]()
+
+
+def publish(benchmark: Any, m: Measurement) -> None:
+    """Put the measurement into the benchmark's JSON entry, and its per-repetition GPU times (seconds) in place
+    of the single host-timed round of `benchmark.pedantic`, so pytest-benchmark's own statistics are GPU times."""
+    benchmark.extra_info["measurement"] = m.to_dict()
+    data = getattr(getattr(getattr(benchmark, "stats", None), "stats", None), "data", None)
+    if isinstance(data, list) and m.times_ms:
+        data[:] = [t / 1e3 for t in m.times_ms]
+        benchmark.extra_info["pytest_benchmark_stats"] = "GPU time per repetition (CUDA events)"
+    else:  # another pytest-benchmark layout: its stats stay the host time of the whole timed loop
+        benchmark.extra_info["pytest_benchmark_stats"] = "host time of the whole timed loop (one round)"
+
+
+def progress_line(state: State, m: Measurement) -> str:
+    state.done += 1
+    n, width = len(state.cases), len(str(len(state.cases)))
+    name_w = max(len(c.workload.name) for c in state.cases)
+    head = f"[{state.done:>{width}}/{n}] {m.workload:<{name_w}} {m.backend:<9}"
+    s = m.summary
+    body = (f"{m.throughput:8.4g} {m.unit:<6}  median {s.median_ms:.4g} ms  rel std {100 * s.rel_std:.2f} %"
+            f"  {s.reps} reps" if s else f"not available: {m.why}")
+    return f"{head} {body}  ({time.monotonic() - state.t0:.0f} s)"

@@ -1,0 +1,148 @@
+"""`python -m harness bench` (make bench, make bench-baseline).
+
+run the pytest-benchmark suite (bench/) with live progress -> read its JSON -> print a compact table (and
+the baselines against the ROADMAP anchors) -> with --update-baseline, write the stored run that the perf
+gates' regression check compares with -> exit code.
+
+Exit: 0 when the suite ran and every FlashCore measurement exists (and the stored run was written, if
+asked); 1 otherwise; 2 for a bad gate file. `--from FILE` re-reads a saved JSON (a bench.json or a gate's
+logs/<gate>.bench.json) instead of running anything, so no GPU is needed to print or store it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.bench import report
+from harness.bench.record import Measurement, RecordError, Run, read_run, run_dict
+from harness.bench.settings import BACKENDS, OURS, BenchSettings, load_bench_settings
+from harness.config import ConfigError, Workload, load_config
+
+EXIT_CONFIG = 2
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gates-dir", type=Path, default=Path("gates"), help="directory of the YAML (default gates)")
+    p.add_argument("--out", type=Path, help="where bench.json and table.txt go (default reports/bench-<time>)")
+    p.add_argument("--workloads", default="", help="comma-separated workload or set names (default: the suite's)")
+    p.add_argument("--backends", default="", help=f"comma-separated, of {', '.join(BACKENDS)} (default: the suite's)")
+    p.add_argument("--seed", type=int, help="base seed of the inputs (default: a fresh one, recorded)")
+    p.add_argument("--update-baseline", action="store_true",
+                   help="write the stored run (gates/bench.yaml stored_run.file) from this run's FlashCore times")
+    p.add_argument("--from", dest="from_json", type=Path,
+                   help="read this JSON instead of running the suite (bench.json or logs/<gate>.bench.json)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                   help="after --: more pytest arguments (e.g. -- --benchmark-autosave --benchmark-compare)")
+
+
+def run_suite(args: argparse.Namespace, out: Path) -> tuple[int, Path]:
+    """The suite in a child pytest (its progress lines go straight to this terminal); its exit code and JSON."""
+    json_path = out / "bench.json"
+    cmd = [sys.executable, "-m", "pytest", "bench", "-q", "-rsfE", "-p", "no:cacheprovider",
+           f"--benchmark-json={json_path}", "--benchmark-sort=name", "--benchmark-columns=min,median,max,rounds",
+           f"--gates-dir={args.gates_dir}"]
+    if args.workloads:
+        cmd.append(f"--bench-workloads={args.workloads}")
+    if args.backends:
+        cmd.append(f"--bench-backends={args.backends}")
+    if args.seed is not None:
+        cmd.append(f"--bench-seed={args.seed}")
+    cmd += [a for a in args.pytest_args if a != "--"]
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=False).returncode, json_path
+
+
+def ordered(run: Run, settings: BenchSettings) -> tuple[list[Workload], dict[str, dict[str, Measurement]]]:
+    """The run's workloads in suite order (then any others), and its measurements by workload and backend."""
+    by_wl: dict[str, dict[str, Measurement]] = {}
+    specs: dict[str, Workload] = {}
+    for (w, b), m in run.measurements.items():
+        by_wl.setdefault(w, {})[b] = m
+        specs[w] = m.spec
+    order = [w.name for w in settings.suite_workloads if w.name in specs]
+    order += [w for w in specs if w not in order]
+    for w in by_wl:
+        by_wl[w] = {b: by_wl[w][b] for b in BACKENDS if b in by_wl[w]}
+    return [specs[w] for w in order], by_wl
+
+
+def baseline_problems(run: Run, max_rel_std: float) -> list[str]:
+    """Why this run must not become the stored run (empty: it may)."""
+    ours = [m for m in run.measurements.values() if m.backend == OURS]
+    if not ours:
+        return ["the run has no FlashCore measurement"]
+    problems = []
+    for m in ours:
+        s = m.summary
+        if s is None:
+            problems.append(f"{m.workload}: FlashCore not measured ({m.why or 'no repetitions'})")
+        elif s.rel_std > max_rel_std:
+            problems.append(f"{m.workload}: rel std {100 * s.rel_std:.2f} % > {100 * max_rel_std:.2f} % (noisy)")
+        if m.planted:
+            problems.append(f"{m.workload}: planted test-only fault ({m.planted})")
+    return problems
+
+
+def update_baseline(run: Run, settings: BenchSettings, repo_root: Path) -> int:
+    problems = baseline_problems(run, settings.stored_run.max_rel_std)
+    target = repo_root / settings.stored_run.file
+    if problems:
+        print(f"flashcore bench: not writing {target}:", *(f"  - {p}" for p in problems), sep="\n", file=sys.stderr)
+        return 1
+    data = run_dict(run.measurements.values(), run.environment, run.timing,
+                    f"python -m harness bench --update-baseline (from {run.path})")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data, indent=1) + "\n")
+    n = sum(1 for m in run.measurements.values() if m.backend == OURS)
+    print(f"stored run written: {target} ({n} FlashCore workloads, GPU {run.gpu}, commit {run.commit});"
+          " commit it to make it the perf gates' regression reference")
+    return 0
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.gates_dir)
+        settings = load_bench_settings(config)
+    except ConfigError as e:
+        print(f"flashcore bench: bad gate file: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    suite_rc = 0
+    if args.from_json:
+        source = args.from_json
+        out = args.out
+    else:
+        from harness.gates.gpu import cuda_unavailable_reason
+
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            print(reason, file=sys.stderr)
+            return 1
+        out = args.out or Path("reports") / f"bench-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}"
+        out.mkdir(parents=True, exist_ok=True)
+        suite_rc, source = run_suite(args, out)
+    try:
+        run = read_run(source)
+    except RecordError as e:
+        print(f"flashcore bench: {e} (pytest exit code {suite_rc})", file=sys.stderr)
+        return 1
+    workloads, by_wl = ordered(run, settings)
+    backends = [b for b in BACKENDS if any(b in ms for ms in by_wl.values())]
+    anchors = {w.name: settings.anchor_for(w) for w in workloads}
+    table = report.text_table(workloads, by_wl, backends, anchors)
+    print(f"\nFlashCore bench ({source}; GPU {run.gpu}, commit {(run.commit or 'unknown')[:12]})\n{table}")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "table.txt").write_text(table + "\n")
+    rc = 0 if suite_rc == 0 else 1
+    missing = [w.name for w in workloads if by_wl[w.name].get(OURS) is None or not by_wl[w.name][OURS].available]
+    if missing:
+        print(f"flashcore bench: FlashCore did not run: {', '.join(missing)}", file=sys.stderr)
+        rc = 1
+    if args.update_baseline:
+        rc = max(rc, update_baseline(run, settings, Path.cwd()))
+    return rc

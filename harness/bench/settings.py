@@ -1,0 +1,193 @@
+"""`gates/bench.yaml`: how to time, what the suite runs, the scaling sweep, the stored run, the anchors.
+
+Parsed once into frozen dataclasses with the same strictness as the gate files (`harness.config`): an
+unknown, missing or wrongly typed key is a `ConfigError` naming the file, the key and the value. The perf and
+scaling gates and the pytest-benchmark suite all read this one file, so a stored run and a gate run are
+timed the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from harness.config import DTYPES, HEAD_DIMS, Config, ConfigError, Workload, _read_yaml, param, parse_dataclass
+
+BENCH_FILE = "bench.yaml"
+# Backend ids, in report order: FlashCore first, then the baselines.
+BACKENDS = {
+    "flashcore": "FlashCore",
+    "fa2": "FA2 (SDPA flash)",
+    "cudnn": "cuDNN (SDPA)",
+    "efficient": "mem-efficient (SDPA)",
+    "fa3": "FA3",
+}
+OURS = "flashcore"
+BASELINES = tuple(b for b in BACKENDS if b != OURS)
+UNITS = ("tflops", "tbps")
+
+
+@dataclass(frozen=True)
+class TimingParams:
+    warmup: int = param(ge=1)  # calls before the timed ones (module load, cuDNN plans); their median sizes the loop
+    warmup_ms: float = param(ge=0)  # then more calls until this much GPU time has run: clocks and power settle
+    min_reps: int = param(ge=3)
+    max_reps: int = param(ge=3)
+    target_ms: float = param(gt=0)  # timed GPU time aimed at per measurement: big shapes get fewer reps
+    flush_mib: int = param(ge=0)  # L2 flush buffer written before every repetition (H100 L2: 50 MB)
+    head_start_ms: float = param(ge=0)  # GPU spin before the timed loop, so host launches run ahead
+    record_kernels: bool = param()  # name the GPU kernels each backend launched (torch profiler, one call)
+
+    def reps_for(self, estimate_ms: float) -> int:
+        """Repetitions for a call of about `estimate_ms`: target_ms of GPU time, within [min_reps, max_reps]."""
+        want = int(self.target_ms / estimate_ms) + 1 if estimate_ms > 0 else self.max_reps
+        return max(self.min_reps, min(self.max_reps, want))
+
+
+@dataclass(frozen=True)
+class SuiteParams:
+    workloads: tuple[str, ...] = param()  # workload or set names of workloads.yaml
+    sweep: bool = param()  # also every point of the scaling sweep
+    backends: tuple[str, ...] = param()
+
+
+@dataclass(frozen=True)
+class SweepParams:
+    """TFLOPS against sequence length at a fixed number of tokens per batch (batch = tokens / seqlen)."""
+
+    tokens: int = param(gt=0)
+    heads: int = param(gt=0)
+    head_dim: int = param(choices=HEAD_DIMS)
+    dtype: str = param(choices=DTYPES)
+    seqlens: tuple[int, ...] = param()
+    causal: tuple[bool, ...] = param()
+
+
+@dataclass(frozen=True)
+class StoredRunParams:
+    file: str = param()  # repository-relative path of the committed stored run (the regression reference)
+    max_rel_std: float = param(gt=0)  # --update-baseline refuses a FlashCore measurement noisier than this
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """One row of ROADMAP's anchors: the baselines measured on the project's lent H100."""
+
+    batch: int = param(gt=0)
+    heads: int = param(gt=0)
+    seqlen_q: int = param(gt=0)
+    seqlen_k: int = param(gt=0)
+    head_dim: int = param(choices=HEAD_DIMS)
+    dtype: str = param(choices=DTYPES)
+    causal: bool = param()
+    unit: str = param(choices=UNITS)
+    fa2: float = param(gt=0)
+    cudnn: float = param(gt=0)
+    fa3: float = param(gt=0)
+
+    def matches(self, wl: Workload) -> bool:
+        return (wl.batch, wl.heads_q, wl.heads_kv, wl.seqlen_q, wl.seqlen_k, wl.head_dim, wl.dtype, wl.causal) == (
+            self.batch, self.heads, self.heads, self.seqlen_q, self.seqlen_k, self.head_dim, self.dtype, self.causal)
+
+    def value(self, backend: str) -> float | None:
+        return float(getattr(self, backend)) if backend in ("fa2", "cudnn", "fa3") else None
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    file: Path
+    timing: TimingParams
+    suite: SuiteParams
+    sweep: SweepParams
+    stored_run: StoredRunParams
+    anchors: Mapping[str, Anchor]
+    sweep_workloads: tuple[Workload, ...]  # generated from `sweep`, or the workloads.yaml entry of that shape
+    suite_workloads: tuple[Workload, ...]  # what `make bench` runs, in order, no duplicates
+
+    def anchor_for(self, wl: Workload) -> Anchor | None:
+        return next((a for a in self.anchors.values() if a.matches(wl)), None)
+
+
+_SHAPE = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal")
+
+
+def _same_shape(a: Workload, b: Workload) -> bool:
+    return all(getattr(a, f) == getattr(b, f) for f in _SHAPE)
+
+
+def sweep_workloads(file: Path, sweep: SweepParams, named: Mapping[str, Workload]) -> tuple[Workload, ...]:
+    """One workload per (seqlen, causal): the workloads.yaml entry of that exact shape when there is one (so the
+    point is measured once under its usual name), else `sweep-s<seqlen>[-causal]`."""
+    out: list[Workload] = []
+    for causal in sweep.causal:
+        for i, s in enumerate(sweep.seqlens):
+            batch = sweep.tokens // s
+            if batch * s != sweep.tokens:
+                raise ConfigError(file, f"sweep.seqlens[{i}]", s, f"must divide sweep.tokens ({sweep.tokens})")
+            name = f"sweep-s{s}" + ("-causal" if causal else "")
+            wl = Workload(name, batch, sweep.heads, sweep.heads, s, s, sweep.head_dim, sweep.dtype, causal,
+                          "compute-bound", f"scaling sweep: {sweep.tokens} tokens per batch")
+            existing = next((w for w in named.values() if _same_shape(w, wl)), None)
+            if existing is None and name in named:
+                raise ConfigError(file, f"sweep.seqlens[{i}]", s,
+                                  f"generated name {name!r} is already a workload of another shape")
+            out.append(existing or wl)
+    return tuple(out)
+
+
+def expand(file: Path, key: str, names: tuple[str, ...], config: Config) -> tuple[Workload, ...]:
+    """Workload and set names of workloads.yaml -> workloads, in order, without duplicates."""
+    out: dict[str, Workload] = {}
+    for i, n in enumerate(names):
+        if n in config.sets:
+            out.update({m: config.workloads[m] for m in config.sets[n]})
+        elif n in config.workloads:
+            out[n] = config.workloads[n]
+        else:
+            raise ConfigError(file, f"{key}[{i}]", n, "unknown workload or set of workloads.yaml")
+    return tuple(out.values())
+
+
+def check_backends(file: Path | str, key: str, names: tuple[str, ...], allowed: tuple[str, ...]) -> None:
+    for i, n in enumerate(names):
+        if n not in allowed:
+            raise ConfigError(file, f"{key}[{i}]", n, f"unknown backend; known: {', '.join(allowed)}")
+
+
+def _mapping(file: Path, key: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(file, key, value, "must be a mapping (key: value lines)")
+    return value
+
+
+def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettings:
+    """Parse `<gates_dir>/bench.yaml` (or `file`) against the already loaded workloads."""
+    file = Path(file) if file is not None else config.gates_dir / BENCH_FILE
+    data = _read_yaml(file, ("timing", "suite", "sweep", "stored_run", "anchors"))
+    for key in ("timing", "suite", "sweep", "stored_run"):
+        if key not in data:
+            raise ConfigError(file, key, None, "required")
+    timing = parse_dataclass(TimingParams, data["timing"], file, "timing")
+    if timing.max_reps < timing.min_reps:
+        raise ConfigError(file, "timing.max_reps", timing.max_reps, f"must be >= min_reps ({timing.min_reps})")
+    suite = parse_dataclass(SuiteParams, data["suite"], file, "suite")
+    check_backends(file, "suite.backends", suite.backends, tuple(BACKENDS))
+    sweep = parse_dataclass(SweepParams, data["sweep"], file, "sweep")
+    stored = parse_dataclass(StoredRunParams, data["stored_run"], file, "stored_run")
+    anchors = {
+        str(name): parse_dataclass(Anchor, raw, file, f"anchors.{name}")
+        for name, raw in _mapping(file, "anchors", data.get("anchors") or {}).items()
+    }
+    swept = sweep_workloads(file, sweep, config.workloads)
+    listed = expand(file, "suite.workloads", suite.workloads, config)
+    suite_wls = {w.name: w for w in (*listed, *(swept if suite.sweep else ()))}
+    return BenchSettings(file=file, timing=timing, suite=suite, sweep=sweep, stored_run=stored,
+                         anchors=MappingProxyType(anchors), sweep_workloads=swept,
+                         suite_workloads=tuple(suite_wls.values()))
+
+
+def timing_dict(t: TimingParams) -> dict[str, Any]:
+    return {f.name: getattr(t, f.name) for f in fields(t)}

@@ -1,0 +1,96 @@
+"""Scaling gate (phase 6): no "context collapse" from 2K to 32K tokens.
+
+The sweep of gates/bench.yaml runs a fixed number of tokens per batch (batch = tokens / S), so every point
+does the same FLOPs per token row and the TFLOPS should stay flat. Per causal mode: for each S in
+`judged_seqlens`, TFLOPS(S) >= min_ratio x the best TFLOPS over `peak_seqlens` (ROADMAP: 32K >= 0.9 x the
+2K-8K peak). FlashCore's spread is checked at every point used; a point above the spread limit leaves the
+ratio not judged. Baselines are timed for the TFLOPS-vs-S chart only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.bench import report
+from harness.bench.settings import BASELINES, OURS, check_backends, load_bench_settings, timing_dict
+from harness.config import PHASES_FILE, ConfigError, param
+from harness.gates import gpu
+from harness.gates import perf_verdict as pv
+from harness.gates.base import Gate, GateContext
+from harness.gates.perf import measure_all, write_measurements
+from harness.gates.registry import register
+from harness.results import Check, GateResult, Status
+
+
+@dataclass(frozen=True)
+class ScalingParams:
+    peak_seqlens: tuple[int, ...] = param()  # the reference: best TFLOPS over these sweep points
+    judged_seqlens: tuple[int, ...] = param()  # each must reach min_ratio x that peak
+    min_ratio: float = param(gt=0)
+    max_rel_std: float = param(gt=0)
+    baselines: tuple[str, ...] = param()  # drawn beside FlashCore in the chart, not judged
+
+
+def mode(causal: bool) -> str:
+    return "sweep-causal" if causal else "sweep-non-causal"
+
+
+@register("scaling")
+class ScalingGate(Gate):
+    Params = ScalingParams
+    needs_gpu = True
+
+    def run(self, ctx: GateContext) -> GateResult:
+        reason = gpu.cuda_unavailable_reason()
+        if reason is not None:
+            return ctx.verdict_only(Status.NOT_RUN, reason)
+        p: ScalingParams = ctx.params
+        file = ctx.config.gates_dir / PHASES_FILE
+        key = f"phases.{ctx.spec.phase}.gates.{ctx.spec.name}"
+        try:
+            settings = load_bench_settings(ctx.config)
+            check_backends(file, f"{key}.baselines", p.baselines, BASELINES)
+            for name in ("peak_seqlens", "judged_seqlens"):
+                for i, s in enumerate(getattr(p, name)):
+                    if s not in settings.sweep.seqlens:
+                        raise ConfigError(file, f"{key}.{name}[{i}]", s,
+                                          f"not a sweep seqlen of {settings.file} ({settings.sweep.seqlens})")
+            gpu.load_flashcore(0)
+        except (ConfigError, gpu.FlashcoreUnavailable) as e:
+            return ctx.verdict_only(Status.ERROR, str(e))
+        from harness.bench.runner import Options, shared  # late: see harness/gates/perf.py
+
+        backends = [OURS, *dict.fromkeys(p.baselines)]
+        measurer = shared(ctx.run_dir, Options(settings.timing, ctx.seed, ctx.fault))
+        sweep = settings.sweep_workloads
+        by_wl = measure_all(ctx, measurer, sweep, backends)
+        measurer.release()
+        checks: list[Check] = []
+        tables: list[dict[str, Any]] = []
+        for causal in settings.sweep.causal:
+            points = {w.seqlen_q: by_wl[w.name][OURS] for w in sweep if w.causal == causal}
+            used = sorted({*p.peak_seqlens, *p.judged_seqlens})
+            checks += [pv.verdict_spread(f"{mode(causal)} S={s}", points[s], p.max_rel_std) for s in used]
+            checks += [pv.verdict_scaling(mode(causal), points, p.peak_seqlens, s, p.min_ratio, p.max_rel_std)
+                       for s in p.judged_seqlens]
+            tables += [report.workload_table(w, [by_wl[w.name][b] for b in backends], settings.anchor_for(w))
+                       for w in sweep if w.causal == causal]
+        log_json = write_measurements(ctx, settings, by_wl)
+        svg, note = report.seqlen_chart(sweep, by_wl, backends, f"{ctx.spec.name}-seqlen")
+        details = {
+            "base_seed": ctx.seed,
+            "sweep": {"tokens": settings.sweep.tokens, "heads": settings.sweep.heads,
+                      "head_dim": settings.sweep.head_dim, "dtype": settings.sweep.dtype,
+                      "seqlens": list(settings.sweep.seqlens)},
+            "peak_seqlens": list(p.peak_seqlens),
+            "judged_seqlens": list(p.judged_seqlens),
+            "min_ratio": p.min_ratio,
+            "max_rel_std": p.max_rel_std,
+            "timing": timing_dict(settings.timing),
+            "workloads": tables,
+            "not_available": report.not_available(m for ms in by_wl.values() for m in ms.values()),
+            "plots": {"seqlen_svg": svg, "seqlen_note": note},
+            "measurements_file": log_json,
+        }
+        return ctx.result(checks, details=details, logs=[log_json])

@@ -1,0 +1,266 @@
+"""The perf and scaling gates end to end on the CPU: the GPU measurement is replaced by a stand-in Measurer
+returning SYNTHETIC times (throughputs near the ROADMAP anchors), everything else is the real code: settings
+from the repository's gates/*.yaml, verdicts, the stored-run comparison, the report section with its charts."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness.bench import flops as fl
+from harness.bench import plots, runner
+from harness.bench.backends import SLOW_FAULT
+from harness.bench.record import Measurement, not_available
+from harness.config import Config, Workload, load_config
+from harness.gates import gpu, perf, scaling
+from harness.gates.base import GateContext
+from harness.render import render_html
+from harness.results import GateResult, RunResult, Status
+
+GPU = "NVIDIA H100 80GB HBM3"
+ANCHORS = {"fa2": 351.0, "cudnn": 591.0, "efficient": 280.0, "fa3": 625.0}
+DECODE = {"flashcore": 3.1, "fa2": 2.49, "cudnn": 3.08, "efficient": 2.2, "fa3": 3.05}
+Rate = Callable[[Workload, str], float | None]
+
+
+def rate(ours: float = 400.0) -> Rate:
+    """Throughput per (workload, backend): TFLOPS, TB/s for decode; None = not available (FA3 on fp16)."""
+
+    def f(wl: Workload, backend: str) -> float | None:
+        if backend == "fa3" and wl.dtype == "fp16":
+            return None
+        if wl.kind == "memory-bound":
+            return DECODE[backend]
+        return ours if backend == "flashcore" else ANCHORS[backend]
+
+    return f
+
+
+class StandIn:
+    """Measurer with the real one's interface; planted faults act like the real ones (slower, noisier)."""
+
+    def __init__(self, options: runner.Options, throughput: Rate) -> None:
+        self.options, self.throughput = options, throughput
+
+    def seed(self, wl: Workload) -> int:
+        return 7
+
+    def release(self) -> None:
+        pass
+
+    def measure(self, wl: Workload, backend: str) -> Measurement:
+        t = self.throughput(wl, backend)
+        if t is None:
+            return not_available(wl, backend, "fa3_fwd_interface (fa3-fwd 0.0.3) is built without fp16 (only bf16)")
+        planted = ""
+        if backend == "flashcore" and self.options.fault == SLOW_FAULT:
+            t, planted = t / 1.3, "kernel debug_fault 4"
+        work = fl.workload_kv_bytes(wl) if wl.kind == "memory-bound" else fl.workload_flops(wl)
+        median = work / (t * 1e12) * 1e3
+        spread = 0.05 if self.options.noisy else 0.004
+        times = tuple(median * (1 + spread * (1 if i % 2 else -1)) for i in range(20)) + (median,)
+        return Measurement(wl.name, backend, wl, True, times_ms=times, seed=7, clocks={"sm_mhz": 1980},
+                           implementation=f"stand-in {backend}", planted=planted)
+
+
+@pytest.fixture
+def gpu_stand_in(monkeypatch: pytest.MonkeyPatch) -> Callable[[Rate], None]:
+    monkeypatch.setattr(gpu, "cuda_unavailable_reason", lambda: None)
+    monkeypatch.setattr(gpu, "load_flashcore", lambda fault=0: object())
+    monkeypatch.setattr(perf, "_gpu_name", lambda: GPU)
+
+    def install(throughput: Rate) -> None:
+        monkeypatch.setattr(runner, "shared", lambda run_dir, options: StandIn(options, throughput))
+
+    install(rate())
+    return install
+
+
+def context(config: Config, gate: str, run_dir: Path, fault: int = 0, **params: object) -> GateContext:
+    spec = next(g for p in config.phases for g in p.gates if g.name == gate)
+    spec = dataclasses.replace(spec, params=dataclasses.replace(spec.params, **params))
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    return GateContext(spec=spec, config=config, run_dir=run_dir, repo_root=run_dir, seed=3, fault=fault)
+
+
+def checks_of(result: GateResult, metric: str) -> list[Status]:
+    return [c.status for c in result.checks if c.metric == metric]
+
+
+def html(result: GateResult) -> str:
+    return render_html(RunResult("t", result.phase, (result,), {}, "", 0.0))
+
+
+@pytest.fixture
+def config(gates_dir: Path) -> Config:
+    return load_config(gates_dir)
+
+
+@pytest.fixture
+def stored(config: Config, tmp_path: Path, gpu_stand_in: Callable[[Rate], None]) -> Path:
+    """A stored run: the gate's own measurements file of a clean run (what make bench-baseline would keep)."""
+    first = perf.run_perf(context(config, "perf-fa2", tmp_path / "first"))
+    return tmp_path / "first" / first.details["measurements_file"]
+
+
+def test_faster_than_fa2_and_stable_passes(config: Config, tmp_path: Path, stored: Path) -> None:
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run"), stored_path=stored)
+    assert result.status is Status.PASS, result.message
+    workloads = {w["name"] for w in result.details["workloads"]}
+    assert {"prefill-d128", "decode", "sweep-s2048", "sweep-s32768-causal"} <= workloads  # perf set + the sweep
+    assert len(workloads) == 14
+    per_workload = {c.metric for c in result.checks if c.workload == "prefill-d128"}
+    assert per_workload == {"rel_std[flashcore]", "rel_std[fa2]", "speed_vs_fa2", "slowdown_vs_stored"}
+    assert not any(c.metric.endswith("fa3") or c.metric.endswith("cudnn") for c in result.checks)  # shown only
+    ratio = next(c for c in result.checks if c.workload == "prefill-d128" and c.metric == "speed_vs_fa2")
+    assert ratio.measured == pytest.approx(400 / 351, rel=1e-6)
+    # FA3 on the fp16 workload: listed as not available, with why
+    assert {"workload": "prefill-d128-fp16", "backend": "fa3", "label": "FA3",
+            "why": "fa3_fwd_interface (fa3-fwd 0.0.3) is built without fp16 (only bf16)"} \
+        in result.details["not_available"]
+    assert result.logs[-1] == "logs/perf-fa2.bench.json" and (tmp_path / "run" / result.logs[-1]).is_file()
+
+
+def test_report_section_has_tables_charts_and_the_missing(config: Config, tmp_path: Path, stored: Path) -> None:
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run"), stored_path=stored)
+    text = html(result)
+    assert text.count('<table class="bench"') == 14 and 'data-workload="decode"' in text  # a table per workload
+    row = text[text.index('data-workload="prefill-d128"'):]
+    row = row[row.index('data-backend="fa3"'):row.index("</tr>", row.index('data-backend="fa3"'))]
+    assert "625" in row and "0.640" in row  # FA3 at its anchor; FlashCore speed / FA3's = 400 / 625
+    for chart in ("ratio", "seqlen"):
+        start = text.index(f'data-chart="{chart}"')
+        assert text[start:start + 400].count("<svg") == 1  # inline SVG, not escaped
+    section = text[text.index('id="gate-perf-fa2"'):text.index("<summary>details</summary>")]
+    assert "&lt;svg" not in section and "<?xml" not in section  # (the raw details dump below escapes it)
+    assert "Not available here" in text and "built without fp16" in text
+
+
+def test_slower_than_fa2_fails(config: Config, tmp_path: Path, stored: Path,
+                               gpu_stand_in: Callable[[Rate], None]) -> None:
+    gpu_stand_in(rate(ours=300.0))  # FA2 is 351
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run", regression=False))
+    assert result.status is Status.FAIL
+    prefill = next(c for c in result.checks if c.workload == "prefill-d128" and c.metric == "speed_vs_fa2")
+    assert prefill.status is Status.FAIL and prefill.measured == pytest.approx(300 / 351)
+    assert "speed_vs_fa2" in result.message
+
+
+def test_perf_cudnn_judges_cudnn(config: Config, tmp_path: Path, gpu_stand_in: Callable[[Rate], None]) -> None:
+    gpu_stand_in(rate(ours=500.0))  # faster than FA2 (351), slower than cuDNN (591)
+    result = perf.run_perf(context(config, "perf-cudnn", tmp_path / "run"))
+    assert result.status is Status.FAIL
+    assert set(checks_of(result, "speed_vs_cudnn")) == {Status.FAIL, Status.PASS}  # decode is faster than cuDNN
+    assert checks_of(result, "speed_vs_fa2") == [] and checks_of(result, "slowdown_vs_stored") == []
+
+
+def test_planted_slow_path_fails_the_regression_check(config: Config, tmp_path: Path, stored: Path) -> None:
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "slow", fault=SLOW_FAULT), stored_path=stored)
+    assert result.status is Status.FAIL
+    assert set(checks_of(result, "slowdown_vs_stored")) == {Status.FAIL}
+    slow = next(c for c in result.checks if c.metric == "slowdown_vs_stored")
+    assert slow.measured == pytest.approx(1.3)
+    assert result.details["planted"] == ["kernel debug_fault 4"]
+    assert "Planted (test-only): kernel debug_fault 4" in html(result)
+
+
+def test_planted_noise_fails_the_spread_and_draws_no_speed_verdict(config: Config, tmp_path: Path,
+                                                                  stored: Path) -> None:
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "noisy"), noisy=True, stored_path=stored)
+    assert result.status is Status.FAIL
+    assert set(checks_of(result, "rel_std[flashcore]")) == {Status.FAIL}
+    assert set(checks_of(result, "speed_vs_fa2")) == {Status.NOT_RUN}
+    assert set(checks_of(result, "slowdown_vs_stored")) == {Status.NOT_RUN}
+    assert "rel_std[flashcore]" in result.message
+
+
+def test_no_stored_run_is_an_error_not_a_pass(config: Config, tmp_path: Path,
+                                              gpu_stand_in: Callable[[Rate], None]) -> None:
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run"))  # repo_root has no gates/baselines
+    assert result.status is Status.ERROR
+    assert set(checks_of(result, "slowdown_vs_stored")) == {Status.ERROR}
+    assert all(c.message.startswith("no stored baseline: run make bench-baseline") for c in result.checks
+               if c.metric == "slowdown_vs_stored")
+    assert "does not exist" in html(result)
+
+
+def test_gated_baseline_missing_is_an_error(config: Config, tmp_path: Path,
+                                            gpu_stand_in: Callable[[Rate], None]) -> None:
+    gpu_stand_in(lambda wl, b: None if b == "fa2" else rate()(wl, b))
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run", regression=False))
+    assert result.status is Status.ERROR
+    assert set(checks_of(result, "speed_vs_fa2")) == {Status.ERROR}
+
+
+def test_without_matplotlib_the_report_keeps_its_tables(config: Config, tmp_path: Path, stored: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_matplotlib(width: float, height: float) -> None:
+        raise plots.PlotUnavailable("matplotlib cannot be imported (ModuleNotFoundError): tables only")
+
+    monkeypatch.setattr(plots, "_figure", no_matplotlib)
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run"), stored_path=stored)
+    assert result.status is Status.PASS and result.details["plots"]["ratio_svg"] is None
+    text = html(result)
+    assert "<svg" not in text and "no chart (matplotlib cannot be imported" in text
+    assert text.count('<table class="bench"') == 14
+
+
+def test_unknown_backend_in_yaml_is_an_error(config: Config, tmp_path: Path,
+                                             gpu_stand_in: Callable[[Rate], None]) -> None:
+    result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run", gated=("fa4",)))
+    assert result.status is Status.ERROR and "phases.3.gates.perf-fa2.gated[0]" in result.message
+
+
+def test_no_gpu_is_not_run(config: Config, tmp_path: Path) -> None:
+    result = perf.PerfFa2Gate().run(context(config, "perf-fa2", tmp_path / "run"))
+    assert result.status is Status.NOT_RUN
+
+
+# ---- scaling ---------------------------------------------------------------------------------------------
+
+
+def sweep_rate(at_32k: float) -> Rate:
+    def f(wl: Workload, backend: str) -> float | None:
+        if backend != "flashcore":
+            return ANCHORS[backend]
+        return at_32k if wl.seqlen_q == 32768 else {2048: 560.0, 4096: 600.0, 8192: 620.0, 16384: 610.0}[wl.seqlen_q]
+
+    return f
+
+
+@pytest.mark.parametrize(("at_32k", "status"), [(600.0, Status.PASS), (558.0, Status.PASS), (550.0, Status.FAIL)])
+def test_scaling_gate(config: Config, tmp_path: Path, gpu_stand_in: Callable[[Rate], None],
+                      at_32k: float, status: Status) -> None:
+    gpu_stand_in(sweep_rate(at_32k))
+    result = scaling.ScalingGate().run(context(config, "scaling", tmp_path / "run"))
+    assert result.status is status, result.message
+    judged = [c for c in result.checks if c.metric == "tflops_s32768_vs_peak"]
+    assert [c.workload for c in judged] == ["sweep-non-causal", "sweep-causal"]
+    assert judged[0].measured == pytest.approx(at_32k / 620.0)
+    text = html(result)
+    assert text.count("<svg") == 1 and 'class="bench"' in text
+
+
+def test_scaling_seqlen_outside_the_sweep_is_an_error(config: Config, tmp_path: Path,
+                                                      gpu_stand_in: Callable[[Rate], None]) -> None:
+    result = scaling.ScalingGate().run(context(config, "scaling", tmp_path / "run", judged_seqlens=(65536,)))
+    assert result.status is Status.ERROR and "judged_seqlens[0] = 65536" in result.message
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("perf-clean", {"perf-fa2/spread": Status.PASS, "perf-fa2/regression": Status.PASS}),
+    ("perf-slow", {"perf-fa2/regression": Status.FAIL}),
+    ("perf-noisy", {"perf-fa2/spread": Status.FAIL}),
+])
+def test_selftest_perf_cases_behave_as_planted(config: Config, tmp_path: Path, gpu_stand_in: Callable[[Rate], None],
+                                                case: str, expected: dict[str, Status]) -> None:
+    from harness.selftest import CASES, judge
+
+    c = next(c for c in CASES if c.name == case)
+    statuses = c.run(config, tmp_path / case)
+    assert statuses == expected
+    assert judge(c, statuses)[0]
+    assert (tmp_path / case / case.removeprefix("perf-") / "index.html").is_file()  # the planted run's report

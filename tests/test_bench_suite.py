@@ -1,0 +1,94 @@
+"""The benchmark suite (bench/) is GPU-only and out of `make test`; it holds one benchmark per (workload,
+backend) of gates/bench.yaml; the repository's bench.yaml and perf gate params are consistent; selftest plants
+a slow path and noise for the perf gate."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from harness.bench.settings import BACKENDS, BASELINES, load_bench_settings
+from harness.config import ConfigError, load_config
+from harness.selftest import CASES
+
+
+def collect(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    return proc.stdout + proc.stderr
+
+
+def test_make_test_does_not_collect_the_suite() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
+    assert "bench/" not in collect("-m", "not gpu", "tests/test_bench_arithmetic.py")
+
+
+def test_suite_is_one_gpu_benchmark_per_workload_and_backend() -> None:
+    listed = [line for line in collect("bench").splitlines() if "::test_attention[" in line]
+    settings = load_bench_settings(load_config(REPO / "gates"))
+    expected = [f"{w.name}-{b}" for w in settings.suite_workloads for b in settings.suite.backends]
+    assert [line.split("[", 1)[1].rstrip("]") for line in listed] == expected
+    assert len(expected) == 14 * 5  # perf set (6) + sweep points not in it (8), x 5 backends
+    out = collect("bench", "-m", "not gpu")
+    assert "::test_attention[" not in out and f"{len(expected)} deselected" in out  # every item is marked gpu
+
+
+def test_suite_selection_options() -> None:
+    out = collect("bench", "--bench-workloads=decode,sweep", "--bench-backends=flashcore,fa3")
+    ids = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "::test_attention[" in line]
+    assert ids[:2] == ["decode-flashcore", "decode-fa3"] and len(ids) == 2 * 11
+    assert "sweep-s32768-causal-fa3" in ids and "prefill-d128-causal-flashcore" in ids  # the sweep's S=8192 point
+    assert "unknown backend" in collect("bench", "--bench-backends=fa9")
+
+
+def test_repository_bench_settings(gates_dir: Path) -> None:
+    config = load_config(gates_dir)
+    s = load_bench_settings(config)
+    assert (s.timing.flush_mib, s.timing.min_reps) == (256, 20)  # > 5x the 50 MB L2; a spread needs reps
+    assert [w.batch * w.seqlen_q for w in s.sweep_workloads] == [s.sweep.tokens] * 10
+    assert {w.name for w in s.sweep_workloads} >= {"prefill-d128", "prefill-d128-causal"}  # measured once
+    anchor = s.anchor_for(config.workloads["prefill-d128"])
+    assert anchor is not None and (anchor.fa2, anchor.cudnn, anchor.fa3) == (351, 591, 625)  # ROADMAP
+    decode = s.anchor_for(config.workloads["decode"])
+    assert decode is not None and decode.unit == "tbps" and decode.fa3 == 3.05
+    assert s.stored_run.file.startswith("gates/")  # committed, not under the git-ignored reports/
+    for phase in config.phases:
+        for g in phase.gates:
+            if g.name.startswith("perf-"):
+                assert set(g.params.gated) <= set(g.params.baselines) <= set(BASELINES)
+                assert "fa3" in g.params.baselines  # the FA3 ratio is always reported
+    phases = {g.name: g.phase for p in config.phases for g in p.gates}
+    assert (phases["perf-fa2"], phases["perf-cudnn"], phases["scaling"]) == (3, 4, 6)
+
+
+@pytest.mark.parametrize(("section", "edit", "key"), [
+    ("timing", ("warmup: 5", "warmup: 0"), "timing.warmup"),
+    ("timing", ("max_reps: 100", "max_reps: 10"), "timing.max_reps"),
+    ("suite", ("backends: [flashcore,", "backends: [flashcor,"), "suite.backends[0]"),
+    ("suite", ("workloads: [perf]", "workloads: [nope]"), "suite.workloads[0]"),
+    ("sweep", ("tokens: 32768", "tokens: 30000"), "sweep.seqlens[0]"),
+    ("sweep", ("tokens: 32768", "tokenz: 32768"), "sweep.tokenz"),
+    ("anchors", ("fa3: 625}", "fa3: 625, fa4: 1}"), "anchors.b4-s8k-d128.fa4"),
+])
+def test_bad_bench_yaml_names_file_and_key(gates_dir: Path, section: str, edit: tuple[str, str], key: str) -> None:
+    path = gates_dir / "bench.yaml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(ConfigError) as e:
+        load_bench_settings(load_config(gates_dir))
+    assert e.value.file.endswith("bench.yaml") and e.value.key == key, str(e.value)
+
+
+def test_selftest_plants_a_slow_path_and_noise_for_the_perf_gate() -> None:
+    by_name = {c.name: c for c in CASES}
+    assert by_name["perf-slow"].must_fail == "perf-fa2/regression"
+    assert by_name["perf-noisy"].must_fail == "perf-fa2/spread"
+    assert by_name["perf-clean"].must_fail is None
+    assert set(BACKENDS) == {"flashcore", *BASELINES}

@@ -4,6 +4,7 @@ NVCC      ?= nvcc
 BUILD_DIR ?= build
 GATE_ARGS ?=
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 export PYTHON NVCC
 
 .DEFAULT_GOAL := help
@@ -13,13 +14,15 @@ TYPED := harness $(if $(wildcard flashcore/*.py),flashcore)
 
 include kernel/kernel.mk
 
-.PHONY: help test selftest clean distclean $(addprefix gate-phase,$(PHASES))
+.PHONY: help test selftest bench bench-baseline clean distclean $(addprefix gate-phase,$(PHASES))
 
 help:
 	@echo "make build          build $(BUILD_DIR)/libflashcore.so, flashcore_driver, ptxas.log (needs nvcc)"
 	@echo "make ptx | sass     dump the kernel's PTX / SASS (kernel/kernel.mk)"
 	@echo "make gate-phaseN    run the gates of phases 1..N (N = 1..7) on an H100; report under reports/<run-id>/"
 	@echo "make selftest       GPU: plant one fault per gate and check that each gate fails"
+	@echo "make bench          GPU: the benchmark suite (bench/, gates/bench.yaml) with live progress and a table"
+	@echo "make bench-baseline GPU: the suite, then store FlashCore's times as the perf gates' regression reference"
 	@echo "make test           CPU suite: set up .venv, ruff, mypy, pytest (GPU tests deselected and counted)"
 	@echo "make clean          remove $(BUILD_DIR)/ and tool caches; 'make distclean' also removes the venvs"
 	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' PYTEST_ARGS='$(PYTEST_ARGS)'"
@@ -28,9 +31,18 @@ help:
 $(addprefix gate-phase,$(PHASES)): gate-phase%:
 	@PY=$$(ci/pyenv.sh gate) && $$PY -m harness gate --phase $* $(GATE_ARGS)
 
-# GPU host: plant one fault per gate (kernel faults, a spilling build, ...) and check each gate turns red.
+# GPU host: plant one fault per gate (kernel faults, a spilling build, planted sanitizer bugs); each must turn red.
 selftest:
-	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness selftest
+	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build planted && $$PY -m harness selftest
+
+# GPU host: FlashCore and the baselines timed by pytest-benchmark; JSON and table under reports/bench-<time>/.
+# BENCH_ARGS passes options, e.g. BENCH_ARGS='--workloads prefill-d128 --backends flashcore,fa2'.
+bench:
+	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness bench $(BENCH_ARGS)
+
+# Rewrites the stored run (gates/bench.yaml stored_run.file); commit it. Refused when FlashCore's spread is too high.
+bench-baseline:
+	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness bench --update-baseline $(BENCH_ARGS)
 
 # Every step runs even when an earlier one fails, so one run shows all problems; pytest's line comes last.
 test:

@@ -18,7 +18,7 @@ from harness.results import RunResult
 
 EXIT_CONFIG = 2
 # Test-only kernel faults (flashcore.attention's debug_fault): each must turn a gate red (make selftest).
-FAULTS = {"tail-mask": 1, "nondeterministic": 2, "skip-row": 3}
+FAULTS = {"tail-mask": 1, "nondeterministic": 2, "skip-row": 3, "slow": 4}
 
 
 def make_run_id(phase: int, environment: dict[str, Any]) -> str:
@@ -111,6 +111,10 @@ def parser() -> argparse.ArgumentParser:
     prs.add_argument("--tool", choices=["memcheck", "racecheck", "synccheck", "initcheck"],
                      help="sanitizer tool (inferred from the log when omitted)")
     sub.add_parser("selftest", help="GPU: plant one fault per gate and check that each gate fails")
+    bench = sub.add_parser("bench", help="GPU: run the benchmark suite (bench/), print a table; --update-baseline")
+    from harness.bench.cli import add_arguments as bench_arguments
+
+    bench_arguments(bench)
     lst = sub.add_parser("list", help="print phases, gates, workloads and sets")
     lst.add_argument("--gates-dir", type=Path, default=Path("gates"))
     return ap
@@ -128,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "parse":
         return cmd_parse(args)
+    if args.command == "bench":
+        from harness.bench.cli import bench_command
+
+        return bench_command(args)
     if args.command == "selftest":
         from harness import selftest
 

@@ -82,6 +82,78 @@ def _planted_spill(config: Config, out: Path) -> dict[str, Status]:
     return {"build": combine([c.status for c in checks])}
 
 
+def _planted_sanitizer(tool: str, mode: str) -> Runner:
+    """compute-sanitizer `tool` on build/planted MODE (tests/planted/planted.cu) with the gate's phase-1 settings."""
+
+    def run(config: Config, out: Path) -> dict[str, Status]:
+        from harness.env import find_cuda_tool
+        from harness.sanitizer import runner
+
+        params = next(g.params for g in config.gates_through(1) if g.name == "sanitizer")
+        sanitizer, planted = find_cuda_tool("compute-sanitizer"), Path.cwd() / "build" / "planted"
+        if sanitizer is None or not planted.is_file():
+            why = "compute-sanitizer not found" if sanitizer is None else f"{planted} missing (make planted)"
+            print(f"  sanitizer: cannot run: {why}", file=sys.stderr)
+            return {"sanitizer": Status.ERROR}
+        opts = runner.Options(timeout_s=params.timeout_s(tool), padding=params.padding,
+                              hopper=runner.probe(sanitizer)[1], fail_on_warnings=params.fail_on_warnings)
+        o = runner.check(sanitizer, tool, [str(planted), mode], out / f"{tool}-{mode}.log", opts,
+                         completion=f"planted {mode}: done")
+        print(f"  sanitizer: {o.judgement.status.value} in {o.wall_s:.1f} s: {o.judgement.reason}", file=sys.stderr)
+        return {"sanitizer": o.judgement.status}
+
+    return run
+
+
+def _perf(plant: str) -> Runner:
+    """perf-fa2 on prefill-d128 and decode (FlashCore and FA2 only, for time): first a clean run whose
+    measurements become this case's stored run, then the `plant` run judged against it.
+    plant: "clean" (spread and regression must pass), "slow" (kernel fault 4, serial K/V loads: the regression
+    check must fail), "noisy" (side-stream matmul bursts: the spread must fail and no speed verdict be drawn)."""
+
+    def run(config: Config, out: Path) -> dict[str, Status]:
+        import dataclasses
+
+        from harness import env
+        from harness.bench.backends import SLOW_FAULT
+        from harness.gates import perf
+        from harness.gates.base import GateContext
+        from harness.render import write_all
+        from harness.results import GateResult, RunResult, combine
+
+        spec = next(g for phase in config.phases for g in phase.gates if g.name == "perf-fa2")
+        params = dataclasses.replace(spec.params, workloads=("prefill-d128", "decode"), sweep=False,
+                                     baselines=("fa2",), gated=("fa2",))
+        spec = dataclasses.replace(spec, params=params)
+
+        def gate(run_dir: Path, fault: int = 0, noisy: bool = False, stored: Path | None = None) -> GateResult:
+            (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+            ctx = GateContext(spec=spec, config=config, run_dir=run_dir, repo_root=Path.cwd(), seed=0, fault=fault)
+            result = perf.run_perf(ctx, noisy=noisy, stored_path=stored)
+            notice = "" if plant == "clean" else f"PLANTED ({plant}, test-only): perf-fa2 must fail"
+            write_all(RunResult(run_dir.name, spec.phase, (result,), env.collect(Path.cwd()), "", 0.0,
+                                notice=notice), run_dir)
+            return result
+
+        first = gate(out / "stored")
+        stored = out / "stored" / str(first.details.get("measurements_file", "missing.json"))
+        result = gate(out / plant, fault=SLOW_FAULT if plant == "slow" else 0, noisy=plant == "noisy",
+                      stored=stored)
+        spread = combine([c.status for c in result.checks if c.metric.startswith("rel_std")])
+        regression = combine([c.status for c in result.checks if c.metric == "slowdown_vs_stored"])
+        print(f"  perf-fa2 ({plant}): spread {spread.value}, regression {regression.value}: {result.message}",
+              file=sys.stderr)
+        if plant != "noisy":
+            return {"perf-fa2/spread": spread, "perf-fa2/regression": regression} if plant == "clean" \
+                else {"perf-fa2/regression": regression}
+        noisy = {c.workload for c in result.checks if c.metric.startswith("rel_std") and c.status is Status.FAIL}
+        judged = [c for c in result.checks if c.workload in noisy and not c.metric.startswith("rel_std")
+                  and c.status in (Status.PASS, Status.FAIL)]
+        return {"perf-fa2/spread": Status.ERROR if judged else spread}  # a verdict drawn from noise is a bug
+
+    return run
+
+
 CASES = (
     Case("clean", _phase1(0), None, "the real kernel passes every phase-1 gate"),
     Case("tail-mask", _phase1(1), "correctness", "key seqlen_k leaks past the tail mask"),
@@ -90,6 +162,25 @@ CASES = (
     Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
     Case("slow-loads", _one_gate("ncu-dram", 4), "ncu-dram",
          "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),
+    # perf-fa2 against a stored run measured moments before (harness/gates/perf.py)
+    Case("perf-clean", _perf("clean"), None, "a clean re-run is within the spread limit and the regression margin"),
+    Case("perf-slow", _perf("slow"), "perf-fa2/regression", "kernel fault 4 (serial K/V loads) is > 5 % slower"),
+    Case("perf-noisy", _perf("noisy"), "perf-fa2/spread",
+         "side-stream matmul bursts fail the spread limit, and no speed verdict is drawn from them"),
+    # compute-sanitizer on tests/planted/planted.cu: each tool FAILs on its bug and PASSes the clean mode
+    Case("memcheck-oob", _planted_sanitizer("memcheck", "oob"), "sanitizer",
+         "a write one past the end of a buffer, into the next allocation unless padded"),
+    Case("memcheck-leak", _planted_sanitizer("memcheck", "leak"), "sanitizer", "a cudaMalloc never freed"),
+    Case("racecheck-race", _planted_sanitizer("racecheck", "race"), "sanitizer",
+         "shared memory written and read by other threads with the barrier left out"),
+    Case("synccheck-divergent", _planted_sanitizer("synccheck", "divergent"), "sanitizer",
+         "__syncthreads reached by half of each warp"),
+    Case("synccheck-mbar", _planted_sanitizer("synccheck", "mbar"), "sanitizer",
+         "an arrive on an mbarrier that was never initialized"),
+    Case("initcheck-uninit", _planted_sanitizer("initcheck", "uninit"), "sanitizer",
+         "a kernel reads device memory nothing wrote"),
+    *(Case(f"{tool}-clean", _planted_sanitizer(tool, "clean"), None, f"{tool} passes the planted program's clean mode")
+      for tool in ("memcheck", "racecheck", "synccheck", "initcheck")),
 )
 
 

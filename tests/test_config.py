@@ -16,6 +16,7 @@ from harness.config import ConfigError, Workload, load_config
 EXPECTED_WORKLOADS = [
     "prefill-d128", "prefill-d128-causal", "prefill-d64", "prefill-d256", "prefill-d128-fp16", "decode",
     "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
+    "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode",
 ]  # fmt: skip
 
 
@@ -29,7 +30,7 @@ def test_repository_config_loads(gates_dir: Path) -> None:
     assert (gqa.heads_q, gqa.heads_kv, gqa.causal) == (32, 8, True)
     assert config.workloads["sq1000-sk300-causal"].dtype == "fp16"
     assert [p.number for p in config.phases] == [1, 2, 3, 4, 5, 6, 7]
-    assert [g.name for g in config.phase(1).gates] == ["build", "correctness", "determinism"]
+    assert [g.name for g in config.phase(1).gates] == ["build", "correctness", "determinism", "sanitizer"]
 
 
 def test_phase1_thresholds_come_from_yaml(gates_dir: Path) -> None:
@@ -48,9 +49,12 @@ def test_phase1_thresholds_come_from_yaml(gates_dir: Path) -> None:
 
 def test_gates_are_cumulative(gates_dir: Path) -> None:
     config = load_config(gates_dir)
-    assert [g.name for g in config.gates_through(1)] == ["build", "correctness", "determinism"]
-    assert config.gates_through(7) == config.gates_through(1)  # later phases have no gates yet
-    assert all(g.phase == 1 for g in config.gates_through(7))
+    assert [g.name for g in config.gates_through(1)] == ["build", "correctness", "determinism", "sanitizer"]
+    through3 = [(g.phase, g.name) for g in config.gates_through(3)]
+    assert through3[:4] == [(1, "build"), (1, "correctness"), (1, "determinism"), (1, "sanitizer")]
+    assert [p for p, _ in through3] == sorted(p for p, _ in through3)  # phase order
+    assert {"structure-tma", "structure-wgmma"} <= {n for _, n in through3}
+    assert config.gates_through(7)[: len(through3)] == config.gates_through(3)
 
 
 def test_config_is_frozen(gates_dir: Path) -> None:

@@ -3,7 +3,14 @@
 from harness.gates import build as build
 from harness.gates import correctness as correctness
 from harness.gates import determinism as determinism
+from harness.gates import ncu as ncu
+from harness.gates import ncu_stalls as ncu_stalls
+from harness.gates import perf as perf
+from harness.gates import sanitizer as sanitizer
+from harness.gates import scaling as scaling
+from harness.gates import structure as structure
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import get, names, register
 
-__all__ = ["Gate", "GateContext", "build", "correctness", "determinism", "get", "names", "register"]
+__all__ = ["Gate", "GateContext", "build", "correctness", "determinism", "get", "names", "ncu", "ncu_stalls",
+           "perf", "register", "sanitizer", "scaling", "structure"]

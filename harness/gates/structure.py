@@ -28,10 +28,10 @@ class StructureParams:
     ptx: str = param()  # `make ptx` output, used when cuobjdump is absent
     kernel_pattern: str = param()  # regex over mangled kernel names: the kernels that claim the phase
     sass_required: tuple[str, ...] = param()
-    sass_forbidden: tuple[str, ...] = param()
     ptx_required: tuple[str, ...] = param()
-    ptx_forbidden: tuple[str, ...] = param()
     timeout_s: int = param(gt=0)
+    sass_forbidden: tuple[str, ...] = param(default=())
+    ptx_forbidden: tuple[str, ...] = param(default=())
 
 
 def verdict_structure(kernels: dict[str, set[str]], pattern: str, required: tuple[str, ...],

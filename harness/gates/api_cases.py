@@ -1,0 +1,255 @@
+"""The API gate's case table (`gates/api-cases.yaml`): parsed once into frozen dataclasses, and the tensors each
+case describes, built on any torch device (the CPU tests build them on the CPU).
+
+A case is `reject` (must raise `error` with a message matching `match`, before any launch) or `accept` (must
+run and match the fp32 reference; `expect: empty` = the defined result of an empty input, without a launch).
+Its top-level shape keys override `defaults`; `q`, `k`, `v`, `out`, `lse` override how one argument is built
+(TensorSpec); `call` passes extra keyword arguments to flashcore.attention verbatim.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from harness.config import ConfigError, _mapping, _read_yaml, param, parse_dataclass
+from harness.gates import gpu
+
+if TYPE_CHECKING:
+    import torch
+
+ERRORS = ("FlashCoreError", "UnsupportedDeviceError")
+TENSORS = ("q", "k", "v", "out", "lse")
+CALL_KEYS = ("softmax_scale", "causal", "deterministic", "fallback", "debug_fault")
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64", "int8": "int8",
+          "int16": "int16", "fp8": "float8_e4m3fn", "bool": "bool"}
+LAYOUTS = ("contiguous", "bhsd", "padded-heads", "packed", "seq-slice", "last-dim-strided", "misaligned",
+           "odd-seq-stride", "expand", "transposed")
+MISALIGN_BYTES = 8  # a base 8 bytes past a 16-byte boundary: fine for 16-bit loads, not for TMA
+
+
+@dataclass(frozen=True)
+class Dims:
+    batch: int = param(ge=0)
+    seqlen_q: int = param(ge=0)
+    seqlen_k: int = param(ge=0)
+    heads_q: int = param(ge=0)
+    heads_kv: int = param(ge=0)
+    head_dim: int = param(ge=0)
+    dtype: str = param(choices=("bf16", "fp16"))
+    causal: bool = param(default=False)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """How to build one argument; every field defaults to the plain tensor the dims describe."""
+
+    shape: tuple[int, ...] = param(default=())  # () = from the dims
+    dtype: str = param(default="", choices=tuple(DTYPES))  # "" = the dims' dtype (lse: fp32)
+    device: str = param(default="cuda", choices=("cuda", "cpu", "meta", "cuda:1"))
+    layout: str = param(default="contiguous", choices=LAYOUTS)
+    alias: str = param(default="", choices=("q", "k", "v", "out"))  # a view of that argument's memory
+    value: str = param(default="", choices=("none", "list", "float"))  # not a tensor at all
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str  # "reject" or "accept"
+    why: str
+    dims: Dims
+    tensors: Mapping[str, TensorSpec]  # only the arguments the case overrides
+    call: Mapping[str, Any]
+    error: str = ""  # reject: expected exception class (flashcore.<error>)
+    match: str = ""  # reject: regex the message must contain
+    expect: str = "result"  # accept: "result" (vs the fp32 reference) or "empty" (defined result, no launch)
+    min_devices: int = 1  # GPUs the case needs; skipped (and listed) on a host with fewer
+
+
+def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any]) -> Case:
+    key = f"{kind}.{name}"
+    raw = dict(_mapping(file, key, raw))
+    dim_keys = [k for k in raw if k in Dims.__dataclass_fields__]
+    dims = parse_dataclass(Dims, {**defaults, **{k: raw.pop(k) for k in dim_keys}}, file, key)
+    tensors = {t: parse_dataclass(TensorSpec, raw.pop(t), file, f"{key}.{t}") for t in TENSORS if t in raw}
+    call = dict(_mapping(file, f"{key}.call", raw.pop("call", None)))
+    for k in call:
+        if k not in CALL_KEYS:
+            raise ConfigError(file, f"{key}.call.{k}", call[k], f"unknown argument; allowed: {', '.join(CALL_KEYS)}")
+    own = ("why", "error", "match", "min_devices") if kind == "reject" else ("why", "expect", "min_devices")
+    for k in raw:
+        if k not in own:
+            allowed = ", ".join([*own, *Dims.__dataclass_fields__, *TENSORS, "call"])
+            raise ConfigError(file, f"{key}.{k}", raw[k], f"unknown key; allowed: {allowed}")
+    spec = parse_dataclass(_Own[kind], raw, file, key)
+    if kind == "reject":
+        try:
+            re.compile(spec.match)
+        except re.error as e:
+            raise ConfigError(file, f"{key}.match", spec.match, f"not a valid regular expression: {e}") from None
+    elif "softmax_scale" in call:
+        raise ConfigError(file, f"{key}.call.softmax_scale", call["softmax_scale"],
+                          "accept cases are judged against the reference at the default scale")
+    return Case(name=name, kind=kind, dims=dims, tensors=MappingProxyType(tensors),
+                call=MappingProxyType(call), **vars(spec))
+
+
+@dataclass(frozen=True)
+class _Reject:
+    why: str = param()
+    error: str = param(choices=ERRORS)
+    match: str = param()
+    min_devices: int = param(default=1, ge=1)
+
+
+@dataclass(frozen=True)
+class _Accept:
+    why: str = param()
+    expect: str = param(default="result", choices=("result", "empty"))
+    min_devices: int = param(default=1, ge=1)
+
+
+_Own: dict[str, type] = {"reject": _Reject, "accept": _Accept}
+
+
+def load_cases(file: Path) -> tuple[Case, ...]:
+    """Every case of the file, rejects first; ConfigError names the file, key and value of any problem."""
+    data = _read_yaml(file, ("defaults", "reject", "accept"))
+    defaults = _mapping(file, "defaults", data.get("defaults"))
+    cases: list[Case] = []
+    for kind in ("reject", "accept"):
+        for name, raw in _mapping(file, kind, data.get(kind)).items():
+            if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
+                raise ConfigError(file, f"{kind}.{name}", name, "a case name is [a-z0-9._-]+")
+            if any(c.name == name for c in cases):
+                raise ConfigError(file, f"{kind}.{name}", name, "case names are unique over reject and accept")
+            cases.append(_case(file, kind, name, raw, defaults))
+    if not any(c.kind == "reject" for c in cases) or not any(c.kind == "accept" for c in cases):
+        raise ConfigError(file, "reject/accept", len(cases), "needs at least one reject and one accept case")
+    return tuple(cases)
+
+
+# ---- building the arguments ------------------------------------------------------------------------
+
+
+def default_shape(name: str, d: Dims) -> tuple[int, ...]:
+    if name in ("q", "out"):
+        return (d.batch, d.seqlen_q, d.heads_q, d.head_dim)
+    if name == "lse":
+        return (d.batch, d.heads_q, d.seqlen_q)
+    return (d.batch, d.seqlen_k, d.heads_kv, d.head_dim)
+
+
+def _allocate(shape: tuple[int, ...], dtype: torch.dtype, device: str, layout: str) -> tuple[Any, Any]:
+    """(storage, view): `storage` is a dense tensor that holds every element of `view` (fill it, not the view)."""
+    import torch
+
+    def empty(*s: int) -> torch.Tensor:
+        return torch.empty(s, dtype=dtype, device=device)
+
+    if layout in ("bhsd", "padded-heads", "packed", "seq-slice", "odd-seq-stride") and len(shape) != 4:
+        raise ValueError(f"layout {layout} needs a rank-4 shape, got {shape}")
+    b, s, h, d = shape if len(shape) == 4 else (0, 0, 0, 0)
+    n = 1
+    for x in shape:
+        n *= x
+    if layout == "contiguous":
+        base = empty(*shape)
+        return base, base
+    if layout == "bhsd":  # q.transpose(1, 2) of a [B, H, S, D] tensor
+        base = empty(b, h, s, d)
+        return base, base.transpose(1, 2)
+    if layout == "padded-heads":  # head stride 2 D
+        base = empty(b, s, h, 2, d)
+        return base, base[..., 0, :]
+    if layout == "packed":  # the k of a packed [B, S, 3, H, D] qkv tensor
+        base = empty(b, s, 3, h, d)
+        return base, base[:, :, 1]
+    if layout == "seq-slice":  # rows 3.. of a longer sequence: an offset, 16-byte aligned base
+        base = empty(b, s + 3, h, d)
+        return base, base[:, 3:]
+    if layout == "last-dim-strided":
+        base = empty(*shape[:-1], 2 * shape[-1])
+        return base, base[..., ::2]
+    if layout == "misaligned":
+        off = MISALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+        base = empty(n + 2 * off)
+        return base, base[off : off + n].view(shape)
+    if layout == "odd-seq-stride":  # seq stride H D + 4 elements: 8 bytes off the 16-byte grid
+        row = h * d + 4
+        base = empty(b * s * row)
+        return base, base.as_strided(shape, (s * row, row, d, 1))
+    if layout == "expand":  # stride 0 on every dim but the last
+        base = empty(*[1] * (len(shape) - 1), shape[-1])
+        return base, base.expand(shape)
+    if layout == "transposed":  # every dim reversed in memory
+        base = empty(*reversed(shape))
+        return base, base.permute(*reversed(range(len(shape))))
+    raise ValueError(f"unknown layout {layout}")
+
+
+def _fill(storage: torch.Tensor, poison: bool, generator: torch.Generator | None) -> None:
+    import torch
+
+    if storage.device.type == "meta":
+        return
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+    if poison and storage.dtype in names:
+        storage.view(torch.int16).fill_(gpu.POISON_16[names[storage.dtype]])
+        return
+    if poison and storage.dtype == torch.float32:
+        storage.view(torch.int32).fill_(gpu.POISON_LSE)
+        return
+    noise = torch.randn(storage.shape, generator=generator, device=storage.device, dtype=torch.float32)
+    storage.copy_(noise)
+
+
+def _alias(target: Any, shape: tuple[int, ...], dtype: torch.dtype) -> Any:
+    """A view of `target`'s memory with the given shape and dtype (`target` itself when they already match)."""
+    if tuple(target.shape) == shape and target.dtype == dtype:
+        return target
+    import torch
+
+    n = 1
+    for x in shape:
+        n *= x
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    flat = target.reshape(-1)[: nbytes // target.element_size()]
+    return flat.view(dtype).view(shape)
+
+
+def build(case: Case, device: str, seed: int, *, poisoned_outputs: bool) -> dict[str, Any]:
+    """q, k, v (random) and, when the case names them or `poisoned_outputs` is set, out and lse (poisoned).
+
+    `device` replaces "cuda" (the CPU tests pass "cpu"); a missing key means the argument is not passed."""
+    import torch
+
+    generators: dict[str, torch.Generator] = {}
+    args: dict[str, Any] = {}
+    for name in TENSORS:
+        spec = case.tensors.get(name)
+        if name in ("out", "lse") and spec is None and not poisoned_outputs:
+            continue
+        spec = spec or TensorSpec()
+        if spec.value:
+            value = {"none": None, "list": [1.0, 2.0], "float": 1.0}[spec.value]
+            if value is not None:
+                args[name] = value
+            continue
+        shape = spec.shape or default_shape(name, case.dims)
+        dtype_name = spec.dtype or ("fp32" if name == "lse" else case.dims.dtype)
+        dtype = getattr(torch, DTYPES[dtype_name])
+        if spec.alias:
+            args[name] = _alias(args[spec.alias], shape, dtype)
+            continue
+        where = device if spec.device == "cuda" else spec.device
+        if where not in generators and not where.startswith("meta"):
+            generators[where] = torch.Generator(device=where).manual_seed(seed + len(generators))
+        storage, view = _allocate(shape, dtype, where, spec.layout)
+        _fill(storage, name in ("out", "lse"), generators.get(where))
+        args[name] = view
+    return args

@@ -46,10 +46,13 @@ class Measurement:
     implementation: str = ""  # what ran: "flashcore", "SDPBackend.CUDNN_ATTENTION", the FA3 module, ...
     kernels: tuple[str, ...] = ()  # GPU kernels it launched (torch profiler): proof of which code ran
     planted: str = ""  # test-only planted fault or noise; "" in real runs
+    spread_groups: int = 1  # timing.spread_groups when measured (1: per-repetition spread, older records)
 
     @property
     def summary(self) -> Summary | None:
-        return summarize(self.times_ms) if self.available and len(self.times_ms) >= 2 else None
+        if not self.available or len(self.times_ms) < 2 * self.spread_groups:
+            return None
+        return summarize(self.times_ms, self.spread_groups)
 
     @property
     def median_ms(self) -> float | None:
@@ -91,6 +94,7 @@ class Measurement:
             "implementation": self.implementation,
             "kernels": list(self.kernels),
             "planted": self.planted,
+            "spread_groups": self.spread_groups,
             # derived, for a person reading the JSON; recomputed from times_ms on read
             "summary": s.to_dict() if s else None,
             "throughput": self.throughput,
@@ -109,7 +113,8 @@ class Measurement:
                        available=bool(d["available"]), why=str(d.get("why") or ""), times_ms=times,
                        seed=d.get("seed"), clocks=dict(d.get("clocks") or {}),
                        implementation=str(d.get("implementation") or ""),
-                       kernels=tuple(d.get("kernels") or ()), planted=str(d.get("planted") or ""))
+                       kernels=tuple(d.get("kernels") or ()), planted=str(d.get("planted") or ""),
+                       spread_groups=int(d.get("spread_groups") or 1))
         except (KeyError, TypeError, ValueError) as e:
             raise RecordError(f"malformed measurement {dict(d).get('workload')!r}/{dict(d).get('backend')!r}: "
                               f"{type(e).__name__}: {e}") from None

@@ -87,7 +87,8 @@ class Measurer:
             times, _ = timing.time_gpu(prepared.fn, opts.timing, self._flush, before)
         clocks: dict[str, Any] = timing.read_clocks()
         m = Measurement(wl.name, backend, wl, available=True, times_ms=tuple(times), seed=self.seed(wl),
-                        clocks=clocks, implementation=prepared.implementation, kernels=kernels, planted=planted)
+                        clocks=clocks, implementation=prepared.implementation, kernels=kernels, planted=planted,
+                        spread_groups=opts.timing.spread_groups)
         self._cache[(wl.name, backend)] = m
         self.elapsed_s += time.monotonic() - t0
         return m

@@ -35,6 +35,7 @@ class TimingParams:
     warmup: int = param(ge=1)  # calls before the timed ones (module load, cuDNN plans); their median sizes the loop
     warmup_ms: float = param(ge=0)  # then more calls until this much GPU time has run: clocks and power settle
     min_reps: int = param(ge=3)
+    spread_groups: int = param(ge=1)  # judged spread = rel. std of the medians of this many consecutive groups
     max_reps: int = param(ge=3)
     target_ms: float = param(gt=0)  # timed GPU time aimed at per measurement: big shapes get fewer reps
     flush_mib: int = param(ge=0)  # L2 flush buffer written before every repetition (H100 L2: 50 MB)
@@ -171,6 +172,9 @@ def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettin
         if key not in data:
             raise ConfigError(file, key, None, "required")
     timing = parse_dataclass(TimingParams, data["timing"], file, "timing")
+    if timing.min_reps < 2 * timing.spread_groups:
+        raise ConfigError(file, "timing.min_reps", timing.min_reps,
+                          f"must be >= 2 x spread_groups ({timing.spread_groups}) for a median per group")
     if timing.max_reps < timing.min_reps:
         raise ConfigError(file, "timing.max_reps", timing.max_reps, f"must be >= min_reps ({timing.min_reps})")
     suite = parse_dataclass(SuiteParams, data["suite"], file, "suite")

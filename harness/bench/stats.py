@@ -33,19 +33,41 @@ class Summary:
     mean_ms: float
     min_ms: float
     max_ms: float
-    rel_std: float  # sample standard deviation / mean: the spread the gates judge
+    rel_std: float  # the spread the gates judge: run-to-run (see summarize's `groups`)
+    rep_rel_std: float  # per-repetition sample std / mean (launch-to-launch jitter), shown, not judged
+    groups: int  # consecutive groups whose medians gave rel_std (1: rel_std is the per-repetition spread)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def summarize(times_ms: Sequence[float]) -> Summary:
-    """Median, p20/p80, mean, min/max and relative standard deviation; needs at least 2 repetitions."""
-    if len(times_ms) < 2:
-        raise ValueError(f"need at least 2 repetitions for a spread, got {len(times_ms)}")
+def group_medians(times_ms: Sequence[float], groups: int) -> list[float]:
+    """Medians of `groups` consecutive, near-equal slices of the repetitions (in timing order)."""
+    n = len(times_ms)
+    bounds = [round(i * n / groups) for i in range(groups + 1)]
+    return [statistics.median(times_ms[bounds[i]:bounds[i + 1]]) for i in range(groups)]
+
+
+def summarize(times_ms: Sequence[float], groups: int = 1) -> Summary:
+    """Median, p20/p80, mean, min/max and the spread; needs at least 2 repetitions (2 per group).
+
+    With groups >= 2 the judged spread is run-to-run: the relative std of the medians of `groups` consecutive
+    slices of the repetitions, so a slow drift or a burst of interference shows while single-launch clock
+    jitter (which the median already absorbs) does not. groups = 1 judges the per-repetition spread."""
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups}")
+    if len(times_ms) < 2 * groups:
+        raise ValueError(f"need at least {2 * groups} repetitions for a spread over {groups} groups, "
+                         f"got {len(times_ms)}")
     if any(not math.isfinite(t) or t <= 0 for t in times_ms):
         raise ValueError("repetition times must be finite and > 0")
     mean = statistics.fmean(times_ms)
+    rep_rel_std = statistics.stdev(times_ms) / mean
+    if groups >= 2:
+        medians = group_medians(times_ms, groups)
+        rel_std = statistics.stdev(medians) / statistics.fmean(medians)
+    else:
+        rel_std = rep_rel_std
     return Summary(
         reps=len(times_ms),
         median_ms=statistics.median(times_ms),
@@ -54,5 +76,7 @@ def summarize(times_ms: Sequence[float]) -> Summary:
         mean_ms=mean,
         min_ms=min(times_ms),
         max_ms=max(times_ms),
-        rel_std=statistics.stdev(times_ms) / mean,
+        rel_std=rel_std,
+        rep_rel_std=rep_rel_std,
+        groups=groups,
     )

@@ -43,8 +43,10 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(&bars[Slots::kKFull + s], 1);
       mbarrier_init(&bars[Slots::kVFull + s], 1);
-      mbarrier_init(&bars[Slots::kKEmpty + s], 128 * Cfg::kConsumerWGs);  // every consumer thread
-      mbarrier_init(&bars[Slots::kVEmpty + s], 128 * Cfg::kConsumerWGs);
+      // One arrival per consumer warpgroup: its thread 0 arrives after the warpgroup's wgmma.wait_group,
+      // when the GEMM that read the stage has completed for the whole warpgroup.
+      mbarrier_init(&bars[Slots::kKEmpty + s], Cfg::kConsumerWGs);
+      mbarrier_init(&bars[Slots::kVEmpty + s], Cfg::kConsumerWGs);
     }
     mbarrier_init_fence();
   }
@@ -70,7 +72,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
     auto k_addr = [&](int n) { return smem_addr(k_smem + (n % Cfg::kStages) * Cfg::kKVBytes); };
     auto v_addr = [&](int n) { return smem_addr(v_smem + (n % Cfg::kStages) * Cfg::kKVBytes); };
     auto wait = [&](int slot, int n) { mbarrier_wait(&bars[slot + n % Cfg::kStages], (n / Cfg::kStages) & 1); };
-    auto release = [&](int slot, int n) { mbarrier_arrive(&bars[slot + n % Cfg::kStages]); };
+    auto release = [&](int slot, int n) {
+      if (thread == 0) mbarrier_arrive(&bars[slot + n % Cfg::kStages]);
+    };
     auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2]) {
       const int key0 = n * Cfg::kBlockN;
       if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) mask_scores(s, p, row0, key0, lane);

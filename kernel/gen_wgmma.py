@@ -7,7 +7,7 @@ Run: python3 kernel/gen_wgmma.py > kernel/wgmma_ops.h   (the build does not run 
 
 from __future__ import annotations
 
-N_VALUES = (64, 80, 128, 256)  # S = Q K^T uses N = BLOCK_N (80, 128); O += P V uses N = head dim
+N_VALUES = (64, 80, 128, 176, 256)  # S = Q K^T uses N = BLOCK_N (80, 128, 176); O += P V uses N = head dim
 TYPES = {"Bf16": "bf16", "Fp16": "f16"}
 
 

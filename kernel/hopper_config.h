@@ -49,9 +49,10 @@ struct HopperTileConfig {
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   using Registers = RegisterSplit<kConsumerWGs>;
   static constexpr int kBlockM = 64 * kConsumerWGs;
-  // BLOCK_N: 128 keys for hdim <= 128 (S is 64 fp32 registers per thread); hdim 256 takes 80 so that
-  // Q (64 KB) + 2 stages of K and V (4 x 40 KB) fit in 227 KB and O (128 registers) + S (40) fit in 240.
-  static constexpr int kBlockN = kHeadDim == 256 ? 80 : 128;
+  // BLOCK_N: hdim 64: 128 keys (S is 64 fp32 registers per thread, 160 with 3 consumers). hdim 128: 176
+  // (FA3's non-causal choice; 208 KB of shared memory, S 88 + O 64 + P 44 registers within 240). hdim 256:
+  // 80, so that Q (64 KB) + 2 stages of K and V (4 x 40 KB) fit in 227 KB and O (128) + S (40) in 240.
+  static constexpr int kBlockN = kHeadDim == 256 ? 80 : kHeadDim == 128 ? 176 : 128;
   static constexpr int kStages = 2;
   // TMA boxes and wgmma atoms are 64 columns (128 bytes, the 128-byte swizzle span) wide.
   static constexpr int kChunks = kHeadDim / 64;

@@ -1,85 +1,134 @@
-"""The PyTorch entry point: validate everything on the host, then launch through the C ABI."""
+"""The PyTorch entry point: validate everything on the host, then launch through the C ABI (or fall back)."""
 
 from __future__ import annotations
 
 import ctypes
 import math
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from flashcore import _lib
+from flashcore import _lib, validate
+from flashcore import fallback as sdpa_fallback
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 
 if TYPE_CHECKING:
     import torch
 
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
-MAX_FAULT = 4
+MAX_FAULT = 4  # debug_fault 1..4: kernel/config.h FaultKind
+FALLBACKS = ("error", "sdpa")
+BSHD = "[B, S, H, D]"
+_entry_calls = 0
 
 
-def _dtype_code(dtype: torch.dtype) -> int:
+def entry_calls() -> int:
+    """How often this process entered the C library's fc_attention_forward (the API gate checks that a rejected
+    input never gets there)."""
+    return _entry_calls
+
+
+@dataclass(frozen=True)
+class Call:
+    """A validated call: every argument checked, nothing allocated or launched yet."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    out: torch.Tensor | None
+    lse: torch.Tensor | None
+    causal: bool
+    scale: float
+    deterministic: bool
+    fallback: str
+    debug_fault: int
+
+    @property
+    def empty(self) -> bool:
+        """No output element, or no key to attend to: a defined result without a launch."""
+        return self.q.numel() == 0 or self.k.shape[1] == 0
+
+
+def check_call(q: object, k: object, v: object, *, causal: object = False, softmax_scale: object = None,
+               out: object = None, lse: object = None, deterministic: object = False, fallback: object = "error",
+               debug_fault: object = 0, device_type: str = "cuda") -> Call:
+    """Every host-side check of `attention`, in order; raises FlashCoreError. `device_type` is "cuda" except in
+    the CPU tests, which run the same checks on CPU tensors."""
+    q = validate.tensor("q", q, device_type, None)
+    k = validate.tensor("k", k, device_type, q.device)
+    v = validate.tensor("v", v, device_type, q.device)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        validate.rank(name, t, 4, BSHD)
+    validate.dtype16("q", q)
+    validate.same("k", "dtype", k.dtype, q.dtype, "q, k and v must have one dtype")
+    validate.same("v", "dtype", v.dtype, q.dtype, "q, k and v must have one dtype")
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    if k.shape != v.shape:
+        raise FlashCoreError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}: they must match "
+                             "[B, Sk, Hkv, D]")
+    validate.same("k", "shape[0] (batch)", k.shape[0], batch, "batch sizes must match")
+    validate.same("k", "shape[3] (head dim)", k.shape[3], head_dim, "head dims must match")
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise FlashCoreError(f"head dim (q.shape[3]) is {head_dim}: FlashCore supports {SUPPORTED_HEAD_DIMS}")
+    if heads_q and (heads_kv == 0 or heads_q % heads_kv):
+        raise FlashCoreError(f"q has {heads_q} heads and k/v have {heads_kv}: heads_q must be a multiple of "
+                             "heads_kv (GQA: query head h reads k/v head h // (heads_q // heads_kv))")
+    validate.at_most("q.shape[0] (batch)", batch, validate.MAX_GRID_YZ, "CUDA grid z dimension")
+    validate.at_most("q.shape[2] (heads_q)", heads_q, validate.MAX_GRID_YZ, "CUDA grid y dimension")
+    validate.at_most("q.shape[1] (seqlen_q)", seqlen_q, validate.MAX_SEQLEN, "32-bit row indices")
+    validate.at_most("k.shape[1] (seqlen_k)", seqlen_k, validate.MAX_SEQLEN, "32-bit row indices")
+    scale = validate.scale(softmax_scale, head_dim)
+    causal = validate.flag("causal", causal)
+    deterministic = validate.flag("deterministic", deterministic)
+    if fallback not in FALLBACKS:
+        raise FlashCoreError(f"fallback is {fallback!r}: expected 'error' (raise UnsupportedDeviceError on a GPU "
+                             "that is not SM 9.0) or 'sdpa' (compute with torch SDPA there)")
+    if isinstance(debug_fault, bool) or not isinstance(debug_fault, int) or not 0 <= debug_fault <= MAX_FAULT:
+        raise FlashCoreError(f"debug_fault is {debug_fault!r}: known faults are 0..{MAX_FAULT} (0 = none)")
+    inputs = {"q": q, "k": k, "v": v}
+    if out is not None:
+        out = validate.tensor("out", out, device_type, q.device)
+        validate.same("out", "shape", tuple(out.shape), tuple(q.shape), "out must be shaped like q")
+        validate.same("out", "dtype", out.dtype, q.dtype, "out must have q's dtype")
+        validate.self_overlap("out", out)
+        validate.not_aliased("out", out, inputs)
+    if lse is not None:
+        import torch
+
+        lse = validate.tensor("lse", lse, device_type, q.device)
+        expected = (batch, heads_q, seqlen_q)
+        if tuple(lse.shape) != expected:
+            raise FlashCoreError(f"lse has shape {tuple(lse.shape)}: expected [B, Hq, Sq] = {expected}")
+        if lse.dtype != torch.float32:
+            raise FlashCoreError(f"lse.dtype is {lse.dtype}: expected torch.float32")
+        if not lse.is_contiguous():
+            raise FlashCoreError(f"lse has stride {lse.stride()}: it must be contiguous (written row-major "
+                                 "[B, Hq, Sq])")
+        validate.not_aliased("lse", lse, {**inputs, **({"out": out} if out is not None else {})})
+    call = Call(q, k, v, out, lse, causal, scale, deterministic, str(fallback), debug_fault)
+    if not call.empty:
+        for name, t in {**inputs, **({"out": out} if out is not None else {})}.items():
+            validate.layout(name, t)
+    return call
+
+
+@lru_cache(maxsize=16)
+def _device_info(index: int) -> tuple[tuple[int, int], str]:
     import torch
 
-    if dtype == torch.float16:
-        return _lib.FC_FP16
-    if dtype == torch.bfloat16:
-        return _lib.FC_BF16
-    raise FlashCoreError(f"q.dtype is {dtype}: FlashCore supports torch.float16 and torch.bfloat16")
+    return torch.cuda.get_device_capability(index), torch.cuda.get_device_name(index)
 
 
-def _check_tensor(name: str, t: object, device: torch.device | None) -> torch.Tensor:
-    import torch
-
-    if not isinstance(t, torch.Tensor):
-        raise FlashCoreError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cuda":
-        raise FlashCoreError(f"{name} is on {t.device}: FlashCore needs CUDA tensors")
-    if device is not None and t.device != device:
-        raise FlashCoreError(f"{name} is on {t.device} but q is on {device}: all tensors must share one device")
-    if t.dim() != 4:
-        raise FlashCoreError(f"{name} has shape {tuple(t.shape)} (rank {t.dim()}): expected rank 4 [B, S, H, D]")
-    return t
-
-
-def _check_layout(name: str, t: torch.Tensor) -> None:
-    """Last dim contiguous; other strides multiples of 8 elements; base 16-byte aligned (16-byte copies)."""
-    if t.stride(3) != 1 and t.shape[3] > 1:
-        raise FlashCoreError(f"{name} has stride {t.stride()}: the last (head) dim must be contiguous (stride 1)")
-    for dim, label in zip((0, 1, 2), ("batch", "seq", "head"), strict=True):
-        if t.stride(dim) % 8 != 0 and t.shape[dim] > 1:
-            raise FlashCoreError(
-                f"{name}.stride({dim}) ({label}) is {t.stride(dim)}: strides must be multiples of 8 elements "
-                "(16 bytes); call .contiguous() first"
-            )
-    if t.data_ptr() % 16 != 0:
-        raise FlashCoreError(f"{name}.data_ptr() is not 16-byte aligned; call .clone() first")
-
-
-def _strides(t: torch.Tensor) -> ctypes.Array[ctypes.c_int64]:
-    # Size-1 dims may carry any stride in torch; the kernel never steps along them, so 0 is exact.
-    return _lib.Strides(*[t.stride(d) if t.shape[d] > 1 else 0 for d in range(3)])
-
-
-def _check_device(device: torch.device) -> None:
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(device)
-    if (major, minor) != (9, 0):
-        name = torch.cuda.get_device_name(device)
-        raise UnsupportedDeviceError(
-            f"{device} ({name}) is SM {major}.{minor}: FlashCore's kernel is built for SM 9.0 (H100/H200) only"
-        )
-
-
-def _extent(t: torch.Tensor) -> tuple[int, int]:
-    """Byte range [lo, hi) that a strided tensor's elements occupy."""
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True) if size > 0)
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    a_lo, a_hi = _extent(a)
-    b_lo, b_hi = _extent(b)
-    return a_lo < b_hi and b_lo < a_hi
+def use_fallback(device: str, capability: tuple[int, int], name: str, fallback: str) -> bool:
+    """True when the call goes to torch SDPA; raises UnsupportedDeviceError for a non-SM-9.0 GPU without fallback."""
+    if capability == (9, 0):
+        return False
+    if fallback == "sdpa":
+        return True
+    major, minor = capability
+    raise UnsupportedDeviceError(f"{device} ({name}) is SM {major}.{minor}: FlashCore's kernel is built for SM 9.0 "
+                                 "(H100/H200) only; pass fallback='sdpa' to compute with torch SDPA on this GPU")
 
 
 def attention(
@@ -91,91 +140,64 @@ def attention(
     softmax_scale: float | None = None,
     out: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
+    deterministic: bool = False,
+    fallback: str = "error",
     debug_fault: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """O = softmax(softmax_scale * Q K^T + mask) V, with the per-row log-sum-exp.
+    """O = softmax(softmax_scale * Q K^T + mask) V, with the per-row log-sum-exp. Forward only (no autograd).
 
-    q: [B, Sq, Hq, D]; k, v: [B, Sk, Hkv, D]; fp16 or bf16 (all the same); D in 64, 128, 256;
-    Hq a multiple of Hkv (query head h reads K/V head h // (Hq // Hkv)). Strided views are accepted when
-    the last dim is contiguous and the other strides are multiples of 8 elements.
+    q: [B, Sq, Hq, D]; k, v: [B, Sk, Hkv, D]; CUDA tensors on one device, fp16 or bf16 (all the same);
+    D in 64, 128, 256; Hq a multiple of Hkv (query head h reads K/V head h // (Hq // Hkv)); B, Hq <= 65535.
+    Strided views are accepted when the last dim is contiguous and every other stride (of a dim longer than 1)
+    is a non-zero multiple of 16 bytes, with a 16-byte aligned base: what TMA can encode.
     causal: bottom-right aligned (row i sees key j iff j <= i + Sk - Sq), as FlashAttention.
-    softmax_scale: default 1 / sqrt(D); must be finite and > 0.
-    out: optional [B, Sq, Hq, D] output (q's dtype and device, not overlapping an input).
-    lse: optional [B, Hq, Sq] float32 contiguous output.
+    softmax_scale: default 1 / sqrt(D); a Python number, finite and > 0 in float32.
+    out: optional [B, Sq, Hq, D] output (q's dtype and device, no shared elements, not overlapping an input).
+    lse: optional [B, Hq, Sq] float32 contiguous output (not overlapping an input or out).
+    deterministic: guarantees bit-identical out and lse across runs for the same inputs, whatever launch
+        configuration a run picks. Today's kernel always is (fixed grid per shape, no split-KV, no atomics), so
+        the flag costs nothing; a later split-KV or persistent schedule must keep it true (fixed split and
+        reduction order when set). With fallback="sdpa" it selects SDPA's math backend.
+    fallback: "error" (default): a GPU that is not SM 9.0 raises UnsupportedDeviceError. "sdpa": compute the
+        same contract with torch SDPA there (warns once per device); an SM 9.0 GPU always runs the kernel.
+    Empty inputs launch nothing: Sq = 0 (or B = 0, Hq = 0) gives empty outputs; Sk = 0 gives out = 0, lse = -inf.
     Returns (out, lse). A row that sees no key gets out = 0 and lse = -inf.
     debug_fault: test-only planted fault (0 = none); see docs/design.md.
     Raises FlashCoreError (a ValueError) for any unsupported input, before anything is launched.
     """
+    global _entry_calls
     import torch
 
-    q = _check_tensor("q", q, None)
-    k = _check_tensor("k", k, q.device)
-    v = _check_tensor("v", v, q.device)
-    dtype = _dtype_code(q.dtype)
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise FlashCoreError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}: all must match")
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    _, seqlen_k, heads_kv, _ = k.shape
-    if k.shape != v.shape:
-        raise FlashCoreError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}: they must match")
-    if k.shape[0] != batch or k.shape[3] != head_dim:
-        raise FlashCoreError(
-            f"k/v shape {tuple(k.shape)} does not match q {tuple(q.shape)}: batch and head dim must agree"
-        )
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise FlashCoreError(f"head dim is {head_dim}: FlashCore supports {SUPPORTED_HEAD_DIMS}")
-    if heads_kv == 0 or heads_q % heads_kv != 0:
-        raise FlashCoreError(f"q has {heads_q} heads and k/v {heads_kv}: Hq must be a multiple of Hkv")
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise FlashCoreError(f"softmax_scale is {softmax_scale}: it must be finite and > 0")
-    if not 0 <= int(debug_fault) <= MAX_FAULT:
-        raise FlashCoreError(f"debug_fault is {debug_fault}: known faults are 0..{MAX_FAULT}")
-
-    if out is None:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    else:
-        out = _check_tensor("out", out, q.device)
-        if out.shape != q.shape or out.dtype != q.dtype:
-            raise FlashCoreError(
-                f"out is {tuple(out.shape)} {out.dtype}: expected {tuple(q.shape)} {q.dtype} (like q)"
-            )
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if _overlaps(out, t):
-                raise FlashCoreError(f"out overlaps {name}: the output must not alias an input")
-    expected_lse = (batch, heads_q, seqlen_q)
+    call = check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
+                      deterministic=deterministic, fallback=fallback, debug_fault=debug_fault)
+    q, k, v = call.q, call.k, call.v
+    capability, name = _device_info(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    sdpa = use_fallback(str(q.device), capability, name, call.fallback)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format) if call.out is None else call.out
+    lse = call.lse
     if lse is None:
-        lse = torch.empty(expected_lse, dtype=torch.float32, device=q.device)
-    elif (
-        not isinstance(lse, torch.Tensor)
-        or tuple(lse.shape) != expected_lse
-        or lse.dtype != torch.float32
-        or lse.device != q.device
-        or not lse.is_contiguous()
-    ):
-        raise FlashCoreError(f"lse must be a contiguous float32 tensor of shape {expected_lse} on {q.device}")
-
-    if seqlen_q == 0 or batch == 0 or heads_q == 0:
-        return out, lse
-    if seqlen_k == 0:  # softmax over no key: defined as O = 0, LSE = -inf, no launch
+        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    if call.empty:
         out.zero_()
         lse.fill_(-math.inf)
         return out, lse
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        _check_layout(name, t)
-    _check_device(q.device)
+    if sdpa:
+        sdpa_fallback.warn_once(f"{q.device} ({name})")
+        with torch.cuda.device(q.device):
+            sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)
+        return out, lse
 
     params = _lib.FcParams(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-        batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-        head_dim=head_dim, q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
-        o_stride=_strides(out), softmax_scale=scale, causal=int(bool(causal)), dtype=dtype,
-        debug_fault=int(debug_fault),
+        batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
+        head_dim=q.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
+        o_stride=_strides(out), softmax_scale=call.scale, causal=int(call.causal),
+        dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16, debug_fault=call.debug_fault,
     )  # fmt: skip
     lib = _lib.load()
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
+        _entry_calls += 1
         status = lib.fc_attention_forward(params, stream)
     if status == _lib.FC_OK:
         return out, lse
@@ -185,3 +207,8 @@ def attention(
     if status == _lib.FC_ERR_INVALID_ARGUMENT:
         raise FlashCoreError(message)
     raise KernelLaunchError(message)
+
+
+def _strides(t: torch.Tensor) -> ctypes.Array[ctypes.c_int64]:
+    # Size-1 dims may carry any stride in torch; the kernel never steps along them, so 0 is exact.
+    return _lib.Strides(*[t.stride(d) if t.shape[d] > 1 else 0 for d in range(3)])

@@ -116,10 +116,17 @@ class _Accept:
 _Own: dict[str, type] = {"reject": _Reject, "accept": _Accept}
 
 
-def load_cases(file: Path) -> tuple[Case, ...]:
+@dataclass(frozen=True)
+class CaseTable:
+    defaults: Dims  # also the shape of the plain call made after the whole suite
+    cases: tuple[Case, ...]
+
+
+def load_cases(file: Path) -> CaseTable:
     """Every case of the file, rejects first; ConfigError names the file, key and value of any problem."""
     data = _read_yaml(file, ("defaults", "reject", "accept"))
     defaults = _mapping(file, "defaults", data.get("defaults"))
+    default_dims = parse_dataclass(Dims, defaults, file, "defaults")
     cases: list[Case] = []
     for kind in ("reject", "accept"):
         for name, raw in _mapping(file, kind, data.get(kind)).items():
@@ -130,7 +137,7 @@ def load_cases(file: Path) -> tuple[Case, ...]:
             cases.append(_case(file, kind, name, raw, defaults))
     if not any(c.kind == "reject" for c in cases) or not any(c.kind == "accept" for c in cases):
         raise ConfigError(file, "reject/accept", len(cases), "needs at least one reject and one accept case")
-    return tuple(cases)
+    return CaseTable(default_dims, tuple(cases))
 
 
 # ---- building the arguments ------------------------------------------------------------------------

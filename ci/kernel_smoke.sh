@@ -28,6 +28,9 @@ run ok --batch 2 --heads-q 8 --heads-kv 8 --seqlen-q 1 --seqlen-k 4097 --head-di
 run ok --batch 1 --heads-q 4 --heads-kv 4 --seqlen-q 4097 --seqlen-k 4097 --head-dim 128 --dtype bf16 --check
 run ok --batch 2 --heads-q 8 --heads-kv 2 --seqlen-q 5 --seqlen-k 333 --head-dim 64 --dtype fp16 --check --causal
 run ok --batch 1 --heads-q 4 --heads-kv 2 --seqlen-q 300 --seqlen-k 300 --head-dim 128 --dtype bf16 --check --kernel phase1
+run ok --batch 3 --heads-q 16 --heads-kv 2 --seqlen-q 3 --seqlen-k 1000 --head-dim 64 --dtype bf16 --check --causal
+run ok --batch 2 --heads-q 4 --heads-kv 2 --seqlen-q 1 --seqlen-k 777 --head-dim 256 --dtype fp16 --check
+run ok --batch 2 --heads-q 32 --heads-kv 8 --seqlen-q 4 --seqlen-k 4 --head-dim 128 --dtype bf16 --check --causal
 run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 17 --seqlen-k 17 --head-dim 64 --dtype fp16 --check --tol 2e-3 --fault 1
 run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 100 --seqlen-k 100 --head-dim 64 --dtype bf16 --check --fault 3
 echo "timing (no check):"

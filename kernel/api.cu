@@ -117,6 +117,7 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->causal = in->causal != 0;
   out->diag_offset = static_cast<int>(in->seqlen_k - in->seqlen_q);
   out->fault = in->debug_fault;
+  out->pack_gqa = 0;  // chosen per kernel by the launcher
   return FC_OK;
 }
 

@@ -10,20 +10,20 @@ __device__ float g_fault_accumulator;  // only touched by kFaultNondeterministic
 
 template <int kHeadDim, typename Element, int kDTiles>
 __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_reg)[kDTiles][4], const float (&inv_l)[2],
-                                             const float (&lse)[2], int batch, int head_q, int row0, int lane,
+                                             const float (&lse)[2], int batch, const ThreadRows& rows, int lane,
                                              bool skip_first_row) {
   float fault_bias = 0.f;
   if (p.fault == kFaultNondeterministic) {
     // A racy global accumulation: the value read back depends on how many CTAs got there first.
     fault_bias = 1e-2f * atomicAdd(&g_fault_accumulator, 1.f);
   }
-  auto* o_head = static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head_q * p.o_stride[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    if (row >= p.seqlen_q) continue;
+    if (!rows.valid[r]) continue;
     if (skip_first_row && r == 0 && lane / 4 == 0) continue;
-    uint16_t* o_row = o_head + row * p.o_stride[1];
+    const int row = rows.row[r];
+    const int head_q = rows.head[r];
+    uint16_t* o_row = static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head_q * p.o_stride[2] + row * p.o_stride[1];
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
       const int col = dt * 8 + 2 * (lane % 4);

@@ -36,18 +36,24 @@ cudaError_t launch_wgmma(const KernelParams& p, const TmaParams& tma, cudaStream
   auto kernel = attention_forward_wgmma_kernel<kHeadDim, Element>;
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
+  // Packed GQA: one tile per (K/V head, batch); otherwise one per (query tile, query head, batch).
+  const dim3 grid = p.pack_gqa ? dim3(1, p.heads_kv, p.batch)
+                               : dim3((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tma);
   return cudaGetLastError();
 }
 
 template <int kHeadDim, typename Element>
-int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+int run(const fc_params* in, const KernelParams& params, cudaStream_t stream) {
   using Cfg = HopperTileConfig<kHeadDim>;
+  KernelParams p = params;
+  // GQA with short queries (decode): all query heads of a K/V head fit in one tile, so pack them and read
+  // each K/V head once instead of once per query head.
+  p.pack_gqa = p.group > 1 && p.seqlen_q * p.group <= Cfg::kBlockM;
   TmaParams tma;
   int status = FC_OK;
   if ((status = encode_tensor_map(&tma.q, "q", in->q, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->q_stride,
-                                  Cfg::kBlockM)) != FC_OK ||
+                                  p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1)) != FC_OK ||
       (status = encode_tensor_map(&tma.k, "k", in->k, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->k_stride,
                                   Cfg::kBlockN)) != FC_OK ||
       (status = encode_tensor_map(&tma.v, "v", in->v, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->v_stride,

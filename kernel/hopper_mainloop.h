@@ -15,18 +15,21 @@ namespace flashcore {
 // One thread: Q once, then K and V of blocks [0, n_blocks) through the stage ring.
 template <int kHeadDim>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
-                             uint8_t* v_smem, uint64_t* bars, int batch, int head_q, int m_block, int n_blocks) {
+                             uint8_t* v_smem, uint64_t* bars, int batch, int head, int m_block, int n_blocks) {
   using Cfg = HopperTileConfig<kHeadDim>;
   using Slots = HopperSlots<Cfg::kStages>;
-  const int head_kv = head_q / p.group;
+  // Packed GQA: `head` is the K/V head and the Q box spans its `group` query heads x all query rows.
+  const int head_kv = p.pack_gqa ? head : head / p.group;
+  const int q_head = p.pack_gqa ? head * p.group : head;
+  const int q_rows = p.pack_gqa ? p.group * p.seqlen_q : Cfg::kBlockM;  // rows one Q box brings
   tma_prefetch_descriptor(&tma.q);
   tma_prefetch_descriptor(&tma.k);
   tma_prefetch_descriptor(&tma.v);
-  mbarrier_arrive_expect_tx(&bars[Slots::kQFull], Cfg::kQBytes);
+  mbarrier_arrive_expect_tx(&bars[Slots::kQFull], Cfg::kChunks * q_rows * 128);
 #pragma unroll
   for (int c = 0; c < Cfg::kChunks; ++c) {
-    tma_load_4d(q_smem + c * Cfg::kBlockM * 128, &tma.q, &bars[Slots::kQFull], 64 * c, m_block * Cfg::kBlockM,
-                head_q, batch);
+    tma_load_4d(q_smem + c * Cfg::kBlockM * 128, &tma.q, &bars[Slots::kQFull], 64 * c,
+                p.pack_gqa ? 0 : m_block * Cfg::kBlockM, q_head, batch);
   }
   for (int n_block = 0; n_block < n_blocks; ++n_block) {
     const int stage = n_block % Cfg::kStages;

@@ -29,13 +29,15 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
 
   // Longest (causal) query tiles first: they start while the grid still has short ones to fill the tail.
   const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int head_q = blockIdx.y;
+  const int head = blockIdx.y;  // query head, or (GQA packing) K/V head
   const int batch = blockIdx.z;
   const int warpgroup = threadIdx.x / 128;
 
-  const int row_first = m_block * Cfg::kBlockM;
+  // First query row of the tile and how many query rows it spans (packed: all rows of each head in it).
+  const int row_first = p.pack_gqa ? 0 : m_block * Cfg::kBlockM;
+  const int row_span = p.pack_gqa ? p.seqlen_q : Cfg::kBlockM;
   int key_end = p.seqlen_k;
-  if (p.causal) key_end = min(key_end, max(0, row_first + Cfg::kBlockM + p.diag_offset));
+  if (p.causal) key_end = min(key_end, max(0, row_first + row_span + p.diag_offset));
   const int n_blocks = (key_end + Cfg::kBlockN - 1) / Cfg::kBlockN;
 
   if (threadIdx.x == 0) {
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
   if (warpgroup == 0) {
     setmaxnreg_dec<Cfg::Registers::kProducer>();
     if (threadIdx.x == 0) {
-      tma_producer<kHeadDim>(p, tma, q_smem, k_smem, v_smem, bars, batch, head_q, m_block, n_blocks);
+      tma_producer<kHeadDim>(p, tma, q_smem, k_smem, v_smem, bars, batch, head, m_block, n_blocks);
     }
   } else {
     setmaxnreg_inc<Cfg::Registers::kConsumer>();
@@ -64,7 +66,20 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
     const int lane = thread % 32;
     const int warp_in_wg = thread / 32;
     const uint32_t q_wg_addr = smem_addr(q_smem) + consumer_wg * 64 * 128;  // this warpgroup's 64 rows
-    const int row0 = row_first + consumer_wg * 64 + warp_in_wg * 16 + lane / 4;  // the thread's row g
+    ThreadRows rows;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int tile_row = consumer_wg * 64 + warp_in_wg * 16 + lane / 4 + 8 * r;  // fragment rows g, g+8
+      if (p.pack_gqa) {
+        rows.head[r] = head * p.group + tile_row / p.seqlen_q;
+        rows.row[r] = tile_row % p.seqlen_q;
+        rows.valid[r] = tile_row < p.group * p.seqlen_q;
+      } else {
+        rows.head[r] = head;
+        rows.row[r] = row_first + tile_row;
+        rows.valid[r] = rows.row[r] < p.seqlen_q;
+      }
+    }
 
     using Consumer = WgmmaConsumer<kHeadDim, Element>;
     Consumer consumer;
@@ -77,7 +92,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
     };
     auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2]) {
       const int key0 = n * Cfg::kBlockN;
-      if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) mask_scores(s, p, row0, key0, lane);
+      if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) mask_scores(s, p, rows, key0, lane);
       consumer.softmax.update(s, p.softmax_scale_log2, alpha);
     };
 
@@ -142,7 +157,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
     }
     float inv_l[2], lse[2];
     consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
-    write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, head_q, row0, lane,
+    write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, rows, lane,
                                     p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0);
   }
 }

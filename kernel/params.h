@@ -18,6 +18,17 @@ struct KernelParams {
   int causal;
   int diag_offset;  // seqlen_k - seqlen_q: causal row i sees keys j <= i + diag_offset (bottom-right)
   int fault;        // FaultKind, test-only
+  // GQA packing (short queries): one tile holds all `group` query heads of a K/V head, tile row
+  // r = (head in group) * seqlen_q + query row, so K/V are read once per group instead of once per head.
+  int pack_gqa;
+};
+
+// The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,
+// and whether the row exists (padding rows of a tile are computed but never stored).
+struct ThreadRows {
+  int head[2];
+  int row[2];
+  bool valid[2];
 };
 
 }  // namespace flashcore

@@ -27,7 +27,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 }  // namespace
 
 int encode_tensor_map(CUtensorMap* map, const char* name, const void* base, int64_t head_dim, int64_t seqlen,
-                      int64_t heads, int64_t batch, const int64_t (&stride)[3], int box_rows) {
+                      int64_t heads, int64_t batch, const int64_t (&stride)[3], int box_rows, int box_heads) {
   auto encode = encode_fn();
   if (encode == nullptr) return report_error(FC_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
   // A dim of size 1 is never stepped along, so its stride is free: give it a dense one TMA accepts.
@@ -40,7 +40,7 @@ int encode_tensor_map(CUtensorMap* map, const char* name, const void* base, int6
   // Byte strides of dims 1..3 (seq, head, batch): multiples of 16 and below 2^40 (checked by validate()).
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s[1] * 2), static_cast<cuuint64_t>(s[2] * 2),
                                  static_cast<cuuint64_t>(s[0] * 2)};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), static_cast<cuuint32_t>(box_heads), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult res =
       encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box, element_strides,

@@ -118,7 +118,7 @@ CASES = [
     ("unknown_key", W, _wl("gqa", stride=8), "workloads.gqa.stride = 8", "unknown key; allowed: batch"),
     ("bad_name", W, lambda d: d["workloads"].update({"Big Shape": d["workloads"]["s1"]}),
      "workloads.Big Shape", "workload name"),
-    ("set_unknown", W, lambda d: d["sets"]["edge"].append("s18"), "sets.edge[8] = 's18'", "unknown workload"),
+    ("set_unknown", W, lambda d: d["sets"]["edge"].append("s18"), "sets.edge[9] = 's18'", "unknown workload"),
     ("set_all", W, lambda d: d["sets"].update(all=["s1"]), "sets.all", "not 'all'"),
     ("set_shadows", W, lambda d: d["sets"].update(gqa=["s1"]), "sets.gqa", "nor a workload name"),
     ("set_empty", W, lambda d: d["sets"].update(edge=[]), "sets.edge = []", "non-empty"),

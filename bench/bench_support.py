@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from harness.bench import paired
 from harness.bench.record import Measurement
-from harness.bench.settings import BenchSettings
+from harness.bench.settings import OURS, BenchSettings
 from harness.config import Config, Workload
 
 PROGRESS = "bench-progress"  # user_properties key of a test's one-line result
@@ -29,7 +30,10 @@ class State:
     settings: BenchSettings
     cases: list[Case]
     base_seed: int
+    backends: tuple[str, ...] = ()
+    groups: dict[str, tuple[Workload, ...]] = field(default_factory=dict)  # workload -> its pairing group
     not_available: list[Measurement] = field(default_factory=list)
+    results: dict[tuple[str, str], Measurement] = field(default_factory=dict)
     done: int = 0
     t0: float = field(default_factory=time.monotonic)
 
@@ -44,9 +48,9 @@ def publish(benchmark: Any, m: Measurement) -> None:
     data = getattr(getattr(getattr(benchmark, "stats", None), "stats", None), "data", None)
     if isinstance(data, list) and m.times_ms:
         data[:] = [t / 1e3 for t in m.times_ms]
-        benchmark.extra_info["pytest_benchmark_stats"] = "GPU time per repetition (CUDA events)"
-    else:  # another pytest-benchmark layout: its stats stay the host time of the whole timed loop
-        benchmark.extra_info["pytest_benchmark_stats"] = "host time of the whole timed loop (one round)"
+        benchmark.extra_info["pytest_benchmark_stats"] = "GPU time per repetition (CUDA events, interleaved rounds)"
+    else:  # another pytest-benchmark layout: its stats stay the host time of handing over the measurement
+        benchmark.extra_info["pytest_benchmark_stats"] = "host time of handing over the measurement (meaningless)"
 
 
 def progress_line(state: State, m: Measurement) -> str:
@@ -55,6 +59,15 @@ def progress_line(state: State, m: Measurement) -> str:
     name_w = max(len(c.workload.name) for c in state.cases)
     head = f"[{state.done:>{width}}/{n}] {m.workload:<{name_w}} {m.backend:<9}"
     s = m.summary
-    body = (f"{m.throughput:8.4g} {m.unit:<6}  median {s.median_ms:.4g} ms  rel std {100 * s.rel_std:.2f} %"
-            f"  {s.reps} reps" if s else f"not available: {m.why}")
+    if s is None:
+        body = f"not available: {m.why}"
+    else:
+        body = f"{m.throughput:8.4g} {m.unit:<6}  median {s.median_ms:.4g} ms  abs sd {100 * s.rel_std:.2f} %"
+        ours = state.results.get((m.workload, OURS))
+        r = paired.speed_ratio(ours, m) if ours is not None and m.backend != OURS else None
+        if r is not None:
+            body += f"  FlashCore {r.value:.3f}x (paired, sd {100 * r.rel_std:.2f} %)"
+        if m.clock_mhz:
+            body += f"  SM {min(m.clock_mhz):.0f}-{max(m.clock_mhz):.0f} MHz"
+        body += f"  {s.reps} rounds"
     return f"{head} {body}  ({time.monotonic() - state.t0:.0f} s)"

@@ -4,17 +4,20 @@
     python -m pytest bench --benchmark-json=out.json [--bench-workloads=prefill-d128,decode] [--bench-backends=...]
 
 Not part of `make test`: pytest's testpaths is tests/ only, and every item here is marked `gpu` (and `bench`).
-Timing is harness/bench/timing.py (CUDA events, L2 flush, warm-up), the same code the perf gates use.
+Timing is harness/bench/timing.py (interleaved rounds, CUDA events, L2 flush, warm-up), the same code the perf
+gates use: the backends of a workload (and the points of one scaling sweep: BenchSettings.pairing_groups) are
+timed together, round by round, so clock drift hits them alike and their ratios are paired.
 
 How the numbers reach pytest-benchmark (its own timer measures host time, which is not what we judge):
-- `benchmark.pedantic(measurer.time, rounds=1)` wraps the whole event-timed loop of one measurement;
+- the first benchmark of a pairing group runs the group's rounds (`Measurer.measure_group`); every benchmark of
+  the group then takes its own measurement from the cache, through `benchmark.pedantic(rounds=1)`;
 - its per-repetition GPU times then replace that one host-timed round in the benchmark's stats
   (`publish`), so pytest-benchmark's table, `--benchmark-json` and `--benchmark-compare` show GPU time per
-  call; the complete Measurement (times, clocks, kernels that ran, seed) is in `extra_info["measurement"]`,
-  which is what `python -m harness bench` and the gates' stored-run reader use.
+  call; the complete Measurement (times, round of each, SM clock of each, NVML clocks, kernels that ran, seed)
+  is in `extra_info["measurement"]`, which is what `python -m harness bench` and the gates' stored-run reader use.
 - A backend that cannot run a workload is a skipped test with its reason, and is listed under
   `flashcore.not_available` in the JSON (pytest-benchmark keeps no entry for a skipped test).
-  FlashCore itself not running is a failed test.
+  FlashCore itself not running, or a backend raising while timed, is a failed test.
 Environment (GPU, driver, clocks, torch, git commit) goes into `machine_info.flashcore`.
 """
 
@@ -62,8 +65,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as e:
         raise pytest.UsageError(f"flashcore bench: {e}") from None
     seed = config.getoption("--bench-seed")
+    groups = {w.name: g for g in settings.pairing_groups(workloads) for w in g}
     config.stash[STATE] = State(gates, settings, [Case(w, b) for w in workloads for b in backends],
-                                secrets.randbelow(2**31) if seed is None else seed)
+                                secrets.randbelow(2**31) if seed is None else seed, backends, groups)
 
 
 def _with_sweep(gates: Config, settings: BenchSettings) -> Config:

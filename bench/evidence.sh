@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Evidence run on an H100 host, about 6-8 minutes: build, the benchmark suite (make bench), the stored run
-# (make bench-baseline, from the suite's JSON), the perf-fa2 / perf-cudnn / scaling gates, and the perf selftest
-# cases (a planted slow kernel must fail the regression check, planted noise the spread limit).
+# Evidence run on an H100 host, about 6-8 minutes: build, the benchmark suite (make bench: every backend of a
+# workload, and every point of one scaling sweep, timed in the same interleaved rounds), the paired ratios with
+# their clock diagnostics, the stored run (make bench-baseline, from the suite's JSON), the perf-fa2 / perf-cudnn /
+# scaling gates, and the perf selftest cases (a planted slow kernel must fail the regression check, planted noise
+# alongside FlashCore's calls the paired ratios' spread limit).
 #
 #   bench/evidence.sh OUT        # OUT receives 8 files; the full outputs stay under $WORK
 #
 # OUT: bench.json (the suite's pytest-benchmark JSON: reports/evidence material), table.txt, bench-h100.json
 # (the stored run for gates/baselines/), gates.html + gates.json (the three gates' report), slow.html and
-# noisy.html (the planted selftest runs' reports), log.txt (everything printed). FA3 is timed when `flash_attn_interface` or the fa3-fwd
-# wheel is importable (else listed as not available). The tree may lack .git: set FLASHCORE_GIT_COMMIT.
+# noisy.html (the planted selftest runs' reports), log.txt (everything printed, with the per-ratio diagnostics).
+# FA3 is timed when `flash_attn_interface` or the fa3-fwd wheel is importable (else listed as not available).
+# The tree may lack .git: set FLASHCORE_GIT_COMMIT. Clocks are never locked (shared machine).
 set -uo pipefail
 OUT=${1:?usage: bench/evidence.sh OUT}
 WORK=${WORK:-/tmp/flashcore-evidence}
@@ -30,6 +33,39 @@ step "benchmark suite (make bench)"
 timeout 330 $PY -m harness bench --out "$WORK/suite"
 echo "bench exit code $?"
 cp "$WORK/suite/bench.json" "$WORK/suite/table.txt" "$OUT/" 2>/dev/null
+
+step "paired ratios: run-to-run spread, per-round jitter, clock dependence (from the suite's JSON)"
+timeout 60 $PY - "$WORK/suite/bench.json" <<'EOF'
+import sys
+
+from harness.bench import paired
+from harness.bench.record import read_run
+
+run = read_run(sys.argv[1])
+print(f"{'workload':<20} {'vs':<9} {'ratio':>7} {'sd':>6} {'jitter':>7} {'clock dep':>9} {'sd@fixed':>8} "
+      f"{'SM MHz':>10} {'abs sd ours/base':>16}")
+for (w, b), m in run.measurements.items():
+    ours = run.get(w, "flashcore")
+    if b == "flashcore" or ours is None or not m.available or not ours.available:
+        continue
+    r = paired.speed_ratio(ours, m)
+    if r is None:
+        print(f"{w:<20} {b:<9} unpaired")
+        continue
+    dep = "n/a" if r.clock_dependence is None else f"{r.clock_dependence:+.2f}"
+    fixed = "n/a" if r.fixed_clock_rel_std is None else f"{100 * r.fixed_clock_rel_std:.2f}%"
+    mhz = "n/a" if r.clock_mhz is None else f"{r.clock_mhz[0]:.0f}-{r.clock_mhz[2]:.0f}"
+    print(f"{w:<20} {b:<9} {r.value:7.3f} {100 * r.rel_std:5.2f}% {100 * r.summary.round_rel_std:6.2f}% {dep:>9} "
+          f"{fixed:>8} {mhz:>10} {100 * ours.summary.rel_std:7.2f}%/{100 * m.summary.rel_std:.2f}%")
+print("scaling, paired (FlashCore TFLOPS at 32K / at S, same rounds):")
+for mode in ("", "-causal"):
+    long = run.get(f"sweep-s32768{mode}", "flashcore")
+    for s, name in ((2048, f"sweep-s2048{mode}"), (4096, f"sweep-s4096{mode}"), (8192, f"prefill-d128{mode}")):
+        short = run.get(name, "flashcore")
+        r = paired.ratio(long, short) if long and short else None
+        print(f"  {'causal' if mode else 'non-causal':<10} 32K/{s:<5}: "
+              + (f"{r.value:.3f}, sd {100 * r.rel_std:.2f} %, {r.summary.rounds} rounds" if r else "n/a"))
+EOF
 
 step "stored run (make bench-baseline, from the suite's JSON)"
 $PY -m harness bench --from "$WORK/suite/bench.json" --update-baseline >/dev/null

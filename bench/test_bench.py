@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from bench_support import PROGRESS, Case, State, progress_line, publish
 
-from harness.bench.record import Measurement, not_available
+from harness.bench.record import CRASHED
 from harness.bench.runner import Measurer
 from harness.bench.settings import BACKENDS, OURS
 
@@ -15,18 +15,18 @@ from harness.bench.settings import BACKENDS, OURS
 def test_attention(case: Case, state: State, measurer: Measurer, benchmark: Any,
                    request: pytest.FixtureRequest) -> None:
     wl, backend = case.workload, case.backend
-    got = measurer.prepare(wl, backend)
-    if isinstance(got, Measurement):  # this backend cannot run this workload here: listed, never dropped
-        state.not_available.append(got)
-        request.node.user_properties.append((PROGRESS, progress_line(state, got)))
+    # the first test of a pairing group times all of its backends (and sweep points) in interleaved rounds;
+    # the others take their measurement from the Measurer's cache
+    group = measurer.measure_group(state.groups[wl.name], state.backends)
+    state.results.update(group)
+    m = group[(wl.name, backend)]
+    if not m.available:  # this backend cannot run this workload here: listed, never dropped
+        state.not_available.append(m)
+        request.node.user_properties.append((PROGRESS, progress_line(state, m)))
         if backend == OURS:
-            pytest.fail(f"FlashCore did not run {wl.name}: {got.why}")
-        pytest.skip(f"{BACKENDS[backend]} not available on {wl.name}: {got.why}")
-    try:
-        m = benchmark.pedantic(measurer.time, args=(wl, backend, got), rounds=1, iterations=1)
-    except Exception as e:
-        state.not_available.append(not_available(wl, backend, f"crashed while timed: {type(e).__name__}: {e}",
-                                                 measurer.seed(wl)))
-        raise
-    publish(benchmark, m)
+            pytest.fail(f"FlashCore did not run {wl.name}: {m.why}")
+        if m.why.startswith(CRASHED):
+            pytest.fail(f"{BACKENDS[backend]} on {wl.name}: {m.why}")
+        pytest.skip(f"{BACKENDS[backend]} not available on {wl.name}: {m.why}")
+    publish(benchmark, benchmark.pedantic(lambda: m, rounds=1, iterations=1))
     request.node.user_properties.append((PROGRESS, progress_line(state, m)))

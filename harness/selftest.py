@@ -106,10 +106,12 @@ def _planted_sanitizer(tool: str, mode: str) -> Runner:
 
 
 def _perf(plant: str) -> Runner:
-    """perf-fa2 on prefill-d128 and decode (FlashCore and FA2 only, for time): first a clean run whose
-    measurements become this case's stored run, then the `plant` run judged against it.
+    """perf-fa2 on prefill-d128 and decode (FlashCore, FA2 and the regression references of gates/bench.yaml
+    only, for time): first a clean run whose measurements become this case's stored run, then the `plant` run
+    judged against it. Spread = the rel_std checks of the paired ratios.
     plant: "clean" (spread and regression must pass), "slow" (kernel fault 4, serial K/V loads: the regression
-    check must fail), "noisy" (side-stream matmul bursts: the spread must fail and no speed verdict be drawn)."""
+    check must fail), "noisy" (side-stream matmul bursts alongside FlashCore's calls in the later half of the
+    rounds, which pairing cannot cancel: the spread must fail and no speed verdict be drawn)."""
 
     def run(config: Config, out: Path) -> dict[str, Status]:
         import dataclasses
@@ -164,9 +166,11 @@ CASES = (
          "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),
     # perf-fa2 against a stored run measured moments before (harness/gates/perf.py)
     Case("perf-clean", _perf("clean"), None, "a clean re-run is within the spread limit and the regression margin"),
-    Case("perf-slow", _perf("slow"), "perf-fa2/regression", "kernel fault 4 (serial K/V loads) is > 5 % slower"),
+    Case("perf-slow", _perf("slow"), "perf-fa2/regression",
+         "kernel fault 4 (serial K/V loads) is > 5 % slower relative to the reference backend"),
     Case("perf-noisy", _perf("noisy"), "perf-fa2/spread",
-         "side-stream matmul bursts fail the spread limit, and no speed verdict is drawn from them"),
+         "side-stream matmul bursts alongside FlashCore's calls (later half of the rounds) fail the paired ratios'"
+         " spread limit, and no speed verdict is drawn from them"),
     # compute-sanitizer on tests/planted/planted.cu: each tool FAILs on its bug and PASSes the clean mode
     Case("memcheck-oob", _planted_sanitizer("memcheck", "oob"), "sanitizer",
          "a write one past the end of a buffer, into the next allocation unless padded"),

@@ -81,7 +81,7 @@ def test_summary_refuses_what_is_not_a_timing(bad: list[float]) -> None:
 
 def test_reps_follow_the_time_budget() -> None:
     t = TimingParams(warmup=5, warmup_ms=300.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=1000.0,
-                     flush_mib=256, head_start_ms=20.0, record_kernels=True)
+                     flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0, record_kernels=True)
     assert t.reps_for(3.0) == 100  # a 3 ms call: capped
     assert t.reps_for(25.0) == 41
     assert t.reps_for(60.0) == 20  # big shapes: fewer repetitions, never below min_reps
@@ -89,6 +89,7 @@ def test_reps_follow_the_time_budget() -> None:
 
 
 def test_grouped_spread_ignores_launch_jitter_but_not_drift_or_bursts() -> None:
+    """On absolute times (a drift shows: why the gates judge paired ratios instead, tests/test_bench_paired.py)."""
     jitter = [1.0 + (0.05 if i % 2 else -0.05) for i in range(40)]  # +-5 % per launch, stable run to run
     s = summarize(jitter, groups=5)
     assert s.rep_rel_std > 0.04 and s.rel_std < 0.01 and s.groups == 5

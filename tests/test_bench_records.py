@@ -1,9 +1,10 @@
 """Measurement records and the JSON files that carry them: the suite's pytest-benchmark JSON, a stored run,
 `python -m harness bench --from` (table, anchors) and `--update-baseline`. Fixtures under tests/fixtures/bench
-are SYNTHETIC (tests/fixtures/bench/synthesize.py)."""
+are SYNTHETIC paired rounds (tests/fixtures/bench/synthesize.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import statistics
@@ -14,7 +15,10 @@ from conftest import REPO
 
 from harness import cli
 from harness.bench import cli as bench_cli
+from harness.bench import paired
 from harness.bench.record import RUN_SCHEMA, Measurement, RecordError, parse_run, read_run
+from harness.bench.settings import load_bench_settings
+from harness.config import load_config
 from harness.gates import perf_verdict as pv
 from harness.results import Status
 
@@ -33,6 +37,12 @@ def test_the_suite_json_gives_every_measurement_and_the_missing_ones() -> None:
     assert fa2 is not None and fa2.summary is not None and fa2.summary.reps == 20
     assert fa2.throughput == pytest.approx(351, rel=0.01)  # the anchor it was synthesized from
     assert fa2.implementation == "SDPBackend.FLASH_ATTENTION"
+    # paired: every backend of a workload in the same 20 rounds, with the SM clock of each repetition
+    ours = run.get("prefill-d128", "flashcore")
+    assert ours is not None and ours.paired and ours.pairing == fa2.pairing == "prefill-d128"
+    assert fa2.rounds == tuple(range(20)) and len(fa2.clock_mhz) == 20
+    r = paired.speed_ratio(ours, fa2)
+    assert r is not None and r.value == pytest.approx(646.8 / 351, rel=1e-3) and r.rel_std < 0.005
 
 
 def test_measurement_round_trips_through_json() -> None:
@@ -69,21 +79,25 @@ def test_bad_files_are_record_errors(tmp_path: Path, text: str, fragment: str) -
 
 
 def test_comparison_with_the_stored_run() -> None:
-    """Today's FlashCore (suite fixture) against the stored one: faster on prefill, within 5 % on decode."""
+    """Today's FlashCore (suite fixture) against the stored one, each relative to the reference backend of its
+    run (FA2; cuDNN on memory-bound decode): faster on prefill, within 5 % on decode."""
     now, stored = read_run(SUITE), read_run(STORED)
-    for workload, expected in (("prefill-d128", 640.0 / 646.8), ("decode", 3.08 / 3.10)):
-        ours = now.get(workload, "flashcore")
-        assert ours is not None
-        ref, why = pv.stored_measurement(stored, ours, now.gpu)
-        check = pv.verdict_regression(workload, ours, ref, why, 0.05, 0.02)
-        assert check.status is Status.PASS and check.measured == pytest.approx(expected, rel=1e-3)
-    # the same comparison with a stricter margin than decode's 0.6 % gain... still passes (faster is fine),
-    # while a 10 % slower run fails
-    ours = now.get("decode", "flashcore")
-    assert ours is not None
-    slow = Measurement(ours.workload, ours.backend, ours.spec, True, times_ms=tuple(t * 1.1 for t in ours.times_ms))
-    ref, why = pv.stored_measurement(stored, slow, now.gpu)
-    assert pv.verdict_regression("decode", slow, ref, why, 0.05, 0.02).status is Status.FAIL
+    env = {"gpu": now.gpu, "torch": now.environment["torch"]}
+    for workload, ref_name, expected in (("prefill-d128", "fa2", 640.0 / 646.8), ("decode", "cudnn", 3.08 / 3.10)):
+        ours, ref = now.get(workload, "flashcore"), now.get(workload, ref_name)
+        assert ours is not None and ref is not None
+        pair, why = pv.stored_pair(stored, ours, ref, env)
+        check = pv.verdict_regression(workload, ours, ref, pair, why, 0.05, 0.02)
+        assert check.status is Status.PASS and check.measured == pytest.approx(expected, rel=1e-3), check
+    # a 10 % slower FlashCore (in every round, the reference unchanged) fails
+    ours, ref = now.get("decode", "flashcore"), now.get("decode", "cudnn")
+    assert ours is not None and ref is not None
+    slow = dataclasses.replace(ours, times_ms=tuple(t * 1.1 for t in ours.times_ms))
+    pair, why = pv.stored_pair(stored, slow, ref, env)
+    assert pv.verdict_regression("decode", slow, ref, pair, why, 0.05, 0.02).status is Status.FAIL
+    # another torch: the reference may have changed, so no verdict until the baseline is stored again
+    pair, why = pv.stored_pair(stored, ours, ref, {**env, "torch": "2.12.0"})
+    assert pair is None and why.startswith("reference changed: re-store the baseline")
 
 
 # ---- python -m harness bench --from / --update-baseline -----------------------------------------------------
@@ -105,8 +119,10 @@ def test_bench_from_json_prints_the_table_anchors_and_missing(repo_copy: Path,
     header = next(line for line in lines if line.startswith("workload"))
     assert header.split()[:7] == ["workload", "unit", "flashcore", "fa2", "cudnn", "efficient", "fa3"]
     row = next(line for line in lines if line.startswith("prefill-d128 "))
-    assert "646.5" in row and "1.84x" in row  # FlashCore TFLOPS and its speed over FA2
-    assert "prefill-d128: fa2 350.9 vs 351 (-0.0 %)" in out  # baselines against the ROADMAP anchors
+    assert "648.3" in row and "1.84x" in row  # FlashCore TFLOPS and its paired speed over FA2
+    assert "1800-1980" in row  # the SM clock over the rounds
+    assert "prefill-d128: fa2 351.7 vs 351 (+0.2 %)" in out  # baselines against the ROADMAP anchors
+    assert "Clock" in out or "clock" in out
     assert "prefill-d128-fp16 fa3: not available: fa3_fwd_interface (fa3-fwd 0.0.3) is built without fp16" in out
     assert (repo_copy / "out" / "table.txt").read_text().startswith("workload")
 
@@ -133,9 +149,11 @@ def _rewrite(src: Path, dst: Path, workload: str, backend: str, **change: object
 
 
 @pytest.mark.parametrize(("change", "why"), [
-    ({"times_ms": [1.0, 1.2] * 10}, "rel std"),
+    ({"times_ms": [0.55] * 10 + [0.7] * 10}, "rel std of FlashCore / cudnn (paired)"),  # slower in later rounds
     ({"planted": "kernel debug_fault 4"}, "planted test-only fault"),
-    ({"available": False, "why": "crashed", "times_ms": []}, "FlashCore not measured (crashed)"),
+    ({"available": False, "why": "crashed", "times_ms": [], "rounds": [], "clock_mhz": []},
+     "FlashCore not measured (crashed)"),
+    ({"rounds": [], "pairing": ""}, "FlashCore and cudnn were not timed in the same rounds"),
 ])
 def test_update_baseline_refuses_a_noisy_planted_or_missing_flashcore(
         repo_copy: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], why: str) -> None:
@@ -155,7 +173,18 @@ def test_bench_without_a_gpu_says_so(repo_copy: Path, capsys: pytest.CaptureFixt
     assert gpu.NO_GPU_LINE in capsys.readouterr().err
 
 
-def test_baseline_problems_lists_every_workload() -> None:
-    assert bench_cli.baseline_problems(read_run(SUITE), 0.02) == []
-    assert bench_cli.baseline_problems(read_run(SUITE), 0.001) and all(
-        "rel std" in p for p in bench_cli.baseline_problems(read_run(SUITE), 0.001))
+def test_baseline_problems_lists_every_workload(gates_dir: Path) -> None:
+    settings = load_bench_settings(load_config(gates_dir))
+    assert bench_cli.baseline_problems(read_run(SUITE), settings) == []
+    strict = dataclasses.replace(settings, stored_run=dataclasses.replace(settings.stored_run, max_rel_std=1e-9))
+    problems = bench_cli.baseline_problems(read_run(SUITE), strict)
+    assert len(problems) == 3 and all("(paired)" in p for p in problems)
+
+
+def test_update_baseline_refuses_a_run_without_the_reference(repo_copy: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(SUITE.read_text())
+    data["benchmarks"] = [b for b in data["benchmarks"] if b["extra_info"]["measurement"]["backend"] != "fa2"]
+    (repo_copy / "nofa2.json").write_text(json.dumps(data))
+    assert cli.main(["bench", "--from", "nofa2.json", "--update-baseline"]) == 1
+    assert "prefill-d128: fa2 (the regression reference) not measured (not in the run)" in capsys.readouterr().err

@@ -58,6 +58,12 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     decode = s.anchor_for(config.workloads["decode"])
     assert decode is not None and decode.unit == "tbps" and decode.fa3 == 3.05
     assert s.stored_run.file.startswith("gates/")  # committed, not under the git-ignored reports/
+    # the regression references: torch's kernels; cuDNN for memory-bound decode (FA2's decode is clock-bound)
+    assert s.stored_run.reference_for(config.workloads["prefill-d128"]) == "fa2"
+    assert s.stored_run.reference_for(config.workloads["decode"]) == "cudnn"
+    groups = [[w.name for w in g] for g in s.pairing_groups(s.suite_workloads)]
+    assert groups[0] == ["sweep-s2048", "sweep-s4096", "prefill-d128", "sweep-s16384", "sweep-s32768"]
+    assert ["decode"] in groups and len(groups) == 6
     for phase in config.phases:
         for g in phase.gates:
             if g.name.startswith("perf-"):
@@ -71,6 +77,8 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     ("timing", ("warmup: 5", "warmup: 0"), "timing.warmup"),
     ("timing", ("max_reps: 100", "max_reps: 10"), "timing.max_reps"),
     ("suite", ("backends: [flashcore,", "backends: [flashcor,"), "suite.backends[0]"),
+    ("stored_run", ("reference_backend: fa2", "reference_backend: flashcore"), "stored_run.reference_backend"),
+    ("timing", ("clock_probe_us: 50", "clock_probe_us: -1"), "timing.clock_probe_us"),
     ("suite", ("workloads: [perf]", "workloads: [nope]"), "suite.workloads[0]"),
     ("sweep", ("tokens: 32768", "tokens: 30000"), "sweep.seqlens[0]"),
     ("sweep", ("tokens: 32768", "tokenz: 32768"), "sweep.tokenz"),

@@ -4,6 +4,10 @@ run the pytest-benchmark suite (bench/) with live progress -> read its JSON -> p
 the baselines against the ROADMAP anchors) -> with --update-baseline, write the stored run that the perf
 gates' regression check compares with -> exit code.
 
+The stored run is the whole paired run (every backend, every repetition with its round); the regression check
+reads FlashCore's speed relative to the reference backend (gates/bench.yaml stored_run) from it, so it is
+written only when, on every workload, that paired ratio's run-to-run spread is within stored_run.max_rel_std.
+
 Exit: 0 when the suite ran and every FlashCore measurement exists (and the stored run was written, if
 asked); 1 otherwise; 2 for a bad gate file. `--from FILE` re-reads a saved JSON (a bench.json or a gate's
 logs/<gate>.bench.json) instead of running anything, so no GPU is needed to print or store it.
@@ -18,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.bench import report
+from harness.bench import paired, report
 from harness.bench.record import Measurement, RecordError, Run, read_run, run_dict
 from harness.bench.settings import BACKENDS, OURS, BenchSettings, load_bench_settings
 from harness.config import ConfigError, Workload, load_config
@@ -71,25 +75,37 @@ def ordered(run: Run, settings: BenchSettings) -> tuple[list[Workload], dict[str
     return [specs[w] for w in order], by_wl
 
 
-def baseline_problems(run: Run, max_rel_std: float) -> list[str]:
+def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
     """Why this run must not become the stored run (empty: it may)."""
     ours = [m for m in run.measurements.values() if m.backend == OURS]
     if not ours:
         return ["the run has no FlashCore measurement"]
+    limit = settings.stored_run.max_rel_std
     problems = []
     for m in ours:
-        s = m.summary
-        if s is None:
+        ref_name = settings.stored_run.reference_for(m.spec)
+        ref = run.get(m.workload, ref_name)
+        if m.summary is None:
             problems.append(f"{m.workload}: FlashCore not measured ({m.why or 'no repetitions'})")
-        elif s.rel_std > max_rel_std:
-            problems.append(f"{m.workload}: rel std {100 * s.rel_std:.2f} % > {100 * max_rel_std:.2f} % (noisy)")
-        if m.planted:
-            problems.append(f"{m.workload}: planted test-only fault ({m.planted})")
+        elif ref is None or ref.summary is None:
+            why = ref.why if ref is not None and ref.why else "not in the run"
+            problems.append(f"{m.workload}: {ref_name} (the regression reference) not measured ({why})")
+        else:
+            r = paired.speed_ratio(m, ref)
+            if r is None:
+                problems.append(f"{m.workload}: FlashCore and {ref_name} were not timed in the same rounds"
+                                " (an unpaired, older record): re-measure")
+            elif r.rel_std > limit:
+                problems.append(f"{m.workload}: rel std of FlashCore / {ref_name} (paired) {100 * r.rel_std:.2f} %"
+                                f" > {100 * limit:.2f} % (noisy)")
+        for x in (m, ref):
+            if x is not None and x.planted:
+                problems.append(f"{m.workload}: planted test-only fault ({x.planted})")
     return problems
 
 
 def update_baseline(run: Run, settings: BenchSettings, repo_root: Path) -> int:
-    problems = baseline_problems(run, settings.stored_run.max_rel_std)
+    problems = baseline_problems(run, settings)
     target = repo_root / settings.stored_run.file
     if problems:
         print(f"flashcore bench: not writing {target}:", *(f"  - {p}" for p in problems), sep="\n", file=sys.stderr)
@@ -99,8 +115,11 @@ def update_baseline(run: Run, settings: BenchSettings, repo_root: Path) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(data, indent=1) + "\n")
     n = sum(1 for m in run.measurements.values() if m.backend == OURS)
-    print(f"stored run written: {target} ({n} FlashCore workloads, GPU {run.gpu}, commit {run.commit});"
-          " commit it to make it the perf gates' regression reference")
+    refs = ", ".join(dict.fromkeys(settings.stored_run.reference_for(m.spec) for m in run.measurements.values()
+                                   if m.backend == OURS))
+    print(f"stored run written: {target} ({n} FlashCore workloads paired with {refs}, GPU {run.gpu}, torch "
+          f"{run.environment.get('torch')}, commit {run.commit}); commit it to make it the perf gates' regression"
+          " reference")
     return 0
 
 

@@ -1,8 +1,15 @@
 """What one benchmark measured (`Measurement`), and the JSON files that carry measurements (pure; no torch).
 
-The per-repetition GPU times are the record; median, spread and throughput are derived from them on read,
-so the pytest-benchmark JSON (`extra_info["measurement"]`), a gate's `logs/<gate>.bench.json` and the stored
-run (`gates/baselines/*.json`) hold the same numbers in the same form and every reader recomputes the same way.
+The per-repetition GPU times are the record; median, spread, throughput and the paired ratios
+(harness/bench/paired.py) are derived from them on read, so the pytest-benchmark JSON
+(`extra_info["measurement"]`), a gate's `logs/<gate>.bench.json` and the stored run (`gates/baselines/*.json`)
+hold the same numbers in the same form and every reader recomputes the same way.
+
+Pairing: the backends of a workload (and the points of one scaling sweep) are timed in interleaved rounds
+(harness/bench/timing.py). Each repetition keeps its round index (`rounds`) and the SM clock measured right
+before it (`clock_mhz`); measurements with the same `pairing` id in one file were timed in the same rounds, so
+per-round pairs can be rebuilt. Records written before pairing (schema flashcore.measurement/1) have no rounds:
+they read back as unpaired, and no paired ratio is drawn from them.
 
 Files read by `read_run`:
 - a stored run / a gate's measurements: {"schema": "flashcore.bench-run/1", "environment", "timing",
@@ -27,8 +34,9 @@ from harness.bench.stats import Summary, summarize
 from harness.config import Workload
 
 RUN_SCHEMA = "flashcore.bench-run/1"
-MEASUREMENT_SCHEMA = "flashcore.measurement/1"
+MEASUREMENT_SCHEMA = "flashcore.measurement/2"  # /1 (no rounds) still reads
 _DERIVED = ("schema", "summary", "throughput", "unit")
+CRASHED = "crashed while timed"  # the start of `why` when a backend raised during its rounds
 
 
 @dataclass(frozen=True)
@@ -42,11 +50,26 @@ class Measurement:
     why: str = ""  # not available: why (import failed, backend refused the shape, ...)
     times_ms: tuple[float, ...] = ()
     seed: int | None = None
-    clocks: Mapping[str, Any] = field(default_factory=dict)  # GPU clocks read right after the timed loop
+    clocks: Mapping[str, Any] = field(default_factory=dict)  # NVML clocks and power read right after the rounds
     implementation: str = ""  # what ran: "flashcore", "SDPBackend.CUDNN_ATTENTION", the FA3 module, ...
     kernels: tuple[str, ...] = ()  # GPU kernels it launched (torch profiler): proof of which code ran
     planted: str = ""  # test-only planted fault or noise; "" in real runs
     spread_groups: int = 1  # timing.spread_groups when measured (1: per-repetition spread, older records)
+    rounds: tuple[int, ...] = ()  # round index of each repetition; () = unpaired (an older record)
+    pairing: str = ""  # id of the interleaved rounds it was timed in: equal ids (in one file) = same rounds
+    clock_mhz: tuple[float, ...] = ()  # SM clock right before each repetition (fixed-cycle spin); () = not probed
+    clocks_start: Mapping[str, Any] = field(default_factory=dict)  # NVML clocks and power read before the rounds
+
+    def __post_init__(self) -> None:
+        if self.rounds and len(self.rounds) != len(self.times_ms):
+            raise ValueError(f"{len(self.rounds)} round indices for {len(self.times_ms)} repetitions")
+        if self.clock_mhz and len(self.clock_mhz) != len(self.times_ms):
+            raise ValueError(f"{len(self.clock_mhz)} clock readings for {len(self.times_ms)} repetitions")
+
+    @property
+    def paired(self) -> bool:
+        """Timed in interleaved rounds (a round index per repetition)."""
+        return self.available and bool(self.rounds) and bool(self.pairing)
 
     @property
     def summary(self) -> Summary | None:
@@ -95,6 +118,10 @@ class Measurement:
             "kernels": list(self.kernels),
             "planted": self.planted,
             "spread_groups": self.spread_groups,
+            "pairing": self.pairing,
+            "rounds": list(self.rounds),
+            "clock_mhz": [round(c, 1) for c in self.clock_mhz],
+            "clocks_start": dict(self.clocks_start),
             # derived, for a person reading the JSON; recomputed from times_ms on read
             "summary": s.to_dict() if s else None,
             "throughput": self.throughput,
@@ -109,12 +136,16 @@ class Measurement:
             times = tuple(float(t) for t in d.get("times_ms") or ())
             if any(not math.isfinite(t) for t in times):
                 raise ValueError("non-finite time")
+            rounds = tuple(int(r) for r in d.get("rounds") or ())
+            clock = tuple(float(c) for c in d.get("clock_mhz") or ())
             return cls(workload=str(d["workload"]), backend=str(d["backend"]), spec=spec,
                        available=bool(d["available"]), why=str(d.get("why") or ""), times_ms=times,
                        seed=d.get("seed"), clocks=dict(d.get("clocks") or {}),
                        implementation=str(d.get("implementation") or ""),
                        kernels=tuple(d.get("kernels") or ()), planted=str(d.get("planted") or ""),
-                       spread_groups=int(d.get("spread_groups") or 1))
+                       spread_groups=int(d.get("spread_groups") or 1), rounds=rounds,
+                       pairing=str(d.get("pairing") or ""), clock_mhz=clock,
+                       clocks_start=dict(d.get("clocks_start") or {}))
         except (KeyError, TypeError, ValueError) as e:
             raise RecordError(f"malformed measurement {dict(d).get('workload')!r}/{dict(d).get('backend')!r}: "
                               f"{type(e).__name__}: {e}") from None

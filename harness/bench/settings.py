@@ -8,7 +8,7 @@ timed the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -39,13 +39,24 @@ class TimingParams:
     max_reps: int = param(ge=3)
     target_ms: float = param(gt=0)  # timed GPU time aimed at per measurement: big shapes get fewer reps
     flush_mib: int = param(ge=0)  # L2 flush buffer written before every repetition (H100 L2: 50 MB)
-    head_start_ms: float = param(ge=0)  # GPU spin before the timed loop, so host launches run ahead
+    head_start_ms: float = param(ge=0)  # GPU spin before the timed rounds, so host launches run ahead
+    clock_probe_us: float = param(ge=0)  # fixed-cycle spin before each call: the SM clock of that call (0: off)
     record_kernels: bool = param()  # name the GPU kernels each backend launched (torch profiler, one call)
 
     def reps_for(self, estimate_ms: float) -> int:
         """Repetitions for a call of about `estimate_ms`: target_ms of GPU time, within [min_reps, max_reps]."""
         want = int(self.target_ms / estimate_ms) + 1 if estimate_ms > 0 else self.max_reps
         return max(self.min_reps, min(self.max_reps, want))
+
+    def rounds_for(self, estimates_ms: Sequence[float]) -> int:
+        """Rounds for calls timed together (one call of each per round): the GPU time they would get one after
+        another (reps_for each) divided by the time of one round, within [min_reps, max_reps]. Never more
+        repetitions in all, nor more GPU time, than timing them one after another."""
+        per_round = sum(estimates_ms)
+        if per_round <= 0:
+            return self.max_reps
+        budget = sum(self.reps_for(e) * e for e in estimates_ms)
+        return max(self.min_reps, min(self.max_reps, int(budget / per_round + 1e-9)))
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,13 @@ class SweepParams:
 @dataclass(frozen=True)
 class StoredRunParams:
     file: str = param()  # repository-relative path of the committed stored run (the regression reference)
-    max_rel_std: float = param(gt=0)  # --update-baseline refuses a FlashCore measurement noisier than this
+    reference_backend: str = param(choices=BASELINES)  # FlashCore's speed is stored relative to this backend
+    reference_backend_memory_bound: str = param(choices=BASELINES)  # ... on memory-bound workloads
+    max_rel_std: float = param(gt=0)  # --update-baseline refuses a run whose paired ratio is noisier than this
+
+    def reference_for(self, wl: Workload) -> str:
+        """The backend FlashCore's speed is compared with, in the same rounds, for the regression check."""
+        return self.reference_backend_memory_bound if wl.kind == "memory-bound" else self.reference_backend
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,18 @@ class BenchSettings:
 
     def anchor_for(self, wl: Workload) -> Anchor | None:
         return next((a for a in self.anchors.values() if a.matches(wl)), None)
+
+    def pairing_groups(self, workloads: Sequence[Workload]) -> list[tuple[Workload, ...]]:
+        """Workloads timed in the same interleaved rounds: the scaling sweep's points of one causal mode
+        (so the scaling gate's ratio between two sequence lengths is paired too), every other workload alone.
+        A group sits at the place of its first member, its points in sweep order; only the given workloads
+        are grouped."""
+        sweep = {w.name: i for i, w in enumerate(self.sweep_workloads)}
+        groups: dict[str, list[Workload]] = {}
+        for wl in workloads:
+            key = f"sweep-{'causal' if wl.causal else 'non-causal'}" if wl.name in sweep else wl.name
+            groups.setdefault(key, []).append(wl)
+        return [tuple(sorted(g, key=lambda w: sweep.get(w.name, 0))) for g in groups.values()]
 
 
 _SHAPE = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal")

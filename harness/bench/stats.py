@@ -1,4 +1,4 @@
-"""Summary statistics of per-repetition GPU times (pure; no numpy)."""
+"""Summary statistics of per-repetition GPU times and of per-round ratios (pure; no numpy)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,32 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def group_medians(values: Sequence[float], groups: int) -> list[float]:
+    """Medians of `groups` consecutive, near-equal slices of the values (in timing order)."""
+    n = len(values)
+    bounds = [round(i * n / groups) for i in range(groups + 1)]
+    return [statistics.median(values[bounds[i]:bounds[i + 1]]) for i in range(groups)]
+
+
+def run_to_run_spread(values: Sequence[float], groups: int) -> float:
+    """The judged spread: relative std of the medians of `groups` consecutive slices (groups >= 2), so a drift
+    or a burst of interference shows while single-launch jitter (which each median absorbs) does not; with
+    groups = 1, the relative std of the values themselves."""
+    if groups >= 2:
+        medians = group_medians(values, groups)
+        return statistics.stdev(medians) / statistics.fmean(medians)
+    return statistics.stdev(values) / statistics.fmean(values)
+
+
+def _check(values: Sequence[float], groups: int, what: str) -> None:
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups}")
+    if len(values) < 2 * groups:
+        raise ValueError(f"need at least {2 * groups} {what} for a spread over {groups} groups, got {len(values)}")
+    if any(not math.isfinite(t) or t <= 0 for t in values):
+        raise ValueError(f"{what} must be finite and > 0")
+
+
 @dataclass(frozen=True)
 class Summary:
     """Median and spread of one measurement's repetitions (milliseconds)."""
@@ -33,41 +59,18 @@ class Summary:
     mean_ms: float
     min_ms: float
     max_ms: float
-    rel_std: float  # the spread the gates judge: run-to-run (see summarize's `groups`)
-    rep_rel_std: float  # per-repetition sample std / mean (launch-to-launch jitter), shown, not judged
+    rel_std: float  # run-to-run (see summarize's `groups`); of absolute times: drift-sensitive, shown, not judged
+    rep_rel_std: float  # per-repetition sample std / mean (launch-to-launch jitter)
     groups: int  # consecutive groups whose medians gave rel_std (1: rel_std is the per-repetition spread)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def group_medians(times_ms: Sequence[float], groups: int) -> list[float]:
-    """Medians of `groups` consecutive, near-equal slices of the repetitions (in timing order)."""
-    n = len(times_ms)
-    bounds = [round(i * n / groups) for i in range(groups + 1)]
-    return [statistics.median(times_ms[bounds[i]:bounds[i + 1]]) for i in range(groups)]
-
-
 def summarize(times_ms: Sequence[float], groups: int = 1) -> Summary:
-    """Median, p20/p80, mean, min/max and the spread; needs at least 2 repetitions (2 per group).
-
-    With groups >= 2 the judged spread is run-to-run: the relative std of the medians of `groups` consecutive
-    slices of the repetitions, so a slow drift or a burst of interference shows while single-launch clock
-    jitter (which the median already absorbs) does not. groups = 1 judges the per-repetition spread."""
-    if groups < 1:
-        raise ValueError(f"groups must be >= 1, got {groups}")
-    if len(times_ms) < 2 * groups:
-        raise ValueError(f"need at least {2 * groups} repetitions for a spread over {groups} groups, "
-                         f"got {len(times_ms)}")
-    if any(not math.isfinite(t) or t <= 0 for t in times_ms):
-        raise ValueError("repetition times must be finite and > 0")
+    """Median, p20/p80, mean, min/max and the spread (`run_to_run_spread`); needs 2 repetitions per group."""
+    _check(times_ms, groups, "repetitions")
     mean = statistics.fmean(times_ms)
-    rep_rel_std = statistics.stdev(times_ms) / mean
-    if groups >= 2:
-        medians = group_medians(times_ms, groups)
-        rel_std = statistics.stdev(medians) / statistics.fmean(medians)
-    else:
-        rel_std = rep_rel_std
     return Summary(
         reps=len(times_ms),
         median_ms=statistics.median(times_ms),
@@ -76,7 +79,46 @@ def summarize(times_ms: Sequence[float], groups: int = 1) -> Summary:
         mean_ms=mean,
         min_ms=min(times_ms),
         max_ms=max(times_ms),
-        rel_std=rel_std,
-        rep_rel_std=rep_rel_std,
+        rel_std=run_to_run_spread(times_ms, groups),
+        rep_rel_std=statistics.stdev(times_ms) / mean,
         groups=groups,
     )
+
+
+@dataclass(frozen=True)
+class RatioSummary:
+    """A ratio measured once per round (e.g. FA2 time / FlashCore time in the same round)."""
+
+    rounds: int
+    median: float  # the reported ratio: median of the per-round ratios
+    p20: float
+    p80: float
+    rel_std: float  # the judged spread: run-to-run (relative std of the medians of `groups` consecutive groups)
+    round_rel_std: float  # per-round relative std (jitter of single pairs), shown, not judged
+    groups: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize_ratios(ratios: Sequence[float], groups: int = 1) -> RatioSummary:
+    """Median and spread of per-round ratios, in round order; needs 2 rounds per group."""
+    _check(ratios, groups, "paired rounds")
+    return RatioSummary(
+        rounds=len(ratios),
+        median=statistics.median(ratios),
+        p20=percentile(ratios, 20),
+        p80=percentile(ratios, 80),
+        rel_std=run_to_run_spread(ratios, groups),
+        round_rel_std=statistics.stdev(ratios) / statistics.fmean(ratios),
+        groups=groups,
+    )
+
+
+def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Median of the pairwise slopes (robust to a minority of outliers); None when x hardly varies."""
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs))
+              if abs(xs[j] - xs[i]) > 1e-9]
+    if len(slopes) < max(1, len(xs) // 2):
+        return None
+    return statistics.median(slopes)

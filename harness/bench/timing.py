@@ -1,36 +1,47 @@
-"""GPU timing: CUDA events around each repetition, L2 flushed before each, warm-up first.
+"""GPU timing: interleaved rounds of calls, CUDA events around each, L2 flushed before each, warm-up first.
 
-One measurement (`time_gpu`):
-1. `warmup` calls, each after an L2 flush, timed with events: module load and cuDNN plan building stay out
-   of the numbers, and their median sizes the loop (`TimingParams.reps_for`); then more calls until `warmup_ms`
-   of GPU time has run, so the clocks and the power draw of a heavy kernel settle before the timed ones.
-2. A GPU spin (`head_start_ms`) so the host's launches get ahead of the GPU: no repetition then waits on
-   the host's launch overhead (FlashCore's Python-side checks, SDPA dispatch), which would be counted.
-3. `reps` repetitions queued without any host synchronization: flush (write a `flush_mib` buffer, far above
-   the 50 MB L2 of an H100) -> start event -> the call -> end event. One synchronize at the end.
-Per-repetition times are `start.elapsed_time(end)`, in milliseconds, GPU clock only.
+One paired measurement (`time_rounds`) of several calls (the backends of a workload, or of every point of one
+scaling sweep; harness/bench/paired.py says why):
+1. Warm-up, per call: `warmup` calls, each after an L2 flush, timed with events (module load and cuDNN plan
+   building stay out of the numbers; their median is the call's estimate); then untimed calls, interleaved
+   across all the calls, until each has run `warmup_ms` of GPU time: clocks and power settle under the same
+   mix of kernels the rounds will run.
+2. NVML clocks and power are read (the start reading), then a GPU spin (`head_start_ms`) lets the host's
+   launches get ahead of the GPU: no repetition then waits on the host's launch overhead.
+3. `rounds` rounds (TimingParams.rounds_for: the GPU time the calls would get one after another), queued
+   without any host synchronization. Round r runs each call once, in `paired.round_order(r)`; each call is
+   flush (write a `flush_mib` buffer, far above the 50 MB L2 of an H100) -> event -> clock probe (a fixed-cycle
+   spin, `clock_probe_us`) -> event -> the call -> event. One synchronize at the end, then NVML again.
+Per-repetition times are the events around the call, in milliseconds, GPU clock only; the probe's time gives the
+SM clock right before the call (cycles / time). Each repetition keeps its round index, so pairs can be rebuilt.
 
 Every benchmarked workload runs for milliseconds, so launch gaps are hidden by the queue; CUDA-graph replay
-(for microsecond kernels) is not needed here.
+(for microsecond kernels) is not needed here. A call that raises is dropped from the following rounds and
+reported with why; the others go on.
 
-Test-only: `Noise` launches a matrix-product burst on a side stream at every other repetition, so the
-spread limit can be shown to catch a noisy run.
+Test-only: `Noise` launches a matrix-product burst on a side stream alongside FlashCore's calls from the middle
+of the rounds on (a neighbour's job that starts mid-measurement and contends with one backend's kernels): the
+paired ratio's spread must catch it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.bench.settings import TimingParams
+from harness.bench import paired
+from harness.bench.settings import OURS, TimingParams
 
 if TYPE_CHECKING:
     import torch
 
 DEFAULT_SM_MHZ = 1980  # H100 SXM max SM clock: converts milliseconds to torch.cuda._sleep cycles
+
+Key = tuple[str, str]  # (workload, backend)
 
 
 class L2Flusher:
@@ -47,7 +58,7 @@ class L2Flusher:
 
 
 class Noise:
-    """Test-only: a side-stream matmul burst at every other repetition, overlapping the timed call."""
+    """Test-only: side-stream matmul bursts overlapping FlashCore's calls in the second half of the rounds."""
 
     BURST_MATMUL_MS = 1.4  # about one 8192^3 bf16 product on an H100
 
@@ -60,14 +71,14 @@ class Noise:
         self.b = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
         self.c = torch.empty_like(self.a)
 
-    def __call__(self, rep: int, estimate_ms: float) -> None:
+    def __call__(self, r: int, rounds: int, key: Key, estimate_ms: float) -> None:
         import torch
 
-        if rep % 2:
+        if key[1] != OURS or r < rounds // 2:
             return
         ready = torch.cuda.Event()
         ready.record()
-        self.stream.wait_event(ready)  # the burst starts with this repetition, not ahead of it
+        self.stream.wait_event(ready)  # the burst starts with this call, not ahead of it
         with torch.cuda.stream(self.stream):
             for _ in range(max(1, round(estimate_ms / self.BURST_MATMUL_MS))):
                 torch.mm(self.a, self.b, out=self.c)
@@ -84,35 +95,137 @@ def _events(n: int) -> list[torch.cuda.Event]:
     return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
 
 
-def time_gpu(fn: Callable[[], object], p: TimingParams, flush: L2Flusher,
-             before_rep: Callable[[int, float], None] | None = None) -> tuple[list[float], float]:
-    """Per-repetition GPU times (ms) of `fn`, and the warm-up estimate that sized the loop."""
+def _why(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+@dataclass
+class Call:
+    """One thing to time: `fn` runs inside `context()` (e.g. SDPA's backend selection)."""
+
+    key: Key
+    fn: Callable[[], object]
+    context: Callable[[], AbstractContextManager[Any]] = field(default=contextlib.nullcontext)
+    label: str = ""  # NVTX range name around each call
+
+
+@dataclass
+class Rounds:
+    """What `time_rounds` measured, per call key."""
+
+    rounds: int  # rounds queued
+    times_ms: dict[Key, list[float]]
+    round_index: dict[Key, list[int]]
+    clock_mhz: dict[Key, list[float]]  # empty lists when the probe is off
+    estimates_ms: dict[Key, float]
+    crashed: dict[Key, str]  # calls that raised (warm-up or a round): why; their times are dropped
+    clocks_start: dict[str, Any]
+    clocks_end: dict[str, Any]
+
+
+Before = Callable[[int, int, Key, float], None]  # (round, rounds, key, estimate_ms): test-only noise
+
+
+def time_rounds(calls: Sequence[Call], p: TimingParams, flush: L2Flusher, before_call: Before | None = None,
+                nvtx: Callable[[str], AbstractContextManager[Any]] | None = None) -> Rounds:
+    """Warm-up, then interleaved rounds of `calls` (see the module docstring)."""
     import torch
 
-    starts, ends = _events(p.warmup), _events(p.warmup)
-    for s, e in zip(starts, ends, strict=True):
-        flush()
-        s.record()
-        fn()
-        e.record()
+    span = nvtx or (lambda name: contextlib.nullcontext())
+    cycles_per_ms = 1000 * (max_sm_clock_mhz() or DEFAULT_SM_MHZ)  # torch.cuda._sleep counts SM cycles
+    crashed: dict[Key, str] = {}
+    estimates: dict[Key, float] = {}
+    for c in calls:  # 1. warm-up, timed: the estimate of each call
+        starts, ends = _events(p.warmup), _events(p.warmup)
+        try:
+            with span(c.label), c.context():
+                for s, e in zip(starts, ends, strict=True):
+                    flush()
+                    s.record()
+                    c.fn()
+                    e.record()
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - this call fails; the others are still timed
+            crashed[c.key] = _why(e)
+            continue
+        estimates[c.key] = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+    live = [c for c in calls if c.key not in crashed]
+    extra = {c.key: paired.warmup_calls(estimates[c.key], p.warmup, p.warmup_ms) for c in live}
+    for i in range(max(extra.values(), default=0)):  # ... then untimed and interleaved: clocks settle
+        for c in live:
+            if i < extra[c.key] and c.key not in crashed:
+                try:
+                    with c.context():
+                        flush()
+                        c.fn()
+                except Exception as e:  # noqa: BLE001
+                    crashed[c.key] = _why(e)
+    live = [c for c in live if c.key not in crashed]
+    by_workload: dict[str, list[Call]] = {}
+    for c in live:
+        by_workload.setdefault(c.key[0], []).append(c)
+    layout = list(by_workload.values())
+    n_rounds = p.rounds_for([estimates[c.key] for c in live]) if live else 0
+    probe = int(cycles_per_ms * p.clock_probe_us / 1000)
+    queued: dict[Key, list[tuple[int, Any, Any, Any]]] = {c.key: [] for c in live}
+    clocks_start = read_clocks()  # 2. while the warm-up still runs: the settled state
+    if p.head_start_ms and live:
+        torch.cuda._sleep(int(cycles_per_ms * p.head_start_ms))
+    for r in range(n_rounds):  # 3. the rounds, queued without a host synchronization
+        for c in paired.round_order(r, layout):
+            if c.key in crashed:
+                continue
+            flush()
+            if before_call is not None:
+                before_call(r, n_rounds, c.key, estimates[c.key])
+            e0, e1, e2 = _events(3)
+            try:
+                with span(c.label), c.context():
+                    if probe:
+                        e0.record()
+                        torch.cuda._sleep(probe)
+                    e1.record()
+                    c.fn()
+                    e2.record()
+            except Exception as e:  # noqa: BLE001
+                crashed[c.key] = _why(e)
+                continue
+            queued[c.key].append((r, e0 if probe else None, e1, e2))
     torch.cuda.synchronize()
-    estimate = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
-    for _ in range(max(0, math.ceil(p.warmup_ms / max(estimate, 1e-3)) - p.warmup)):
-        flush()
-        fn()
-    reps = p.reps_for(estimate)
-    starts, ends = _events(reps), _events(reps)
-    if p.head_start_ms:
-        torch.cuda._sleep(sleep_cycles(p.head_start_ms))
-    for i in range(reps):
-        flush()
-        if before_rep is not None:
-            before_rep(i, estimate)
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], estimate
+    clocks_end = read_clocks()
+    times: dict[Key, list[float]] = {}
+    index: dict[Key, list[int]] = {}
+    clock: dict[Key, list[float]] = {}
+    for key, items in queued.items():
+        if key in crashed:
+            continue
+        times[key] = [e1.elapsed_time(e2) for _, _, e1, e2 in items]
+        index[key] = [r for r, _, _, _ in items]
+        # MHz = cycles per microsecond of the fixed-cycle spin
+        clock[key] = [probe / (e0.elapsed_time(e1) * 1000) for _, e0, e1, _ in items] if probe else []
+    return Rounds(n_rounds, times, index, clock, estimates, crashed, clocks_start, clocks_end)
+
+
+def nvtx_span() -> Callable[[str], AbstractContextManager[Any]]:
+    """A per-call NVTX range, chosen once (the rounds open one per call): nvtx's annotate in the flashcore
+    domain, else torch's range, else nothing (a CPU-only torch)."""
+    try:
+        import nvtx
+
+        return lambda name: nvtx.annotate(name, domain="flashcore")
+    except ImportError:
+        import torch
+
+        return torch.cuda.nvtx.range if torch.cuda.is_available() else (lambda name: contextlib.nullcontext())
+
+
+def time_gpu(fn: Callable[[], object], p: TimingParams, flush: L2Flusher) -> tuple[list[float], float]:
+    """Per-repetition GPU times (ms) of `fn` timed alone (one call per round), and its warm-up estimate."""
+    got = time_rounds([Call(("", ""), fn)], p, flush)
+    if ("", "") in got.crashed:
+        raise RuntimeError(got.crashed[("", "")])
+    return got.times_ms[("", "")], got.estimates_ms[("", "")]
 
 
 # ---- clocks and kernels ------------------------------------------------------------------------------

@@ -2,14 +2,19 @@
 
 `perf-fa2` (phase 3) and `perf-cudnn` (phase 4) are the same gate with different YAML: per workload
 (and, with `sweep: true`, every point of the scaling sweep of gates/bench.yaml) it times FlashCore and each
-listed baseline (harness/bench, timing settings from gates/bench.yaml) and checks:
-- rel_std[b] <= max_rel_std for FlashCore and each gated baseline (the spread of the repetitions);
-- speed_vs_<b> >= min_ratio for each gated baseline (baseline time / FlashCore time), judged only when both
-  spreads passed; a gated baseline that cannot run here is an ERROR (no verdict), never a pass;
-- with `regression: true`, slowdown_vs_stored <= 1 + regression_margin against the committed stored run
-  (gates/bench.yaml `stored_run.file`, written by `make bench-baseline`). No stored run (or one from another
-  GPU, or without this workload) is an ERROR, "no stored baseline: run make bench-baseline": fail closed.
-The other baselines (FA3 always) are measured and reported, not judged. Verdicts: harness/gates/perf_verdict.py.
+listed baseline in interleaved rounds (harness/bench, timing settings from gates/bench.yaml: every backend of a
+workload in the same rounds, so clock drift hits them alike) and checks, per gated baseline b:
+- rel_std[speed_vs_<b>] <= max_rel_std: the run-to-run spread of the paired ratio (b time / FlashCore time, per
+  round);
+- speed_vs_<b> >= min_ratio: the median of those per-round ratios, judged only when its spread passed; a gated
+  baseline that cannot run here is an ERROR (no verdict), never a pass;
+- with `regression: true`, slowdown_vs_stored <= 1 + regression_margin: FlashCore's paired speed relative to the
+  reference backend (gates/bench.yaml `stored_run.reference_backend`, measured here too) against the same ratio in
+  the committed stored run (`stored_run.file`, written by `make bench-baseline`), judged when today's ratio spread
+  (rel_std[speed_vs_<ref>], checked too) passed. No stored run (or one from another GPU, without this workload,
+  or whose reference changed: other implementation, kernels or torch) is an ERROR: fail closed.
+Absolute medians and TFLOPS, with their drift-sensitive spread and the SM clocks, are reported, not judged;
+the other baselines (FA3 always) are measured and reported. Verdicts: harness/gates/perf_verdict.py.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.bench import report
-from harness.bench.record import Measurement, RecordError, Run, not_available, read_run, run_dict
+from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
 from harness.bench.settings import BASELINES, OURS, BenchSettings, check_backends, load_bench_settings, timing_dict
 from harness.config import PHASES_FILE, ConfigError, Workload, param
 from harness.gates import gpu
@@ -41,10 +46,10 @@ class PerfParams:
     sweep: bool = param()  # also every point of the scaling sweep (gates/bench.yaml): the TFLOPS-vs-S chart
     baselines: tuple[str, ...] = param()  # measured and reported (fa2, cudnn, efficient, fa3)
     gated: tuple[str, ...] = param()  # baselines whose speed FlashCore must reach
-    min_ratio: float = param(gt=0)  # baseline time / FlashCore time >= this, per gated baseline
-    max_rel_std: float = param(gt=0)  # relative std of the repetitions (0.02 = 2 %)
+    min_ratio: float = param(gt=0)  # baseline time / FlashCore time (paired) >= this, per gated baseline
+    max_rel_std: float = param(gt=0)  # run-to-run relative std of each judged paired ratio (0.02 = 2 %)
     regression: bool = param()  # compare with the stored run (one perf gate per phase suffices)
-    regression_margin: float = param(ge=0)  # fail when slower than the stored run by more than this (0.05 = 5 %)
+    regression_margin: float = param(ge=0)  # fail when slower relative to the reference by more than this (0.05)
 
 
 def load_stored(settings: BenchSettings, repo_root: Path, override: Path | None = None) -> tuple[Run | None, str]:
@@ -58,25 +63,37 @@ def load_stored(settings: BenchSettings, repo_root: Path, override: Path | None 
         return None, f"stored run unreadable: {e}: run make bench-baseline"
 
 
-def measure_all(ctx: GateContext, measurer: Measurer, workloads: Sequence[Workload],
+def measure_all(ctx: GateContext, measurer: Measurer, settings: BenchSettings, workloads: Sequence[Workload],
                 backends: Sequence[str]) -> dict[str, dict[str, Measurement]]:
-    """Every (workload, backend); a crash while timing becomes that pair's "not available" (with its log)."""
+    """Every (workload, backend), each pairing group (a workload, or one sweep's points) in its own rounds; a
+    crash while timing becomes each pair's "not available" (with its log)."""
     out: dict[str, dict[str, Measurement]] = {}
-    for i, wl in enumerate(workloads):
-        out[wl.name] = {}
-        for b in backends:
-            ctx.step(f"{wl.name} {b} ({i + 1}/{len(workloads)})")
-            try:
-                m = measurer.measure(wl, b)
-            except Exception as e:  # noqa: BLE001 - one pair's crash is that pair's result
-                ctx.log(f"{wl.name} {b} ({wl.label}):\n{traceback.format_exc()}")
-                m = not_available(wl, b, f"crashed while timed: {type(e).__name__}: {e}", measurer.seed(wl))
-            out[wl.name][b] = m
-            s = m.summary
-            ctx.log(f"{wl.name} {b}: " + (f"median {s.median_ms:.4g} ms, {m.throughput:.4g} {m.unit}, rel std "
-                                           f"{100 * s.rel_std:.2f} % over {s.reps} reps, clocks {dict(m.clocks)}"
-                                           if s else f"not available: {m.why}"))
+    groups = settings.pairing_groups(workloads)
+    for i, group in enumerate(groups):
+        names = ", ".join(w.name for w in group)
+        ctx.step(f"{names}: {', '.join(backends)} in interleaved rounds ({i + 1}/{len(groups)})")
+        try:
+            got = measurer.measure_group(group, backends)
+        except Exception as e:  # noqa: BLE001 - one group's crash is that group's result
+            ctx.log(f"{names}:\n{traceback.format_exc()}")
+            why = f"{CRASHED}: {type(e).__name__}: {e}"
+            got = {(w.name, b): not_available(w, b, why, measurer.seed(w)) for w in group for b in backends}
+        for wl in group:
+            out[wl.name] = {b: got[(wl.name, b)] for b in backends}
+            for b in backends:
+                ctx.log(measurement_line(got[(wl.name, b)]))
     return out
+
+
+def measurement_line(m: Measurement) -> str:
+    """One log line: the absolute numbers (drift-sensitive), the rounds and the clocks."""
+    s = m.summary
+    if s is None:
+        return f"{m.workload} {m.backend}: not available: {m.why}"
+    clock = f", SM clock {min(m.clock_mhz):.0f}-{max(m.clock_mhz):.0f} MHz (probe)" if m.clock_mhz else ""
+    return (f"{m.workload} {m.backend}: median {s.median_ms:.4g} ms, {m.throughput:.4g} {m.unit}, absolute rel std "
+            f"{100 * s.rel_std:.2f} % over {s.reps} rounds of {m.pairing or 'its own'}{clock}; NVML start "
+            f"{dict(m.clocks_start)}, end {dict(m.clocks)}")
 
 
 def write_measurements(ctx: GateContext, settings: BenchSettings, by_wl: dict[str, dict[str, Measurement]]) -> str:
@@ -91,17 +108,26 @@ def write_measurements(ctx: GateContext, settings: BenchSettings, by_wl: dict[st
     return rel
 
 
-def perf_checks(wl: Workload, ms: dict[str, Measurement], p: PerfParams, stored: Run | None, stored_why: str,
-                gpu_name: str | None) -> list[Check]:
+def references(settings: BenchSettings, workloads: Sequence[Workload]) -> dict[str, str]:
+    """The regression check's reference backend per workload (gates/bench.yaml stored_run)."""
+    return {w.name: settings.stored_run.reference_for(w) for w in workloads}
+
+
+def perf_checks(wl: Workload, ms: dict[str, Measurement], p: PerfParams, ref: str | None, stored: Run | None,
+                stored_why: str, env_now: dict[str, Any]) -> list[Check]:
+    """Per gated baseline: the paired ratio's spread, then the ratio; with a reference (regression: true): its
+    ratio's spread (unless gated already) and the regression check."""
     ours = ms[OURS]
-    checks = [pv.verdict_spread(wl.name, ours, p.max_rel_std)]
+    checks: list[Check] = []
     for b in p.gated:
-        if ms[b].available:
-            checks.append(pv.verdict_spread(wl.name, ms[b], p.max_rel_std))
+        checks.append(pv.verdict_ratio_spread(wl.name, ours, ms[b], p.max_rel_std))
         checks.append(pv.verdict_ratio(wl.name, ours, ms[b], p.min_ratio, p.max_rel_std))
-    if p.regression:
-        ref, why = pv.stored_measurement(stored, ours, gpu_name) if ours.available else (None, "")
-        checks.append(pv.verdict_regression(wl.name, ours, ref, why or stored_why, p.regression_margin,
+    if ref is not None:
+        if ref not in p.gated:
+            checks.append(pv.verdict_ratio_spread(wl.name, ours, ms[ref], p.max_rel_std))
+        pair, why = pv.stored_pair(stored, ours, ms[ref], env_now) if ours.available and ms[ref].available \
+            else (None, "")
+        checks.append(pv.verdict_regression(wl.name, ours, ms[ref], pair, why or stored_why, p.regression_margin,
                                             p.max_rel_std))
     return checks
 
@@ -110,6 +136,12 @@ def _gpu_name() -> str | None:
     import torch
 
     return str(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
+
+
+def _torch_version() -> str | None:
+    import torch
+
+    return str(torch.__version__)
 
 
 def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None = None) -> GateResult:
@@ -127,23 +159,25 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
     except (ConfigError, gpu.FlashcoreUnavailable) as e:
         return ctx.verdict_only(Status.ERROR, str(e))
     workloads = list({w.name: w for w in (*ctx.workloads(), *(settings.sweep_workloads if p.sweep else ()))}.values())
-    backends = [OURS, *dict.fromkeys((*p.gated, *p.baselines))]
+    refs = references(settings, workloads) if p.regression else {}
+    backends = [OURS, *dict.fromkeys((*p.gated, *p.baselines, *refs.values()))]
     from harness.bench.runner import Options, shared
 
     stored, stored_why = load_stored(settings, ctx.repo_root, stored_path) if p.regression else (None, "")
     measurer = shared(ctx.run_dir, Options(settings.timing, ctx.seed, ctx.fault, noisy))
-    by_wl = measure_all(ctx, measurer, workloads, backends)
+    by_wl = measure_all(ctx, measurer, settings, workloads, backends)
     measurer.release()  # free the inputs and the flush buffer for the next gate; the results stay cached
-    gpu_name = _gpu_name()
-    checks = [c for wl in workloads for c in perf_checks(wl, by_wl[wl.name], p, stored, stored_why, gpu_name)]
+    env_now = {"gpu": _gpu_name(), "torch": _torch_version()}
+    checks = [c for wl in workloads
+              for c in perf_checks(wl, by_wl[wl.name], p, refs.get(wl.name), stored, stored_why, env_now)]
     log_json = write_measurements(ctx, settings, by_wl)
-    details = perf_details(ctx, settings, workloads, backends, by_wl, stored, stored_why, log_json)
+    details = perf_details(ctx, settings, workloads, backends, by_wl, stored, stored_why, log_json, refs)
     return ctx.result(checks, details=details, logs=[log_json])
 
 
 def perf_details(ctx: GateContext, settings: BenchSettings, workloads: Sequence[Workload], backends: Sequence[str],
                  by_wl: dict[str, dict[str, Measurement]], stored: Run | None, stored_why: str,
-                 log_json: str) -> dict[str, Any]:
+                 log_json: str, refs: dict[str, str]) -> dict[str, Any]:
     p: PerfParams = ctx.params
     names = [w.name for w in workloads]
     baselines = [b for b in backends if b != OURS]
@@ -164,8 +198,11 @@ def perf_details(ctx: GateContext, settings: BenchSettings, workloads: Sequence[
         "timing": timing_dict(settings.timing),
         "stored_run": {"file": settings.stored_run.file, "found": stored is not None, "why": stored_why,
                        "gpu": stored.gpu if stored else None, "commit": stored.commit if stored else None,
-                       "created": stored.environment.get("utc_time") if stored else None} if p.regression else None,
-        "workloads": [report.workload_table(w, [by_wl[w.name][b] for b in backends], settings.anchor_for(w))
+                       "torch": stored.environment.get("torch") if stored else None,
+                       "created": stored.environment.get("utc_time") if stored else None,
+                       "references": sorted(set(refs.values()))} if p.regression else None,
+        "workloads": [report.workload_table(w, [by_wl[w.name][b] for b in backends], settings.anchor_for(w),
+                                            judged=(*p.gated, *([refs[w.name]] if w.name in refs else ())))
                       for w in workloads],
         "not_available": report.not_available(m for ms in by_wl.values() for m in ms.values()),
         "plots": {"ratio_svg": ratio_svg, "ratio_note": ratio_note, "seqlen_svg": seq_svg, "seqlen_note": seq_note},

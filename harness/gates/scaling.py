@@ -3,8 +3,18 @@
 The sweep of gates/bench.yaml runs a fixed number of tokens per batch (batch = tokens / S), so every point
 does the same FLOPs per token row and the TFLOPS should stay flat. Per causal mode: for each S in
 `judged_seqlens`, TFLOPS(S) >= min_ratio x the best TFLOPS over `peak_seqlens` (ROADMAP: 32K >= 0.9 x the
-2K-8K peak). FlashCore's spread is checked at every point used; a point above the spread limit leaves the
-ratio not judged. Baselines are timed for the TFLOPS-vs-S chart only.
+2K-8K peak).
+
+Paired, because the clock drifts: TFLOPS(32K) and TFLOPS(2K) timed seconds apart compare two clocks as much
+as two sequence lengths. The points of one causal mode are timed in the same interleaved rounds (gates/bench.yaml
+sweep; BenchSettings.pairing_groups), so per round both FlashCore calls ran within one round (~65-220 ms) under
+the same clock regime, and TFLOPS(S) / TFLOPS(S') = (FLOPs(S) / FLOPs(S')) x time(S') / time(S) of that
+round is free of the drift both share. The judged ratio is the median over rounds, against the peak S (the one
+with the lowest ratio: where FlashCore was fastest); its run-to-run spread (rel_std[tflops_s<S>_vs_peak]) must
+be <= max_rel_std, else the ratio is not judged. Considered and not chosen: normalising each S by FA2 in its
+own rounds (FlashCore/FA2 at 32K over FlashCore/FA2 at the peak) judges FlashCore's scaling relative to FA2's,
+not the ROADMAP's absolute flatness, and would pass a collapse FA2 shares.
+Absolute TFLOPS (median of all repetitions) and the baselines are shown in the chart and tables, not judged.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ class ScalingParams:
     peak_seqlens: tuple[int, ...] = param()  # the reference: best TFLOPS over these sweep points
     judged_seqlens: tuple[int, ...] = param()  # each must reach min_ratio x that peak
     min_ratio: float = param(gt=0)
-    max_rel_std: float = param(gt=0)
+    max_rel_std: float = param(gt=0)  # run-to-run relative std of the paired TFLOPS ratio
     baselines: tuple[str, ...] = param()  # drawn beside FlashCore in the chart, not judged
 
 
@@ -64,16 +74,16 @@ class ScalingGate(Gate):
         backends = [OURS, *dict.fromkeys(p.baselines)]
         measurer = shared(ctx.run_dir, Options(settings.timing, ctx.seed, ctx.fault))
         sweep = settings.sweep_workloads
-        by_wl = measure_all(ctx, measurer, sweep, backends)
+        by_wl = measure_all(ctx, measurer, settings, sweep, backends)
         measurer.release()
         checks: list[Check] = []
         tables: list[dict[str, Any]] = []
         for causal in settings.sweep.causal:
             points = {w.seqlen_q: by_wl[w.name][OURS] for w in sweep if w.causal == causal}
-            used = sorted({*p.peak_seqlens, *p.judged_seqlens})
-            checks += [pv.verdict_spread(f"{mode(causal)} S={s}", points[s], p.max_rel_std) for s in used]
-            checks += [pv.verdict_scaling(mode(causal), points, p.peak_seqlens, s, p.min_ratio, p.max_rel_std)
-                       for s in p.judged_seqlens]
+            for s in p.judged_seqlens:
+                checks.append(pv.verdict_scaling_spread(mode(causal), points, p.peak_seqlens, s, p.max_rel_std))
+                checks.append(pv.verdict_scaling(mode(causal), points, p.peak_seqlens, s, p.min_ratio,
+                                                 p.max_rel_std))
             tables += [report.workload_table(w, [by_wl[w.name][b] for b in backends], settings.anchor_for(w))
                        for w in sweep if w.causal == causal]
         log_json = write_measurements(ctx, settings, by_wl)

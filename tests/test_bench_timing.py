@@ -1,0 +1,209 @@
+"""The interleaved timing loop (harness/bench/timing.py time_rounds) and the Measurer (runner.py) on the CPU,
+against a SIMULATED GPU: CUDA events, torch.cuda._sleep and synchronize are replaced by a timeline whose SM
+clock steps between 1980 and 1600 MHz every 40 ms; a call takes its time at 1980 MHz x 1980 / clock; the
+backends are simulated kernels. Nothing here ran on a GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+from conftest import workload
+
+from harness.bench import backends, paired, runner, timing
+from harness.bench.record import CRASHED
+from harness.bench.settings import TimingParams
+from harness.bench.stats import summarize, summarize_ratios
+from harness.config import Workload
+from harness.gates import gpu as gpu_mod
+
+P = TimingParams(warmup=5, warmup_ms=30.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=100.0, flush_mib=0,
+                 head_start_ms=2.0, clock_probe_us=50.0, record_kernels=False)
+
+
+class SimulatedGpu:
+    """A timeline in ms; the clock steps every `step_ms` between 1980 and 1600 MHz."""
+
+    def __init__(self, step_ms: float = 40.0) -> None:
+        self.now = 0.0
+        self.step_ms = step_ms
+        self.calls: list[str] = []
+
+    def mhz(self) -> float:
+        return 1980.0 if int(self.now // self.step_ms) % 2 == 0 else 1600.0
+
+    def spin(self, cycles: int) -> None:
+        self.now += cycles / (self.mhz() * 1000)
+
+    def kernel(self, name: str, ms_at_max: float) -> Any:
+        def run() -> None:
+            self.calls.append(name)
+            self.now += ms_at_max * 1980.0 / self.mhz()
+        return run
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch) -> SimulatedGpu:
+    sim = SimulatedGpu()
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.t: float | None = None
+
+        def record(self) -> None:
+            self.t = sim.now
+
+        def elapsed_time(self, end: Event) -> float:
+            assert self.t is not None and end.t is not None
+            return end.t - self.t
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", sim.spin)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(timing, "read_clocks", lambda: {"sm_mhz": round(sim.mhz()), "source": "simulated"})
+    monkeypatch.setattr(timing, "max_sm_clock_mhz", lambda: 1980)
+    return sim
+
+
+def test_rounds_pair_the_calls_under_a_stepping_clock(gpu: SimulatedGpu) -> None:
+    calls = [timing.Call(("w", "flashcore"), gpu.kernel("fc", 3.5)),
+             timing.Call(("w", "fa2"), gpu.kernel("fa2", 6.0))]
+    got = timing.time_rounds(calls, P, timing.L2Flusher(0))
+    est = [got.estimates_ms[c.key] for c in calls]
+    # alone: 29 x 3.5 ms and 20 x 6 ms (min_reps); together, rounds of 9.5 ms in that 221.5 ms
+    assert est == [3.5, 6.0] and got.rounds == P.rounds_for(est) == 23
+    fc, fa2 = got.times_ms[("w", "flashcore")], got.times_ms[("w", "fa2")]
+    assert got.round_index[("w", "flashcore")] == got.round_index[("w", "fa2")] == list(range(23))
+    assert max(fc) / min(fc) == pytest.approx(1980 / 1600)  # absolute times follow the clock...
+    ratios = [b / a for a, b in zip(fc, fa2, strict=True)]  # ...their ratio does not, unless a step falls
+    exact = [r for r in ratios if r == pytest.approx(6.0 / 3.5)]  # between the two calls of a round
+    assert len(exact) >= 0.75 * len(ratios)
+    paired_ratio = summarize_ratios(ratios, 5)
+    assert paired_ratio.median == pytest.approx(6.0 / 3.5) and paired_ratio.rel_std < 0.02
+    assert summarize(fc, 5).rel_std > 0.05  # what judging absolute times would have seen
+    assert set(round(c) for c in got.clock_mhz[("w", "fa2")]) == {1980, 1600}  # the probe reads the clock
+    # warm-up: 5 timed calls each, then untimed ones up to 30 ms each, then one call per round
+    assert Counter(gpu.calls) == {"fc": 5 + paired.warmup_calls(est[0], 5, 30.0) + 23,
+                                  "fa2": 5 + paired.warmup_calls(est[1], 5, 30.0) + 23}
+    tail = gpu.calls[-2 * 23:]
+    assert tail[0:2] == ["fc", "fa2"] and tail[2:4] == ["fa2", "fc"]  # the starting backend rotates
+    assert got.clocks_start["source"] == "simulated" and not got.crashed
+
+
+def test_a_call_that_raises_in_the_rounds_is_dropped_with_why(gpu: SimulatedGpu) -> None:
+    ok = gpu.kernel("ok", 2.0)
+    seen = {"n": 0}
+
+    def flaky() -> None:
+        seen["n"] += 1
+        if seen["n"] == 40:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore text")
+        ok()
+
+    calls = [timing.Call(("w", "ok"), gpu.kernel("ok", 2.0)), timing.Call(("w", "bad"), flaky)]
+    got = timing.time_rounds(calls, P, timing.L2Flusher(0))
+    assert got.crashed == {("w", "bad"): "RuntimeError: CUDA error: an illegal memory access was encountered"}
+    assert ("w", "bad") not in got.times_ms and len(got.times_ms[("w", "ok")]) == got.rounds
+
+
+def test_a_call_that_fails_its_warm_up_is_never_timed(gpu: SimulatedGpu) -> None:
+    def broken() -> None:
+        raise ValueError("refused")
+
+    got = timing.time_rounds([timing.Call(("w", "ok"), gpu.kernel("ok", 2.0)), timing.Call(("w", "x"), broken)],
+                             P, timing.L2Flusher(0))
+    assert got.crashed == {("w", "x"): "ValueError: refused"} and got.rounds == P.reps_for(2.0)
+
+
+def test_noise_hook_sees_every_call_with_its_round(gpu: SimulatedGpu) -> None:
+    seen: list[tuple[int, int, tuple[str, str]]] = []
+    calls = [timing.Call(("a", "flashcore"), gpu.kernel("fc", 2.0)),
+             timing.Call(("b", "flashcore"), gpu.kernel("b", 2.0))]
+    got = timing.time_rounds(calls, P, timing.L2Flusher(0),
+                             before_call=lambda r, n, key, est: seen.append((r, n, key)))
+    assert len(seen) == 2 * got.rounds and {n for _, n, _ in seen} == {got.rounds}
+    assert [k[0] for r, _, k in seen if r == 1] == ["b", "a"]  # workloads rotate too
+
+
+def test_time_gpu_is_one_call_timed_alone(gpu: SimulatedGpu) -> None:
+    times, estimate = timing.time_gpu(gpu.kernel("x", 4.0), P, timing.L2Flusher(0))
+    assert len(times) == P.reps_for(estimate) == 26 and estimate == pytest.approx(4.0)
+
+
+# ---- the Measurer on the simulated GPU (backends replaced by simulated kernels) -----------------------------
+
+
+@pytest.fixture
+def measurer(gpu: SimulatedGpu, monkeypatch: pytest.MonkeyPatch) -> runner.Measurer:
+    speeds = {"flashcore": 3.5, "fa2": 6.0, "cudnn": 3.2}
+    gpu.step_ms = 300.0  # rounds of ~30 ms: a step falls inside a pair now and then
+
+    def prepare(backend: str, wl: Workload, q: object, k: object, v: object, fault: int = 0) -> backends.Prepared:
+        if backend == "fa3":
+            raise backends.Unavailable("FA3 not importable: simulated")
+        ms = speeds[backend] * (1 + wl.seqlen_q / 8192) * (1.3 if fault else 1.0)
+        return backends.Prepared(gpu.kernel(f"{wl.name}/{backend}", ms), implementation=f"simulated {backend}",
+                                 planted="kernel debug_fault 4" if fault else "")
+
+    monkeypatch.setattr(backends, "prepare", prepare)
+    monkeypatch.setattr(backends, "probe", lambda p: None)
+    monkeypatch.setattr(gpu_mod, "make_inputs", lambda wl, seed, device: (None, None, None))
+    monkeypatch.setattr(gpu_mod, "free_memory", lambda: None)
+    monkeypatch.setattr(gpu_mod, "nvtx_range", lambda name: contextlib.nullcontext())
+    monkeypatch.setattr(timing, "nvtx_span", lambda: lambda name: contextlib.nullcontext())
+    monkeypatch.setattr(timing, "kernel_names", lambda fn, limit=6: ("simulated_kernel",))
+    return runner.Measurer(runner.Options(dataclasses.replace(P, record_kernels=True), base_seed=1, device="cpu"))
+
+
+def test_a_group_shares_its_rounds_and_is_measured_once(measurer: runner.Measurer, gpu: SimulatedGpu) -> None:
+    a, b = workload("a", sq=4096, sk=4096), workload("b", sq=8192, sk=8192)
+    got = measurer.measure_group([a, b], ["flashcore", "fa2", "fa3"])
+    ours, fa2, fa3 = got[("a", "flashcore")], got[("a", "fa2")], got[("a", "fa3")]
+    assert ours.pairing == fa2.pairing == got[("b", "flashcore")].pairing == "a+b"
+    assert not fa3.available and fa3.why == "FA3 not importable: simulated"
+    assert ours.kernels == ("simulated_kernel",) and ours.implementation == "simulated flashcore"
+    assert ours.clocks_start["source"] == "simulated" and len(ours.clock_mhz) == len(ours.times_ms)
+    r = paired.speed_ratio(ours, fa2)
+    assert r is not None and r.value == pytest.approx(6.0 / 3.5) and r.rel_std < 0.02
+    scaling = paired.ratio(got[("b", "flashcore")], ours)  # TFLOPS: 4x the FLOPs (S^2) in 2 / 1.5 the time
+    assert scaling is not None and scaling.value == pytest.approx(4 * 1.5 / 2)
+    n = len(gpu.calls)
+    assert measurer.measure_group([a], ["fa2", "flashcore"])[("a", "fa2")] is fa2  # cached: nothing ran
+    assert measurer.measure(b, "flashcore") is got[("b", "flashcore")] and len(gpu.calls) == n
+    measurer.measure_group([a], ["flashcore", "cudnn"])  # a backend not in those rounds: new rounds
+    assert len(gpu.calls) > n and measurer.measure(a, "flashcore").pairing == "a"
+
+
+def test_planted_faults_and_noise_are_labelled(gpu: SimulatedGpu, measurer: runner.Measurer,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    hits: list[tuple[int, tuple[str, str]]] = []
+
+    class Noise:
+        def __init__(self, device: str) -> None:
+            pass
+
+        def __call__(self, r: int, rounds: int, key: tuple[str, str], estimate_ms: float) -> None:
+            hits.append((r, key))
+
+    monkeypatch.setattr(timing, "Noise", Noise)
+    noisy = runner.Measurer(dataclasses.replace(measurer.options, noisy=True, fault=4))
+    got = noisy.measure_group([workload("a")], ["flashcore", "fa2"])
+    assert got[("a", "flashcore")].planted == "kernel debug_fault 4, noise: side-stream matmul bursts alongside " \
+        "FlashCore's calls"
+    assert got[("a", "fa2")].planted == ""
+    assert {k for _, k in hits} == {("a", "flashcore"), ("a", "fa2")}  # the hook sees every call; Noise picks
+
+
+def test_a_crash_of_the_rounds_makes_every_pair_say_why(measurer: runner.Measurer,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    def lost(*args: object, **kw: object) -> None:
+        raise RuntimeError("CUDA error: unspecified launch failure")
+
+    monkeypatch.setattr(timing, "time_rounds", lost)
+    got = measurer.measure_group([workload("a")], ["flashcore", "fa2", "fa3"])
+    assert got[("a", "flashcore")].why == f"{CRASHED}: RuntimeError: CUDA error: unspecified launch failure"
+    assert got[("a", "fa3")].why == "FA3 not importable: simulated"  # its own reason stays

@@ -155,11 +155,7 @@ class CorrectnessGate(Gate):
     needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
-        reason = gpu.cuda_unavailable_reason()
-        if reason is not None:
-            return ctx.verdict_only(Status.NOT_RUN, reason)
-        try:
-            fc = gpu.load_flashcore(ctx.fault)
-        except gpu.FlashcoreUnavailable as e:
-            return ctx.verdict_only(Status.ERROR, str(e))
+        fc = gpu.flashcore_for(ctx)
+        if isinstance(fc, GateResult):
+            return fc
         return check_workloads(ctx, fc, "cuda")

@@ -10,7 +10,7 @@ from types import ModuleType
 from harness.gates import determinism, gpu
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
-from harness.results import GateResult, Status
+from harness.results import GateResult
 
 
 def deterministic_flashcore(fc: ModuleType) -> ModuleType:
@@ -27,12 +27,8 @@ class StrictDeterminismGate(Gate):
     needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
-        reason = gpu.cuda_unavailable_reason()
-        if reason is not None:
-            return ctx.verdict_only(Status.NOT_RUN, reason)
-        try:
-            fc = gpu.load_flashcore(ctx.fault)
-        except gpu.FlashcoreUnavailable as e:
-            return ctx.verdict_only(Status.ERROR, str(e))
+        fc = gpu.flashcore_for(ctx)
+        if isinstance(fc, GateResult):
+            return fc
         result = determinism.check_workloads(ctx, deterministic_flashcore(fc), "cuda")
         return dataclasses.replace(result, details={**result.details, "mode": "deterministic=True"})

@@ -19,6 +19,9 @@ from harness.results import Status
 if TYPE_CHECKING:
     import torch
 
+    from harness.gates.base import GateContext
+    from harness.results import GateResult
+
 NO_GPU_LINE = (
     "FlashCore: no CUDA GPU on this machine (torch.cuda.is_available() is False): GPU gates not run; this run fails."
 )
@@ -61,6 +64,18 @@ def load_flashcore(fault: int = 0) -> ModuleType:
     planted.__dict__.update(fc.__dict__)
     planted.attention = functools.partial(fc.attention, debug_fault=fault)  # type: ignore[attr-defined]
     return planted
+
+
+def flashcore_for(ctx: GateContext) -> ModuleType | GateResult:
+    """The flashcore module a GPU gate calls (with the context's planted fault, if any), or the result the gate
+    returns instead: NOT_RUN without a usable CUDA GPU, ERROR when the library cannot be loaded."""
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        return ctx.verdict_only(Status.NOT_RUN, reason)
+    try:
+        return load_flashcore(ctx.fault)
+    except FlashcoreUnavailable as e:
+        return ctx.verdict_only(Status.ERROR, str(e))
 
 
 def exception_status(fc: ModuleType, exc: BaseException) -> Status:

@@ -109,8 +109,8 @@ def _perf(plant: str) -> Runner:
     """perf-fa2 on prefill-d128 and decode (FlashCore, FA2 and the regression references of gates/bench.yaml
     only, for time): first a clean run whose measurements become this case's stored run, then the `plant` run
     judged against it. Spread = the rel_std checks of the paired ratios.
-    plant: "clean" (spread and regression must pass), "slow" (kernel fault 4, serial K/V loads: the regression
-    check must fail), "noisy" (side-stream matmul bursts alongside FlashCore's calls in the later half of the
+    plant: "clean" (spread and regression must pass), "slow" (kernel fault 4, the producer waits after every
+    K/V tile: the regression check must fail), "noisy" (side-stream matmul bursts alongside FlashCore's calls in the later half of the
     rounds, which pairing cannot cancel: the spread must fail and no speed verdict be drawn)."""
 
     def run(config: Config, out: Path) -> dict[str, Status]:
@@ -167,7 +167,7 @@ CASES = (
     # perf-fa2 against a stored run measured moments before (harness/gates/perf.py)
     Case("perf-clean", _perf("clean"), None, "a clean re-run is within the spread limit and the regression margin"),
     Case("perf-slow", _perf("slow"), "perf-fa2/regression",
-         "kernel fault 4 (serial K/V loads) is > 5 % slower relative to the reference backend"),
+         "kernel fault 4 (producer waits after every K/V tile) is > 5 % slower relative to the reference backend"),
     Case("perf-noisy", _perf("noisy"), "perf-fa2/spread",
          "side-stream matmul bursts alongside FlashCore's calls (later half of the rounds) fail the paired ratios'"
          " spread limit, and no speed verdict is drawn from them"),

@@ -17,7 +17,7 @@ enum FaultKind : int32_t {
   kFaultTailMaskOffByOne = 1,   // keeps key index seqlen_k (one past the end) unmasked: wrong result
   kFaultNondeterministic = 2,   // adds a racy global accumulation to O: results differ run to run
   kFaultSkipFirstRow = 3,       // leaves the first row of every query tile unwritten
-  kFaultSlow = 4,               // serial K/V loads, no prefetch: correct but slow (fails the ncu gates)
+  kFaultSlow = 4,               // correct but slow: the producer waits after every K/V tile (ncu, perf gates)
 };
 
 // Thread roles (phase 1): warp 0 loads (producer), warps 1..kConsumerWarps compute (consumers).

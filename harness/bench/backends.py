@@ -30,7 +30,7 @@ from harness.gates import gpu
 if TYPE_CHECKING:
     import torch
 
-SLOW_FAULT = 4  # kernel debug_fault 4 (kFaultSlow): serial K/V loads, no prefetch: correct but slow
+SLOW_FAULT = 4  # kernel debug_fault 4 (kFaultSlow): the producer waits after every K/V tile: correct but slow
 
 
 class Unavailable(Exception):

@@ -110,8 +110,8 @@ def _perf(plant: str) -> Runner:
     only, for time): first a clean run whose measurements become this case's stored run, then the `plant` run
     judged against it. Spread = the rel_std checks of the paired ratios.
     plant: "clean" (spread and regression must pass), "slow" (kernel fault 4, the producer waits after every
-    K/V tile: the regression check must fail), "noisy" (side-stream matmul bursts alongside FlashCore's calls in the later half of the
-    rounds, which pairing cannot cancel: the spread must fail and no speed verdict be drawn)."""
+    K/V tile: the regression check must fail), "noisy" (side-stream matmul bursts alongside FlashCore's calls in
+    the later half of the rounds, which pairing cannot cancel: the spread must fail and no speed verdict be drawn)."""
 
     def run(config: Config, out: Path) -> dict[str, Status]:
         import dataclasses

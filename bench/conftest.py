@@ -33,6 +33,7 @@ from bench_support import PROGRESS, STATE, Case, State
 from harness.bench.runner import Measurer, Options
 from harness.bench.settings import BACKENDS, BenchSettings, check_backends, expand, load_bench_settings, timing_dict
 from harness.config import Config, ConfigError, load_config
+from harness.gates.gpu import cuda_unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_SKIP_REASON = "needs an H100"
@@ -85,16 +86,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("case", cases, ids=[f"{c.workload.name}-{c.backend}" for c in cases])
 
 
-def _has_gpu() -> bool:
-    try:
-        import torch
-    except Exception:  # noqa: BLE001 - no torch, no GPU
-        return False
-    return bool(torch.cuda.is_available())
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    gpu = _has_gpu()
+    gpu = cuda_unavailable_reason() is None
     for item in items:
         item.add_marker(pytest.mark.gpu)
         item.add_marker(pytest.mark.bench)

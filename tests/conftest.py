@@ -14,6 +14,7 @@ import torch
 
 from harness.config import Config, GateSpec, Workload
 from harness.gates.base import GateContext
+from harness.gates.gpu import cuda_unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_SKIP_REASON = "needs an H100"
@@ -23,17 +24,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"gpu: {GPU_SKIP_REASON}")
 
 
-def _has_gpu() -> bool:
-    try:
-        import torch
-    except Exception:  # noqa: BLE001 - no torch, no GPU
-        return False
-    return bool(torch.cuda.is_available())
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_items = [item for item in items if "gpu" in item.keywords]
-    if gpu_items and not _has_gpu():
+    if gpu_items and cuda_unavailable_reason() is not None:
         skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
         for item in gpu_items:
             item.add_marker(skip)

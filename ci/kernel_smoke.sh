@@ -31,9 +31,24 @@ run ok --batch 1 --heads-q 4 --heads-kv 2 --seqlen-q 300 --seqlen-k 300 --head-d
 run ok --batch 3 --heads-q 16 --heads-kv 2 --seqlen-q 3 --seqlen-k 1000 --head-dim 64 --dtype bf16 --check --causal
 run ok --batch 2 --heads-q 4 --heads-kv 2 --seqlen-q 1 --seqlen-k 777 --head-dim 256 --dtype fp16 --check
 run ok --batch 2 --heads-q 32 --heads-kv 8 --seqlen-q 4 --seqlen-k 4 --head-dim 128 --dtype bf16 --check --causal
+# split-KV (kernel/split_plan.h): forced split counts on every head dim, dtype, causal offset and GQA packing;
+# the automatic choice on a batch-1 decode; deterministic mode and sm_margin.
+for d in 64 128 256; do
+  run ok --batch 1 --heads-q 4 --heads-kv 2 --seqlen-q 300 --seqlen-k 1000 --head-dim $d --dtype bf16 --check --causal --splits 3
+  run ok --batch 2 --heads-q 2 --heads-kv 2 --seqlen-q 1000 --seqlen-k 300 --head-dim $d --dtype fp16 --check --causal --splits 2
+  run ok --batch 1 --heads-q 8 --heads-kv 2 --seqlen-q 3 --seqlen-k 3000 --head-dim $d --dtype bf16 --check --splits 128
+done
+run ok --batch 1 --heads-q 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 65536 --head-dim 128 --dtype bf16 --check
+run ok --batch 1 --heads-q 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 65536 --head-dim 128 --dtype bf16 --check --deterministic
+run ok --batch 1 --heads-q 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 65536 --head-dim 128 --dtype bf16 --check --sm-margin 120
+run ok --batch 1 --heads-q 16 --heads-kv 16 --seqlen-q 1000 --seqlen-k 1000 --head-dim 64 --dtype bf16 --check
+run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 100 --seqlen-k 1000 --head-dim 64 --dtype bf16 --check --splits 4 --fault 3
 run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 17 --seqlen-k 17 --head-dim 64 --dtype fp16 --check --tol 2e-3 --fault 1
 run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 100 --seqlen-k 100 --head-dim 64 --dtype bf16 --check --fault 3
 echo "timing (no check):"
+for sp in 1 0; do  # batch-1 decode without and with split-KV (0 = automatic)
+  "$drv" --batch 1 --heads-q 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 65536 --head-dim 128 --dtype bf16 --iters 50 --splits $sp | grep RESULT
+done
 "$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 128 --dtype bf16 --iters 20 | grep RESULT
 "$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 128 --dtype bf16 --iters 20 --causal | grep RESULT
 "$drv" --batch 4 --heads-q 16 --heads-kv 16 --seqlen-q 8192 --seqlen-k 8192 --head-dim 64 --dtype bf16 --iters 20 | grep RESULT

@@ -40,6 +40,22 @@ class FcParams(ctypes.Structure):
         ("causal", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
         ("debug_fault", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+        ("sm_margin", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_int64),
+    ]
+
+
+class FcPlanInfo(ctypes.Structure):
+    """Mirror of `fc_plan_info` in kernel/flashcore.h."""
+
+    _fields_ = [
+        ("num_splits", ctypes.c_int32),
+        ("pack_gqa", ctypes.c_int32),
+        ("ctas", ctypes.c_int64),
+        ("workspace_bytes", ctypes.c_int64),
     ]
 
 
@@ -59,6 +75,8 @@ def load() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.fc_attention_forward.argtypes = [ctypes.POINTER(FcParams), ctypes.c_void_p]
     lib.fc_attention_forward.restype = ctypes.c_int
+    lib.fc_plan.argtypes = [ctypes.POINTER(FcParams), ctypes.POINTER(FcPlanInfo)]
+    lib.fc_plan.restype = ctypes.c_int
     lib.fc_last_error.argtypes = []
     lib.fc_last_error.restype = ctypes.c_char_p
     lib.fc_device_supported.argtypes = [ctypes.c_int]

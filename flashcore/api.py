@@ -6,7 +6,7 @@ import ctypes
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from flashcore import _lib, validate
 from flashcore import fallback as sdpa_fallback
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 MAX_FAULT = 4  # debug_fault 1..4: kernel/config.h FaultKind
+MAX_SPLITS = 128  # kernel/split_plan.h kMaxSplits
+MAX_SM_MARGIN = 1 << 20
 FALLBACKS = ("error", "sdpa")
 BSHD = "[B, S, H, D]"
 _entry_calls = 0
@@ -42,6 +44,8 @@ class Call:
     deterministic: bool
     fallback: str
     debug_fault: int
+    num_splits: int = 0  # 0: automatic
+    sm_margin: int = 0
 
     @property
     def empty(self) -> bool:
@@ -51,7 +55,8 @@ class Call:
 
 def check_call(q: object, k: object, v: object, *, causal: object = False, softmax_scale: object = None,
                out: object = None, lse: object = None, deterministic: object = False, fallback: object = "error",
-               debug_fault: object = 0, device_type: str = "cuda") -> Call:
+               debug_fault: object = 0, num_splits: object = None, sm_margin: object = 0,
+               device_type: str = "cuda") -> Call:
     """Every host-side check of `attention`, in order; raises FlashCoreError. `device_type` is "cuda" except in
     the CPU tests, which run the same checks on CPU tensors."""
     q = validate.tensor("q", q, device_type, None)
@@ -86,6 +91,9 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
                              "that is not SM 9.0) or 'sdpa' (compute with torch SDPA there)")
     if isinstance(debug_fault, bool) or not isinstance(debug_fault, int) or not 0 <= debug_fault <= MAX_FAULT:
         raise FlashCoreError(f"debug_fault is {debug_fault!r}: known faults are 0..{MAX_FAULT} (0 = none)")
+    splits = 0 if num_splits is None else validate.count("num_splits", num_splits, 1, MAX_SPLITS,
+                                                         " or None (chosen from the shapes and the GPU)")
+    margin = validate.count("sm_margin", sm_margin, 0, MAX_SM_MARGIN)
     inputs = {"q": q, "k": k, "v": v}
     if out is not None:
         out = validate.tensor("out", out, device_type, q.device)
@@ -106,7 +114,7 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
             raise FlashCoreError(f"lse has stride {lse.stride()}: it must be contiguous (written row-major "
                                  "[B, Hq, Sq])")
         validate.not_aliased("lse", lse, {**inputs, **({"out": out} if out is not None else {})})
-    call = Call(q, k, v, out, lse, causal, scale, deterministic, str(fallback), debug_fault)
+    call = Call(q, k, v, out, lse, causal, scale, deterministic, str(fallback), debug_fault, splits, margin)
     if not call.empty:
         for name, t in {**inputs, **({"out": out} if out is not None else {})}.items():
             validate.layout(name, t)
@@ -142,6 +150,8 @@ def attention(
     lse: torch.Tensor | None = None,
     deterministic: bool = False,
     fallback: str = "error",
+    num_splits: int | None = None,
+    sm_margin: int = 0,
     debug_fault: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """O = softmax(softmax_scale * Q K^T + mask) V, with the per-row log-sum-exp. Forward only (no autograd).
@@ -154,10 +164,16 @@ def attention(
     softmax_scale: default 1 / sqrt(D); a Python number, finite and > 0 in float32.
     out: optional [B, Sq, Hq, D] output (q's dtype and device, no shared elements, not overlapping an input).
     lse: optional [B, Hq, Sq] float32 contiguous output (not overlapping an input or out).
-    deterministic: guarantees bit-identical out and lse across runs for the same inputs, whatever launch
-        configuration a run picks. Today's kernel always is (fixed grid per shape, no split-KV, no atomics), so
-        the flag costs nothing; a later split-KV or persistent schedule must keep it true (fixed split and
-        reduction order when set). With fallback="sdpa" it selects SDPA's math backend.
+    deterministic: guarantees bit-identical out and lse for the same inputs whatever launch configuration a run
+        could pick: the split-KV count (below) is then chosen from the shapes alone, for a nominal 132-SM H100,
+        ignoring the GPU's SM count and sm_margin. Without it, every run with the same inputs, GPU and
+        sm_margin is still bit-identical (fixed grid, splits combined in a fixed order, no atomics), but a
+        different SM count or sm_margin may pick another split count and change the last bits.
+        With fallback="sdpa" it selects SDPA's math backend.
+    num_splits: split-KV. None (default): when the query tiles are too few to fill the GPU (short queries,
+        small batch), each tile's keys are divided among several CTAs and their fp32 partials are added in
+        split order by a second kernel; 1: never split; N: N splits (at most one per K/V block, <= 128).
+    sm_margin: SMs to leave to concurrent work (e.g. communication kernels) when choosing the split count.
     fallback: "error" (default): a GPU that is not SM 9.0 raises UnsupportedDeviceError. "sdpa": compute the
         same contract with torch SDPA there (warns once per device); an SM 9.0 GPU always runs the kernel.
     Empty inputs launch nothing: Sq = 0 (or B = 0, Hq = 0) gives empty outputs; Sk = 0 gives out = 0, lse = -inf.
@@ -169,7 +185,8 @@ def attention(
     import torch
 
     call = check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
-                      deterministic=deterministic, fallback=fallback, debug_fault=debug_fault)
+                      deterministic=deterministic, fallback=fallback, debug_fault=debug_fault,
+                      num_splits=num_splits, sm_margin=sm_margin)
     q, k, v = call.q, call.k, call.v
     capability, name = _device_info(q.device.index if q.device.index is not None else torch.cuda.current_device())
     sdpa = use_fallback(str(q.device), capability, name, call.fallback)
@@ -187,20 +204,77 @@ def attention(
             sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)
         return out, lse
 
-    params = _lib.FcParams(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-        batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
-        head_dim=q.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
-        o_stride=_strides(out), softmax_scale=call.scale, causal=int(call.causal),
-        dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16, debug_fault=call.debug_fault,
-    )  # fmt: skip
+    params = _params(call, out, lse)
     lib = _lib.load()
     with torch.cuda.device(q.device):
+        info = _plan(lib, params)
+        workspace = None
+        if info.workspace_bytes:
+            # From torch's caching allocator (512-byte aligned), on the current stream: freed for reuse by the
+            # next call on this stream, never while the kernels may still read it.
+            workspace = torch.empty(info.workspace_bytes, dtype=torch.uint8, device=q.device)
+            params.workspace, params.workspace_bytes = workspace.data_ptr(), info.workspace_bytes
         stream = torch.cuda.current_stream(q.device).cuda_stream
         _entry_calls += 1
         status = lib.fc_attention_forward(params, stream)
     if status == _lib.FC_OK:
         return out, lse
+    _raise(lib, status)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `attention` launches for these inputs (fc_plan_info, kernel/flashcore.h)."""
+
+    num_splits: int  # K/V splits per tile; 1: no split-KV, no combine kernel
+    pack_gqa: bool  # the query heads of a K/V head share one tile
+    ctas: int  # CTAs of the attention kernel
+    workspace_bytes: int
+
+
+def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, deterministic: bool = False,
+         num_splits: int | None = None, sm_margin: int = 0) -> Plan:
+    """The launch `attention` would make with these arguments (validated the same way); launches nothing."""
+    import torch
+
+    call = check_call(q, k, v, causal=causal, deterministic=deterministic, num_splits=num_splits,
+                      sm_margin=sm_margin)
+    if call.empty:
+        return Plan(0, False, 0, 0)
+    capability, name = _device_info(call.q.device.index if call.q.device.index is not None
+                                    else torch.cuda.current_device())
+    use_fallback(str(call.q.device), capability, name, "error")
+    lib = _lib.load()
+    # fc_plan checks o like q; q itself stands in (nothing is written).
+    with torch.cuda.device(call.q.device):
+        info = _plan(lib, _params(call, call.q, None))
+    return Plan(info.num_splits, bool(info.pack_gqa), info.ctas, info.workspace_bytes)
+
+
+def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None) -> _lib.FcParams:
+    import torch
+
+    q, k, v = call.q, call.k, call.v
+    lse_ptr = lse.data_ptr() if lse is not None else None
+    return _lib.FcParams(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse_ptr,
+        batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
+        head_dim=q.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
+        o_stride=_strides(out), softmax_scale=call.scale, causal=int(call.causal),
+        dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16, debug_fault=call.debug_fault,
+        num_splits=call.num_splits, deterministic=int(call.deterministic), sm_margin=call.sm_margin,
+    )  # fmt: skip
+
+
+def _plan(lib: ctypes.CDLL, params: _lib.FcParams) -> _lib.FcPlanInfo:
+    info = _lib.FcPlanInfo()
+    status = lib.fc_plan(params, info)
+    if status != _lib.FC_OK:
+        _raise(lib, status)
+    return info
+
+
+def _raise(lib: ctypes.CDLL, status: int) -> NoReturn:
     message = _lib.last_error(lib)
     if status == _lib.FC_ERR_UNSUPPORTED_DEVICE:
         raise UnsupportedDeviceError(message)

@@ -64,6 +64,13 @@ def at_most(label: str, value: int, limit: int, why: str) -> None:
         raise FlashCoreError(f"{label} is {value}: at most {limit} ({why})")
 
 
+def count(name: str, value: object, low: int, high: int, extra: str = "") -> int:
+    """A Python int in [low, high] (bool is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise FlashCoreError(f"{name} is {value!r}: expected an int in [{low}, {high}]{extra}")
+    return value
+
+
 def flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise FlashCoreError(f"{name} is {value!r} ({type(value).__name__}): expected True or False")

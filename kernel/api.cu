@@ -85,6 +85,15 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   if (in->debug_fault < kFaultNone || in->debug_fault > kFaultSlow) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "debug_fault = %d is not a known fault (0..4)", in->debug_fault);
   }
+  if (in->num_splits < 0 || in->sm_margin < 0 || (in->deterministic != 0 && in->deterministic != 1)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT,
+                        "num_splits = %d, sm_margin = %d, deterministic = %d: num_splits and sm_margin must be >= 0 "
+                        "and deterministic 0 or 1", in->num_splits, in->sm_margin, in->deterministic);
+  }
+  if (in->workspace_bytes < 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "workspace_bytes = %lld must be >= 0",
+                        static_cast<long long>(in->workspace_bytes));
+  }
   int status = FC_OK;
   if ((status = check_strides("q", in->q_stride)) != FC_OK) return status;
   if ((status = check_strides("k", in->k_stride)) != FC_OK) return status;
@@ -117,7 +126,11 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->causal = in->causal != 0;
   out->diag_offset = static_cast<int>(in->seqlen_k - in->seqlen_q);
   out->fault = in->debug_fault;
-  out->pack_gqa = 0;  // chosen per kernel by the launcher
+  out->pack_gqa = 0;  // chosen per kernel by the launcher (flashcore.cu make_plan), as is split-KV
+  out->num_splits = 1;
+  out->accum_rows = in->batch * in->heads_q * in->seqlen_q;
+  out->o_accum = nullptr;
+  out->lse_accum = nullptr;
   return FC_OK;
 }
 

@@ -37,4 +37,26 @@ __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_re
   }
 }
 
+// Split-KV epilogue: this split's O rows normalized by its own softmax sum, fp32, and its LSE (-inf for a row
+// that sees no key in this split; its O is then 0). combine_splits_kernel weighs them by exp(lse_s - lse).
+template <int kHeadDim, int kDTiles>
+__device__ __forceinline__ void write_partial(const KernelParams& p, float (&o_reg)[kDTiles][4], const float (&inv_l)[2],
+                                              const float (&lse)[2], int batch, int split, const ThreadRows& rows,
+                                              int lane, bool skip_first_row) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!rows.valid[r]) continue;
+    if (skip_first_row && r == 0 && lane / 4 == 0) continue;
+    const int64_t row = split * p.accum_rows +
+                        (static_cast<int64_t>(batch) * p.heads_q + rows.head[r]) * p.seqlen_q + rows.row[r];
+    float* o_row = p.o_accum + row * kHeadDim;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      const int col = dt * 8 + 2 * (lane % 4);
+      *reinterpret_cast<float2*>(o_row + col) = make_float2(o_reg[dt][2 * r] * inv_l[r], o_reg[dt][2 * r + 1] * inv_l[r]);
+    }
+    if (lane % 4 == 0) p.lse_accum[row] = lse[r];
+  }
+}
+
 }  // namespace flashcore

@@ -6,12 +6,14 @@
 // Requires SM 9.0.
 #include <cuda_runtime.h>
 
+#include "combine.cuh"
 #include "flashcore.h"
 #include "hopper_config.h"
 #include "kernel_mma_sync.cuh"
 #include "kernel_wgmma.cuh"
 #include "launch.h"
 #include "params.h"
+#include "split_plan.h"
 #include "tensor_maps.h"
 
 namespace flashcore {
@@ -30,16 +32,63 @@ cudaError_t launch_mma_sync(const KernelParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// What one call launches: tile grid, GQA packing, split-KV count and workspace (fc_plan_info, kernel/flashcore.h).
+struct LaunchPlan {
+  bool pack_gqa;
+  int m_tiles;     // query tiles per (head, batch); 1 when packed
+  int grid_heads;  // heads_q, or heads_kv when packed
+  int num_splits;
+  int64_t ctas;
+  int64_t workspace_bytes;
+};
+
+template <int kHeadDim>
+int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
+  using Cfg = HopperTileConfig<kHeadDim>;
+  // GQA with short queries (decode): all query heads of a K/V head fit in one tile, so pack them and read
+  // each K/V head once instead of once per query head.
+  plan->pack_gqa = p.group > 1 && static_cast<int64_t>(p.seqlen_q) * p.group <= Cfg::kBlockM;
+  plan->m_tiles = plan->pack_gqa ? 1 : ceil_div(p.seqlen_q, Cfg::kBlockM);
+  plan->grid_heads = plan->pack_gqa ? p.heads_kv : p.heads_q;
+  const int64_t tiles = static_cast<int64_t>(plan->m_tiles) * plan->grid_heads * p.batch;
+  const int n_blocks = ceil_div(p.seqlen_k, Cfg::kBlockN);
+  int splits = 1;
+  if (in->num_splits > 0) {
+    splits = in->num_splits < n_blocks ? in->num_splits : n_blocks;
+    if (splits > kMaxSplits) splits = kMaxSplits;
+  } else {
+    int sms = kNominalSms;
+    if (!in->deterministic) {
+      int device = 0;
+      int status = report_cuda(cudaGetDevice(&device), "cudaGetDevice");
+      if (status == FC_OK) {
+        status = report_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                             "cudaDeviceGetAttribute(MultiProcessorCount)");
+      }
+      if (status != FC_OK) return status;
+      sms = sms - in->sm_margin > 1 ? sms - in->sm_margin : 1;
+    }
+    splits = choose_num_splits(tiles, n_blocks, sms);
+  }
+  plan->num_splits = splits;
+  plan->ctas = tiles * splits;
+  plan->workspace_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
+  return FC_OK;
+}
+
 template <int kHeadDim, typename Element>
-cudaError_t launch_wgmma(const KernelParams& p, const TmaParams& tma, cudaStream_t stream) {
+cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, cudaStream_t stream) {
   using Cfg = HopperTileConfig<kHeadDim>;
   auto kernel = attention_forward_wgmma_kernel<kHeadDim, Element>;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  // Packed GQA: one tile per (K/V head, batch); otherwise one per (query tile, query head, batch).
-  const dim3 grid = p.pack_gqa ? dim3(1, p.heads_kv, p.batch)
-                               : dim3((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
+  // One CTA per (query tile or packed K/V head, split), head, batch.
+  const dim3 grid(plan.m_tiles * plan.num_splits, plan.grid_heads, p.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tma);
+  err = cudaGetLastError();
+  if (err != cudaSuccess || plan.num_splits == 1) return err;
+  const auto blocks = static_cast<unsigned>((p.accum_rows + kCombineWarps - 1) / kCombineWarps);
+  combine_splits_kernel<kHeadDim, Element><<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -47,11 +96,23 @@ template <int kHeadDim, typename Element>
 int run(const fc_params* in, const KernelParams& params, cudaStream_t stream) {
   using Cfg = HopperTileConfig<kHeadDim>;
   KernelParams p = params;
-  // GQA with short queries (decode): all query heads of a K/V head fit in one tile, so pack them and read
-  // each K/V head once instead of once per query head.
-  p.pack_gqa = p.group > 1 && p.seqlen_q * p.group <= Cfg::kBlockM;
+  LaunchPlan plan;
+  int status = make_plan<kHeadDim>(in, p, &plan);
+  if (status != FC_OK) return status;
+  if (plan.workspace_bytes > 0) {
+    if (in->workspace == nullptr || in->workspace_bytes < plan.workspace_bytes ||
+        reinterpret_cast<uintptr_t>(in->workspace) % 16 != 0) {
+      return report_error(FC_ERR_INVALID_ARGUMENT,
+                          "workspace: %d K/V splits need %lld bytes of 16-byte aligned workspace, got %lld bytes at %p "
+                          "(size it with fc_plan)", plan.num_splits, static_cast<long long>(plan.workspace_bytes),
+                          static_cast<long long>(in->workspace_bytes), in->workspace);
+    }
+  }
+  p.pack_gqa = plan.pack_gqa;
+  p.num_splits = plan.num_splits;
+  p.o_accum = static_cast<float*>(in->workspace);
+  p.lse_accum = p.o_accum + (plan.num_splits > 1 ? int64_t{plan.num_splits} * p.accum_rows * kHeadDim : 0);
   TmaParams tma;
-  int status = FC_OK;
   if ((status = encode_tensor_map(&tma.q, "q", in->q, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->q_stride,
                                   p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1)) != FC_OK ||
       (status = encode_tensor_map(&tma.k, "k", in->k, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->k_stride,
@@ -60,7 +121,19 @@ int run(const fc_params* in, const KernelParams& params, cudaStream_t stream) {
                                   Cfg::kBlockN)) != FC_OK) {
     return status;
   }
-  return report_cuda(launch_wgmma<kHeadDim, Element>(p, tma, stream), "attention kernel");
+  return report_cuda(launch_wgmma<kHeadDim, Element>(p, plan, tma, stream), "attention kernel");
+}
+
+template <int kHeadDim>
+int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
+  LaunchPlan plan;
+  const int status = make_plan<kHeadDim>(in, p, &plan);
+  if (status != FC_OK) return status;
+  out->num_splits = plan.num_splits;
+  out->pack_gqa = plan.pack_gqa ? 1 : 0;
+  out->ctas = plan.ctas;
+  out->workspace_bytes = plan.workspace_bytes;
+  return FC_OK;
 }
 
 template <int kHeadDim, typename Element>
@@ -92,6 +165,18 @@ extern "C" int fc_attention_forward(const fc_params* params, void* stream) {
   const int status = flashcore::validate_and_convert(params, &kp);
   if (status != FC_OK) return status;
   return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream), false);
+}
+
+extern "C" int fc_plan(const fc_params* params, fc_plan_info* plan) {
+  if (plan == nullptr) return flashcore::report_error(FC_ERR_INVALID_ARGUMENT, "plan is NULL");
+  flashcore::KernelParams kp;
+  const int status = flashcore::validate_and_convert(params, &kp);
+  if (status != FC_OK) return status;
+  switch (params->head_dim) {
+    case 64: return flashcore::plan_info<64>(params, kp, plan);
+    case 128: return flashcore::plan_info<128>(params, kp, plan);
+    default: return flashcore::plan_info<256>(params, kp, plan);
+  }
 }
 
 extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream) {

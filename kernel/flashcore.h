@@ -35,11 +35,33 @@ typedef struct fc_params {
   int32_t causal;
   int32_t dtype;  // enum fc_dtype
   int32_t debug_fault;  // 0 in production; >0 plants a test-only fault (see kernel/config.h FaultKind)
+  // Split-KV (short queries, few heads: too few tiles to fill the GPU): each tile's keys are divided among
+  // `num_splits` CTAs that write fp32 partial results into `workspace`; a second kernel adds them in split
+  // order (deterministic). fc_plan() says how many splits a call uses and how much workspace it needs.
+  int32_t num_splits;     // 0: chosen from the shapes and the GPU's SM count; 1: never split; N > 1: N (at most
+                          // one per K/V block)
+  int32_t deterministic;  // 1: the automatic choice ignores the GPU's SM count and sm_margin: one plan per shape,
+                          // so results are bit-identical on any GPU and with any sm_margin
+  int32_t sm_margin;      // SMs to leave to concurrent work when choosing the split count (>= 0)
+  void* workspace;        // >= fc_plan's workspace_bytes, 16-byte aligned; may be NULL when that is 0
+  int64_t workspace_bytes;
 } fc_params;
+
+// What a call with these params will launch (nothing is launched by fc_plan itself).
+typedef struct fc_plan_info {
+  int32_t num_splits;       // K/V splits per tile (1: no split, no combine kernel)
+  int32_t pack_gqa;         // 1: the query heads of a K/V head share one tile (short queries with GQA)
+  int64_t ctas;             // CTAs of the attention kernel
+  int64_t workspace_bytes;  // fp32 partial O and LSE of every split (0 without split)
+} fc_plan_info;
 
 // Launches the forward kernel on `stream` (a cudaStream_t, NULL for the default stream).
 // Validates everything first: nothing is launched when the status is not FC_OK.
 int fc_attention_forward(const fc_params* params, void* stream);
+
+// Validates `params` (except workspace) and fills `plan`. Call it to size the workspace before
+// fc_attention_forward.
+int fc_plan(const fc_params* params, fc_plan_info* plan);
 
 // The phase-1 kernel (mma.sync, cp.async producer warp): same contract, kept as a reference and for
 // before/after comparisons (flashcore_driver --kernel phase1). Not used by the Python API.

@@ -12,10 +12,11 @@
 
 namespace flashcore {
 
-// One thread: Q once, then K and V of blocks [0, n_blocks) through the stage ring.
+// One thread: Q once, then K and V of blocks [n_begin, n_begin + n_blocks) through the stage ring.
 template <int kHeadDim>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
-                             uint8_t* v_smem, uint64_t* bars, int batch, int head, int m_block, int n_blocks) {
+                             uint8_t* v_smem, uint64_t* bars, int batch, int head, int m_block, int n_begin,
+                             int n_blocks) {
   using Cfg = HopperTileConfig<kHeadDim>;
   using Slots = HopperSlots<Cfg::kStages>;
   // Packed GQA: `head` is the K/V head and the Q box spans its `group` query heads x all query rows.
@@ -34,7 +35,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
   for (int n_block = 0; n_block < n_blocks; ++n_block) {
     const int stage = n_block % Cfg::kStages;
     const uint32_t empty_parity = ((n_block / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
-    const int row0 = n_block * Cfg::kBlockN;
+    const int row0 = (n_begin + n_block) * Cfg::kBlockN;
     uint64_t* k_full = &bars[Slots::kKFull + stage];
     mbarrier_wait(&bars[Slots::kKEmpty + stage], empty_parity);
     if (p.fault == kFaultSlow) __nanosleep(20000);  // test-only: the producer waits 20 us after every tile

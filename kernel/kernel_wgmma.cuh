@@ -28,7 +28,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
   auto* bars = reinterpret_cast<uint64_t*>(v_smem + Cfg::kStages * Cfg::kKVBytes);
 
   // Longest (causal) query tiles first: they start while the grid still has short ones to fill the tail.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
+  // Split-KV: the splits of one tile are neighbours in blockIdx.x.
+  const int split = blockIdx.x % p.num_splits;
+  const int m_block = gridDim.x / p.num_splits - 1 - blockIdx.x / p.num_splits;
   const int head = blockIdx.y;  // query head, or (GQA packing) K/V head
   const int batch = blockIdx.z;
   const int warpgroup = threadIdx.x / 128;
@@ -38,7 +40,10 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
   const int row_span = p.pack_gqa ? p.seqlen_q : Cfg::kBlockM;
   int key_end = p.seqlen_k;
   if (p.causal) key_end = min(key_end, max(0, row_first + row_span + p.diag_offset));
-  const int n_blocks = (key_end + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int n_total = (key_end + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  // This CTA's K/V blocks [n_begin, n_begin + n_blocks): all of them, or its split's even share (may be none).
+  const int n_begin = static_cast<int>(static_cast<int64_t>(split) * n_total / p.num_splits);
+  const int n_blocks = static_cast<int>(static_cast<int64_t>(split + 1) * n_total / p.num_splits) - n_begin;
 
   if (threadIdx.x == 0) {
     mbarrier_init(&bars[Slots::kQFull], 1);  // the producer's arrive.expect_tx; TMA completes the bytes
@@ -57,7 +62,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
   if (warpgroup == 0) {
     setmaxnreg_dec<Cfg::Registers::kProducer>();
     if (threadIdx.x == 0) {
-      tma_producer<kHeadDim>(p, tma, q_smem, k_smem, v_smem, bars, batch, head, m_block, n_blocks);
+      tma_producer<kHeadDim>(p, tma, q_smem, k_smem, v_smem, bars, batch, head, m_block, n_begin, n_blocks);
     }
   } else {
     setmaxnreg_inc<Cfg::Registers::kConsumer>();
@@ -90,8 +95,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
     auto release = [&](int slot, int n) {
       if (thread == 0) mbarrier_arrive(&bars[slot + n % Cfg::kStages]);
     };
+    // n counts this CTA's blocks from 0 (ring stage and parity); its keys start at block n_begin + n.
     auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2]) {
-      const int key0 = n * Cfg::kBlockN;
+      const int key0 = (n_begin + n) * Cfg::kBlockN;
       if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) mask_scores(s, p, rows, key0, lane);
       consumer.softmax.update(s, p.softmax_scale_log2, alpha);
     };
@@ -157,8 +163,12 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
     }
     float inv_l[2], lse[2];
     consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
-    write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, rows, lane,
-                                    p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0);
+    const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;
+    if (p.num_splits > 1) {
+      write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, batch, split, rows, lane, skip_first_row);
+    } else {
+      write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, rows, lane, skip_first_row);
+    }
   }
 }
 

@@ -21,6 +21,13 @@ struct KernelParams {
   // GQA packing (short queries): one tile holds all `group` query heads of a K/V head, tile row
   // r = (head in group) * seqlen_q + query row, so K/V are read once per group instead of once per head.
   int pack_gqa;
+  // Split-KV: num_splits > 1 divides each tile's K/V blocks among that many CTAs (blockIdx.x = tile * splits +
+  // split), which write fp32 partials: o_accum [split][batch][head_q][row][head_dim] (normalized by their own
+  // softmax sum) and lse_accum [split][batch][head_q][row]; combine_splits_kernel adds them in split order.
+  int num_splits;
+  int64_t accum_rows;  // batch * heads_q * seqlen_q: rows of one split's partials
+  float* o_accum;
+  float* lse_accum;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

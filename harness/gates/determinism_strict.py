@@ -1,34 +1,115 @@
-"""Determinism gate for deterministic mode: the determinism gate's bit-exact repeats, every call made with
-flashcore.attention(..., deterministic=True) (the flag's guarantee, docs/design.md)."""
+"""Determinism gate for deterministic mode: bit-identical results across runs AND across launch configurations.
+
+flashcore.attention(..., deterministic=True) promises the same bits whatever launch configuration a run could
+pick. What changes the configuration today is the split-KV count, chosen from the GPU's SM count minus
+`sm_margin` (kernel/split_plan.h). So each workload's repeats cycle through `sm_margins` (as if the GPU had
+that many fewer SMs), all with deterministic=True, and every repeat must equal the first bit for bit.
+The gate also records flashcore.plan() for each margin with and without the flag: without it the split count
+must change with the margin on at least one workload (`require_varied_plans`), or the sweep proved nothing
+and the gate is an ERROR. The selftest makes attention() drop the flag (harness/selftest.py): this gate must then FAIL.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
+import traceback
+from dataclasses import asdict, dataclass
 from types import ModuleType
+from typing import Any
 
-from harness.gates import determinism, gpu
-from harness.gates.base import Gate, GateContext
+from harness.config import Workload, param
+from harness.gates import gpu
+from harness.gates.base import Gate, GateContext, finite_or_none
+from harness.gates.determinism import DeterminismParams, RepeatStats, _max_abs_diff, verdict_determinism
 from harness.gates.registry import register
-from harness.results import GateResult
+from harness.results import Check, GateResult, Status
 
 
-def deterministic_flashcore(fc: ModuleType) -> ModuleType:
-    """A copy of the flashcore module whose attention() always passes deterministic=True."""
-    strict = ModuleType("flashcore_deterministic")
-    strict.__dict__.update(fc.__dict__)
-    strict.attention = functools.partial(fc.attention, deterministic=True)  # type: ignore[attr-defined]
-    return strict
+@dataclass(frozen=True)
+class StrictParams:
+    workloads: tuple[str, ...] = param(workloads=True)
+    repeats: int = param(ge=2)  # calls per workload; repeat r uses sm_margins[r % len(sm_margins)]
+    sm_margins: tuple[int, ...] = param()  # launch configurations the repeats cycle through
+    require_varied_plans: bool = param(default=True)
+
+    def as_determinism(self) -> DeterminismParams:
+        return DeterminismParams(self.workloads, self.repeats)
+
+
+def plans(fc: ModuleType, wl: Workload, q: Any, k: Any, v: Any, margins: tuple[int, ...]) -> dict[str, list[int]]:
+    """Split counts per margin, with the deterministic flag (must not move) and without (may move)."""
+    return {mode: [fc.plan(q, k, v, causal=wl.causal, deterministic=flag, sm_margin=m).num_splits for m in margins]
+            for mode, flag in (("deterministic", True), ("default", False))}
+
+
+def measure(fc: ModuleType, wl: Workload, seed: int, p: StrictParams) -> tuple[RepeatStats, Any]:
+    import torch
+
+    q, k, v = gpu.make_inputs(wl, seed, "cuda")
+    plan = plans(fc, wl, q, k, v, p.sm_margins)
+    first_out, first_lse = gpu.poisoned_outputs(wl, "cuda")
+    gpu.call_kernel(fc, wl, q, k, v, first_out, first_lse, deterministic=True, sm_margin=p.sm_margins[0])
+    mismatches, worst = 0, 0.0
+    with gpu.nvtx_range(f"determinism-strict/{wl.name}"):
+        for r in range(1, p.repeats):
+            out, lse = gpu.poisoned_outputs(wl, "cuda")
+            margin = p.sm_margins[r % len(p.sm_margins)]
+            gpu.call_kernel(fc, wl, q, k, v, out, lse, deterministic=True, sm_margin=margin)
+            same = torch.equal(gpu.bits(out), gpu.bits(first_out)) and torch.equal(gpu.bits(lse), gpu.bits(first_lse))
+            if not same:
+                mismatches += 1
+                worst = max(worst, _max_abs_diff(out, first_out), _max_abs_diff(lse, first_lse))
+            del out, lse
+    return RepeatStats(seed, p.repeats, mismatches, worst), plan
+
+
+def verdict_plans(details: dict[str, Any], p: StrictParams) -> Check:
+    varied = sorted(n for n, d in details.items() if len(set(d.get("plans", {}).get("default", []))) > 1)
+    fixed = all(len(set(d["plans"]["deterministic"])) == 1 for d in details.values() if "plans" in d)
+    if not fixed:
+        return Check("plans", "deterministic_split_counts", 1, 0, Status.FAIL, "==",
+                     message="deterministic=True chose different split counts for different sm_margin")
+    if p.require_varied_plans and not varied:
+        return Check("plans", "workloads_with_varied_default_plans", 1, 0, Status.ERROR, ">=",
+                     message=f"sm_margins {list(p.sm_margins)} changed no workload's split count without the flag: "
+                             "the sweep tested no second launch configuration")
+    return Check("plans", "workloads_with_varied_default_plans", 1 if p.require_varied_plans else 0, len(varied),
+                 Status.PASS, ">=", message=f"split count moves with sm_margin without the flag on {varied}")
+
+
+def check_workloads(ctx: GateContext, fc: ModuleType) -> GateResult:
+    p: StrictParams = ctx.params
+    checks: list[Check] = []
+    details: dict[str, Any] = {}
+    workloads = ctx.workloads()
+    for i, wl in enumerate(workloads):
+        ctx.step(f"{wl.name} ({i + 1}/{len(workloads)}), sm_margin {list(p.sm_margins)}")
+        seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name)
+        try:
+            s, plan = measure(fc, wl, seed, p)
+        except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
+            ctx.log(f"{wl.name} ({wl.label}, seed {seed}):\n{traceback.format_exc()}")
+            checks.append(Check(wl.name, "run", None, None, gpu.exception_status(fc, e),
+                                message=f"{type(e).__name__}: {e}"))
+            details[wl.name] = {"shape": wl.label, "seed": seed, "error": f"{type(e).__name__}: {e}"}
+            continue
+        finally:
+            gpu.free_memory()
+        checks.append(verdict_determinism(wl.name, s, p.as_determinism()))
+        details[wl.name] = {"shape": wl.label, **asdict(s), "max_abs_diff": finite_or_none(s.max_abs_diff),
+                            "plans": plan}
+        ctx.log(f"{wl.name} ({wl.label}): {details[wl.name]}")
+    checks.append(verdict_plans(details, p))
+    return ctx.result(checks, details={"base_seed": ctx.seed, "mode": "deterministic=True",
+                                       "sm_margins": list(p.sm_margins), "workloads": details})
 
 
 @register("determinism-strict")
 class StrictDeterminismGate(Gate):
-    Params = determinism.DeterminismParams
+    Params = StrictParams
     needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
         fc = gpu.flashcore_for(ctx)
         if isinstance(fc, GateResult):
             return fc
-        result = determinism.check_workloads(ctx, deterministic_flashcore(fc), "cuda")
-        return dataclasses.replace(result, details={**result.details, "mode": "deterministic=True"})
+        return check_workloads(ctx, fc)

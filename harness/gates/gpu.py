@@ -137,11 +137,12 @@ def count_unwritten(out: torch.Tensor, lse: torch.Tensor, dtype: str) -> tuple[i
     return int((bits(out) == POISON_16[dtype]).sum()), int((bits(lse) == POISON_LSE).sum())
 
 
-def call_kernel(fc: ModuleType, wl: Workload, q: Any, k: Any, v: Any, out: Any, lse: Any) -> None:
-    """Run flashcore into the given (poisoned) buffers and wait for it, so async faults surface here."""
+def call_kernel(fc: ModuleType, wl: Workload, q: Any, k: Any, v: Any, out: Any, lse: Any, **options: Any) -> None:
+    """Run flashcore into the given (poisoned) buffers and wait for it, so async faults surface here.
+    `options`: further keyword arguments of flashcore.attention (e.g. sm_margin)."""
     import torch
 
-    fc.attention(q, k, v, causal=wl.causal, out=out, lse=lse)
+    fc.attention(q, k, v, causal=wl.causal, out=out, lse=lse, **options)
     if q.is_cuda:
         torch.cuda.synchronize()
 

@@ -1,0 +1,72 @@
+// Split-KV combine: O = sum_s exp(lse_s - lse) O_s with lse = log sum_s exp(lse_s), over the splits in index
+// order. One warp per output row; the warp reductions are xor butterflies, whose float sums come out identical
+// in every lane and every run, so the result depends only on the split count, never on scheduling.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "mma.h"
+#include "params.h"
+
+namespace flashcore {
+
+constexpr int kCombineWarps = 4;  // rows per 128-thread block
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+template <int kHeadDim, typename Element>
+__global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(const __grid_constant__ KernelParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+  if (row >= p.accum_rows) return;
+  const int splits = p.num_splits;
+  float lse_max = -INFINITY;
+  for (int s = lane; s < splits; s += 32) lse_max = fmaxf(lse_max, p.lse_accum[s * p.accum_rows + row]);
+  lse_max = warp_max(lse_max);
+  const bool empty = lse_max == -INFINITY;  // no split saw a key: O = 0, LSE = -inf (flashcore.h)
+  float sum = 0.f;
+  if (!empty) {
+    for (int s = lane; s < splits; s += 32) sum += expf(p.lse_accum[s * p.accum_rows + row] - lse_max);
+  }
+  sum = warp_sum(sum);
+  const float lse = empty ? -INFINITY : lse_max + logf(sum);
+
+  constexpr int kPairs = kHeadDim / 64;  // float2 columns per lane: lane's pair j is columns 2 (32 j + lane) + {0,1}
+  float2 acc[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) acc[j] = make_float2(0.f, 0.f);
+  for (int s = 0; s < splits; ++s) {
+    const float lse_s = p.lse_accum[s * p.accum_rows + row];
+    const float w = empty ? 0.f : expf(lse_s - lse);
+    const float2* o_s = reinterpret_cast<const float2*>(p.o_accum + (s * p.accum_rows + row) * kHeadDim);
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      const float2 x = o_s[32 * j + lane];
+      acc[j].x += w * x.x;
+      acc[j].y += w * x.y;
+    }
+  }
+  const int q_row = static_cast<int>(row % p.seqlen_q);
+  const int64_t bh = row / p.seqlen_q;
+  const int head = static_cast<int>(bh % p.heads_q);
+  const int batch = static_cast<int>(bh / p.heads_q);
+  uint16_t* o_row = static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2] + q_row * p.o_stride[1];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    *reinterpret_cast<uint32_t*>(o_row + 2 * (32 * j + lane)) = Element::pack(acc[j].x, acc[j].y);
+  }
+  if (p.lse != nullptr && lane == 0) p.lse[row] = lse;  // lse is [B, Hq, Sq] contiguous: index = row
+}
+
+}  // namespace flashcore

@@ -1,0 +1,35 @@
+// Split-KV planning (host only, no CUDA): how many CTAs share one tile's K/V blocks.
+// FlashAttention's rule: a grid of `tiles` CTAs that fills at least 80 % of the SMs is not split; otherwise take
+// the fewest splits whose wave efficiency (CTAs / (waves * SMs)) is within 85 % of the best reachable, never more
+// splits than K/V blocks (a split of no block is wasted) nor two split counts that give the same blocks per split.
+#pragma once
+#include <cstdint>
+
+namespace flashcore {
+
+constexpr int kMaxSplits = 128;
+// Deterministic mode plans for this SM count (an H100 SXM's), whatever the GPU has: one plan per shape.
+constexpr int kNominalSms = 132;
+
+inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+inline int choose_num_splits(int64_t tiles, int n_blocks, int sms) {
+  if (sms < 1 || tiles >= 0.8 * sms || n_blocks <= 1) return 1;
+  int max_splits = n_blocks < kMaxSplits ? n_blocks : kMaxSplits;
+  if (max_splits > sms) max_splits = sms;
+  auto efficiency = [&](int s) {
+    const double waves = static_cast<double>(tiles) * s / sms;
+    return waves / ceil_div(tiles * s, sms);
+  };
+  auto eligible = [&](int s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); };
+  double best = 0.0;
+  for (int s = 1; s <= max_splits; ++s) {
+    if (eligible(s) && efficiency(s) > best) best = efficiency(s);
+  }
+  for (int s = 1; s <= max_splits; ++s) {
+    if (eligible(s) && efficiency(s) >= 0.85 * best) return s;
+  }
+  return 1;
+}
+
+}  // namespace flashcore

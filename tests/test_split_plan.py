@@ -1,0 +1,63 @@
+"""The split-KV heuristic (kernel/split_plan.h), compiled for the host with the system C++ compiler."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = r"""
+#include <cstdio>
+#include <cstdlib>
+#include "split_plan.h"
+int main(int argc, char** argv) {
+  for (int i = 1; i + 2 < argc; i += 3) {
+    std::printf("%d\n", flashcore::choose_num_splits(std::atoll(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2])));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def choose(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    d = tmp_path_factory.mktemp("split_plan")
+    (d / "main.cpp").write_text(PROGRAM)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernel'}", str(d / "main.cpp"), "-o", str(d / "plan")],
+                   check=True)
+
+    def run(*cases: tuple[int, int, int]) -> list[int]:
+        args = [str(x) for case in cases for x in case]
+        return [int(x) for x in subprocess.run([str(d / "plan"), *args], capture_output=True, text=True,
+                                               check=True).stdout.split()]
+
+    return run
+
+
+def test_full_grid_is_not_split(choose) -> None:  # type: ignore[no-untyped-def]
+    # decode B64 H32: 2048 tiles; prefill B4 H16 S8192: 1024; 106 of 132 SMs is >= 80 %
+    assert choose((2048, 47, 132), (1024, 47, 132), (106, 47, 132)) == [1, 1, 1]
+
+
+def test_small_grid_is_split_to_fill_the_sms(choose) -> None:  # type: ignore[no-untyped-def]
+    # decode-b1-gqa: 8 packed tiles, 373 K/V blocks: 14 splits = 112 CTAs (85 % of one wave); fewer SMs, fewer splits
+    assert choose((8, 373, 132)) == [14]
+    assert choose((8, 373, 66), (8, 373, 12)) == [7, 3]
+
+
+def test_never_more_splits_than_blocks(choose) -> None:  # type: ignore[no-untyped-def]
+    assert choose((1, 1, 132), (4, 2, 132), (4, 3, 132)) == [1, 2, 3]
+    for tiles in (1, 2, 5, 13, 40, 100):
+        for n_blocks in (1, 2, 7, 64, 1000):
+            (s,) = choose((tiles, n_blocks, 132))
+            assert 1 <= s <= min(n_blocks, 128)
+
+
+def test_degenerate_sm_count(choose) -> None:  # type: ignore[no-untyped-def]
+    assert choose((8, 100, 0), (8, 100, 1)) == [1, 1]

@@ -9,10 +9,12 @@ from harness.gates import ncu as ncu
 from harness.gates import ncu_stalls as ncu_stalls
 from harness.gates import perf as perf
 from harness.gates import sanitizer as sanitizer
+from harness.gates import sanitizer_all as sanitizer_all
 from harness.gates import scaling as scaling
 from harness.gates import structure as structure
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import get, names, register
 
 __all__ = ["Gate", "GateContext", "api", "build", "correctness", "determinism", "determinism_strict", "get", "names",
-           "ncu", "ncu_stalls", "perf", "register", "sanitizer", "scaling", "structure"]
+           "ncu", "ncu_stalls", "perf", "register", "sanitizer", "sanitizer_all",
+           "scaling", "structure"]

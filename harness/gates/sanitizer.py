@@ -3,10 +3,13 @@
 Never on torch: PyTorch's caching allocator hides out-of-bounds accesses inside its slabs, so the gate runs
 build/flashcore_driver, whose buffers are plain cudaMalloc allocations. One check per (tool, workload);
 the verdict (harness/sanitizer/verdict.py) fails closed: only a complete log with nothing unsuppressed passes.
+Each tool runs on `workloads`, or on its own `<tool>_workloads` when set. `run_sanitizer` with a Budget is
+the phase-7 variant over every workload (harness/gates/sanitizer_all.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +21,11 @@ from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.sanitizer import runner
+from harness.sanitizer.budget import Budget, budget_check, not_run_check
 from harness.sanitizer.model import TOOLS
-from harness.sanitizer.suppressions import load_suppressions
+from harness.sanitizer.suppressions import Suppression, load_suppressions
 
-LOG_DIR = "logs/sanitizer"
+LOG_DIR = "logs"  # raw logs: logs/<gate>/<tool>-<workload>.log (two sanitizer gates share one run directory)
 COMPLETION = "RESULT status=ok"  # the driver's last line when it ran to the end (kernel/driver.cu)
 
 
@@ -38,15 +42,32 @@ class SanitizerParams:
     driver: str = param(default="build/flashcore_driver")
     fail_on_warnings: bool = param(default=True)  # racecheck warnings fail too
     report_log_chars: int = param(default=20000, gt=0)  # of each raw log shown in the report (full log in logs/)
+    # per-tool workloads instead of `workloads` (e.g. racecheck, the slowest, on fewer shapes); () = `workloads`
+    memcheck_workloads: tuple[str, ...] = param(default=(), workloads=True)
+    racecheck_workloads: tuple[str, ...] = param(default=(), workloads=True)
+    synccheck_workloads: tuple[str, ...] = param(default=(), workloads=True)
+    initcheck_workloads: tuple[str, ...] = param(default=(), workloads=True)
 
     def __post_init__(self) -> None:
         bad = [t for t in self.tools if t not in TOOLS]
         if bad or len(set(self.tools)) != len(self.tools):
-            raise ConfigError(PHASES_FILE, "gates.sanitizer.tools", list(self.tools),
+            raise ConfigError(PHASES_FILE, "gates.<sanitizer gate>.tools", list(self.tools),
                               f"each of {{{', '.join(TOOLS)}}} at most once")
+        for tool in TOOLS:
+            if tool not in self.tools and getattr(self, f"{tool}_workloads"):
+                raise ConfigError(PHASES_FILE, f"gates.<sanitizer gate>.{tool}_workloads",
+                                  list(getattr(self, f"{tool}_workloads")),
+                                  f"{tool} is not in `tools`: these workloads would never run")
 
     def timeout_s(self, tool: str) -> int:
         return int(getattr(self, f"{tool}_timeout_s"))
+
+    def workloads_for(self, tool: str) -> tuple[str, ...]:
+        return tuple(getattr(self, f"{tool}_workloads")) or self.workloads
+
+    def plan(self) -> list[tuple[str, str]]:
+        """(tool, workload) of every run, in order: tool by tool as `tools` lists them."""
+        return [(tool, wl) for tool in self.tools for wl in self.workloads_for(tool)]
 
 
 def driver_args(wl: Workload, seed: int, fault: int = 0) -> list[str]:
@@ -91,46 +112,90 @@ def message(runs: list[dict[str, Any]], checks: list[Check]) -> str:
     return f"{len(bad)} of {len(checks)} runs not clean: {shown}" + (f" (+{len(bad) - 2} more)" if len(bad) > 2 else "")
 
 
+@dataclass(frozen=True)
+class Setup:
+    sanitizer: str
+    suppressions: tuple[Suppression, ...]
+    version: str
+    hopper: dict[str, bool]
+
+
+def setup(ctx: GateContext) -> Setup | GateResult:
+    """The tool, its version and Hopper options, and the reviewed suppressions; or the ERROR saying which is missing."""
+    p: SanitizerParams = ctx.params
+    if not (ctx.repo_root / p.driver).is_file():
+        return ctx.verdict_only(Status.ERROR, f"{p.driver} not found: run `make build` (the sanitizer runs the "
+                                "standalone driver, never torch)")
+    sanitizer = find_cuda_tool("compute-sanitizer")
+    if sanitizer is None:
+        return ctx.verdict_only(Status.ERROR,
+                                "compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    try:
+        suppressions = load_suppressions(ctx.repo_root / p.suppressions)
+        version, hopper = runner.probe(sanitizer)
+    except ConfigError as e:
+        return ctx.verdict_only(Status.ERROR, f"bad suppressions file: {e}")
+    except (OSError, subprocess.SubprocessError) as e:
+        return ctx.verdict_only(Status.ERROR, f"compute-sanitizer cannot run: {e}")
+    return Setup(sanitizer, suppressions, version, hopper)
+
+
+def run_sanitizer(ctx: GateContext, budget: Budget | None = None) -> GateResult:
+    """Every planned (tool, workload) run; with a budget, runs it cut short are ERRORs and the rest NOT_RUN."""
+    p: SanitizerParams = ctx.params
+    s = setup(ctx)
+    if isinstance(s, GateResult):
+        return s
+    driver = ctx.repo_root / p.driver
+    checks: list[Check] = []
+    runs: list[dict[str, Any]] = []
+    cut: list[str] = []
+    not_run: list[dict[str, str]] = []
+    plan = p.plan()
+    for i, (tool, name) in enumerate(plan):
+        wl = ctx.config.workloads[name]
+        if budget is not None and budget.left() <= 0:
+            checks.append(not_run_check(budget, tool, name))
+            not_run.append({"tool": tool, "workload": name, "shape": wl.label, "reason": budget.not_run_message()})
+            continue
+        timeout_s, by_budget = (p.timeout_s(tool), False) if budget is None else budget.timeout(p.timeout_s(tool))
+        left = "" if budget is None else f", {budget.left():.0f} s of budget_s left"
+        ctx.step(f"{tool} {name} (run {i + 1}/{len(plan)}{left})")
+        opts = runner.Options(timeout_s=timeout_s, padding=p.padding, hopper=s.hopper,
+                              fail_on_warnings=p.fail_on_warnings, suppressions=s.suppressions)
+        seed = gpu.workload_seed(ctx.seed, ctx.spec.name, name)
+        log_rel = f"{LOG_DIR}/{ctx.spec.name}/{tool}-{name}.log"
+        o = runner.check(s.sanitizer, tool, [str(driver), *driver_args(wl, seed, ctx.fault)],
+                         ctx.run_dir / log_rel, opts, completion=COMPLETION)
+        check, view = outcome_check(o, name), outcome_view(o, name, log_rel, p.report_log_chars)
+        if budget is not None and by_budget and o.timed_out:
+            cut.append(f"{tool} {name}")
+            check = dataclasses.replace(check, message=budget.cut_message(o.wall_s))
+            view["reason"] = check.message
+        ctx.step(f"{tool} {name}: {view['status']} in {o.wall_s:.1f} s")
+        ctx.log(f"{tool} {name} ({wl.label}): exit {o.exit_code}, {o.wall_s:.1f} s: "
+                f"{view['status']}: {view['reason']}\n  {' '.join(o.command)}")
+        checks.append(check)
+        runs.append({**view, "shape": wl.label})
+    wall = {t: round(sum(r["wall_s"] for r in runs if r["tool"] == t), 2) for t in p.tools}
+    details: dict[str, Any] = {"version": s.version, "tools": list(p.tools), "padding": p.padding,
+                               "hopper_checks": s.hopper, "suppressions_file": p.suppressions,
+                               "suppressions": len(s.suppressions), "wall_s_by_tool": wall, "runs": runs,
+                               "workloads_by_tool": {t: list(p.workloads_for(t)) for t in p.tools}}
+    text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN])
+    if budget is not None:
+        spent = budget_check(budget, cut, [f"{r['tool']} {r['workload']}" for r in not_run])
+        checks.append(spent)
+        details |= {"budget_s": budget.total_s, "budget_spent_s": spent.measured, "not_run": not_run}
+        text = text if spent.status is Status.PASS else f"{spent.message}. {text}"
+    ctx.log(f"{len(runs)} of {len(plan)} runs made: {text}")
+    return ctx.result(checks, details=details, message=text, logs=[r["log"] for r in runs])
+
+
 @register("sanitizer")
 class SanitizerGate(Gate):
     Params = SanitizerParams
     needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
-        p: SanitizerParams = ctx.params
-        driver = ctx.repo_root / p.driver
-        if not driver.is_file():
-            return ctx.verdict_only(Status.ERROR, f"{p.driver} not found: run `make build` (the sanitizer runs the "
-                                    "standalone driver, never torch)")
-        sanitizer = find_cuda_tool("compute-sanitizer")
-        if sanitizer is None:
-            return ctx.verdict_only(Status.ERROR,
-                                    "compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
-        try:
-            suppressions = load_suppressions(ctx.repo_root / p.suppressions)
-            version, hopper = runner.probe(sanitizer)
-        except ConfigError as e:
-            return ctx.verdict_only(Status.ERROR, f"bad suppressions file: {e}")
-        except (OSError, subprocess.SubprocessError) as e:
-            return ctx.verdict_only(Status.ERROR, f"compute-sanitizer cannot run: {e}")
-        checks: list[Check] = []
-        runs: list[dict[str, Any]] = []
-        workloads = ctx.workloads()
-        for tool in p.tools:
-            opts = runner.Options(timeout_s=p.timeout_s(tool), padding=p.padding, hopper=hopper,
-                                  fail_on_warnings=p.fail_on_warnings, suppressions=suppressions)
-            for i, wl in enumerate(workloads):
-                ctx.step(f"{tool} {wl.name} ({i + 1}/{len(workloads)})")
-                seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name)
-                log_rel = f"{LOG_DIR}/{tool}-{wl.name}.log"
-                o = runner.check(sanitizer, tool, [str(driver), *driver_args(wl, seed, ctx.fault)],
-                                 ctx.run_dir / log_rel, opts, completion=COMPLETION)
-                ctx.log(f"{tool} {wl.name} ({wl.label}): exit {o.exit_code}, {o.wall_s:.1f} s: "
-                        f"{o.judgement.status.value}: {o.judgement.reason}\n  {' '.join(o.command)}")
-                checks.append(outcome_check(o, wl.name))
-                runs.append({**outcome_view(o, wl.name, log_rel, p.report_log_chars), "shape": wl.label})
-        wall = {t: round(sum(r["wall_s"] for r in runs if r["tool"] == t), 2) for t in p.tools}
-        details = {"version": version, "tools": list(p.tools), "padding": p.padding, "hopper_checks": hopper,
-                   "suppressions_file": p.suppressions, "suppressions": len(suppressions),
-                   "wall_s_by_tool": wall, "runs": runs}
-        return ctx.result(checks, details=details, message=message(runs, checks), logs=[r["log"] for r in runs])
+        return run_sanitizer(ctx)

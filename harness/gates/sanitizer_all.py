@@ -1,0 +1,32 @@
+"""Phase-7 sanitizer gate: the sanitizer gate's runs over every workload (big prefill shapes included), inside a
+gate-level time budget.
+
+Same machinery, params and verdicts as harness/gates/sanitizer.py, plus `budget_s`: no run outlives the budget;
+a run it cuts short is an ERROR and the runs it leaves out are listed as not run, so a spent budget turns the
+gate into an ERROR (harness/sanitizer/budget.py), never a pass. Tune per-run timeouts, `<tool>_workloads` and
+`budget_s` in gates/phases.yaml; `tools` order is run order, so the slowest tool goes last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.config import param
+from harness.gates.base import GateContext
+from harness.gates.registry import register
+from harness.gates.sanitizer import SanitizerGate, SanitizerParams, run_sanitizer
+from harness.results import GateResult
+from harness.sanitizer.budget import Budget
+
+
+@dataclass(frozen=True, kw_only=True)
+class SanitizerAllParams(SanitizerParams):
+    budget_s: int = param(gt=0)  # every run of the gate together; past it the rest is not run (an ERROR)
+
+
+@register("sanitizer-all")
+class SanitizerAllGate(SanitizerGate):
+    Params = SanitizerAllParams
+
+    def run(self, ctx: GateContext) -> GateResult:
+        return run_sanitizer(ctx, Budget(ctx.params.budget_s))

@@ -41,8 +41,9 @@ def _phase1(fault: int) -> Runner:
     return run
 
 
-def _one_gate(gate: str, fault: int) -> Runner:
-    """Run a single gate of any phase with a planted kernel fault (e.g. an ncu gate, without phases 1..N-1)."""
+def _one_gate(gate: str, fault: int, planted: str = "") -> Runner:
+    """Run a single gate of any phase with a planted kernel fault (e.g. an ncu gate, without phases 1..N-1);
+    `planted` names a fault planted some other way, for the report's notice."""
 
     def run(config: Config, out: Path) -> dict[str, Status]:
         from harness import env
@@ -57,8 +58,21 @@ def _one_gate(gate: str, fault: int) -> Runner:
         ctx = GateContext(spec=spec, config=config, run_dir=out, repo_root=Path.cwd(), seed=0, fault=fault)
         result = run_gate(spec, ctx, cuda_unavailable_reason())
         write_all(RunResult(out.name, spec.phase, (result,), env.collect(Path.cwd()), "", 0.0,
-                            notice=f"PLANTED FAULT {fault} (test-only): {gate} must fail"), out)
+                            notice=f"PLANTED {planted or f'FAULT {fault}'} (test-only): {gate} must fail"), out)
         return {gate: result.status}
+
+    return run
+
+
+def _api_without(check: str) -> Runner:
+    """The api gate with flashcore.validate.<check> made a no-op in this process (harness/planted_checks.py)."""
+    gate = _one_gate("api", 0, planted=f"no-op flashcore.validate.{check}")
+
+    def run(config: Config, out: Path) -> dict[str, Status]:
+        from harness.planted_checks import check_disabled
+
+        with check_disabled(check):
+            return gate(config, out)
 
     return run
 
@@ -164,6 +178,9 @@ CASES = (
     Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
     Case("slow-loads", _one_gate("ncu-dram", 4), "ncu-dram",
          "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),
+    Case("api-no-layout-check", _api_without("layout"), "api",
+         "flashcore.validate.layout is a no-op: misaligned, odd-strided and broadcast inputs are no longer rejected "
+         "before the library"),
     # perf-fa2 against a stored run measured moments before (harness/gates/perf.py)
     Case("perf-clean", _perf("clean"), None, "a clean re-run is within the spread limit and the regression margin"),
     Case("perf-slow", _perf("slow"), "perf-fa2/regression",

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from harness.results import Status
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REPO, make_context
+from test_api_gate import TABLE, cpu_cases, stand_in
+
+from flashcore import validate
+from harness.config import GateSpec, load_config
+from harness.gates import api as api_gate
+from harness.gates.api_cases import load_cases
+from harness.gates.base import GateContext
+from harness.planted_checks import check_disabled
+from harness.results import GateResult, Status
 from harness.selftest import CASES, Case, judge
 
 
@@ -25,3 +39,58 @@ def test_clean_case_needs_every_gate_to_pass() -> None:
 
 def test_every_phase1_gate_has_a_planted_fault() -> None:
     assert {c.must_fail for c in CASES} >= {"build", "correctness", "determinism", None}
+
+
+# ---- the api gate's planted case (a host-side check of flashcore/validate.py made a no-op) -------------------
+
+
+def api_case() -> Case:
+    (case,) = [c for c in CASES if c.must_fail == "api"]
+    return case
+
+
+def test_the_api_gate_has_a_planted_case() -> None:
+    case = api_case()
+    assert case.name == "api-no-layout-check" and "flashcore.validate.layout" in case.why
+
+
+def test_check_disabled_plants_a_no_op_and_always_restores_the_check() -> None:
+    real = validate.layout
+    with check_disabled("layout"):
+        assert validate.layout is not real and validate.layout("q", object()) is None
+    assert validate.layout is real
+    with pytest.raises(RuntimeError), check_disabled("layout"):
+        raise RuntimeError("a gate crashed")
+    assert validate.layout is real
+    with pytest.raises(ValueError, match="no such function"), check_disabled("no_such_check"):
+        pass
+
+
+def test_the_planted_case_fails_the_api_gate_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The selftest case end to end, with the api gate's loop on CPU tensors (test_api_gate's stand-in: the real
+    host checks, then SDPA): with the layout check planted as a no-op the gate must FAIL (not ERROR); the same
+    loop with the real check passes. Every CPU-meaningful reject case, and one accept case (the plant does not
+    touch valid inputs; the accept cases are test_api_gate's)."""
+    full = cpu_cases(load_cases(TABLE))
+    table = dataclasses.replace(full, cases=tuple(c for c in full.cases if c.kind == "reject" or c.name == "s1"))
+    judge_p = api_gate.judge_params(load_config(REPO / "gates").gates_through(7), "correctness")
+    assert judge_p is not None
+    seen: list[bool] = []
+
+    def cpu_gate(spec: GateSpec, ctx: GateContext, gpu_reason: str | None) -> GateResult:
+        seen.append(validate.layout is real)
+        fc, fake_api = stand_in()
+        return api_gate.check_cases(ctx, fc, fake_api, table, judge_p, devices=1, device="cpu")
+
+    real = validate.layout
+    monkeypatch.setattr("harness.engine.run_gate", cpu_gate)
+    statuses = api_case().run(load_config(REPO / "gates"), tmp_path / "planted")
+    assert judge(api_case(), statuses) == (True, "api failed as planted")
+    assert seen == [False] and validate.layout is real
+    result = json.loads((tmp_path / "planted" / "results.json").read_text())
+    checks = {c["workload"]: c for c in result["gates"][0]["checks"]}
+    assert checks["q-misaligned"]["status"] == "fail" and "accepted: no error" in checks["q-misaligned"]["message"]
+    assert "error" not in {c["status"] for c in checks.values()}
+    assert "PLANTED no-op flashcore.validate.layout (test-only): api must fail" in result["notice"]
+    clean = cpu_gate(GateSpec("api", 7, None), make_context(tmp_path / "clean", "api", None), None)
+    assert clean.status is Status.PASS and seen == [False, True]

@@ -1,0 +1,33 @@
+"""Test-only planted API faults (make selftest): one host-side check of flashcore/validate.py made a no-op.
+
+flashcore.api calls its checks through the module (`validate.layout(...)`), so replacing the attribute on
+flashcore.validate, in this process and only inside the `with` block, lets the inputs that check guards reach the
+C library; the api gate must then FAIL. Only for checks whose return value the API ignores (layout,
+self_overlap, not_aliased, rank, dtype16, same, at_most): flashcore's files are never edited.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+VALIDATE = "flashcore.validate"
+
+
+def _no_op(*_: object, **__: object) -> None:
+    return None
+
+
+@contextmanager
+def check_disabled(name: str) -> Iterator[None]:
+    """flashcore.validate.<name> does nothing inside the block; the real check is back afterwards, even on error."""
+    validate = importlib.import_module(VALIDATE)
+    real = getattr(validate, name, None)
+    if not callable(real):
+        raise ValueError(f"{VALIDATE}.{name} is not a check (no such function)")
+    setattr(validate, name, _no_op)
+    try:
+        yield
+    finally:
+        setattr(validate, name, real)

@@ -101,4 +101,5 @@ def run_phase(
         started_at=started,
         elapsed_s=time.monotonic() - t_run,
         notice=notice,
+        phase_names={p.number: p.name for p in config.phases if p.number <= phase},
     )

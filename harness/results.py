@@ -89,6 +89,7 @@ class RunResult:
     started_at: str
     elapsed_s: float
     notice: str = ""  # one line shown under the verdict, e.g. "no CUDA GPU: gates not run"
+    phase_names: dict[int, str] = field(default_factory=dict)  # phase number -> name (gates/phases.yaml)
 
     @property
     def status(self) -> Status:
@@ -105,6 +106,7 @@ class RunResult:
             "phase": self.phase,
             "status": self.status.value,
             "notice": self.notice,
+            "phase_names": {str(n): name for n, name in sorted(self.phase_names.items())},
             "started_at": self.started_at,
             "elapsed_s": round(self.elapsed_s, 3),
             "environment": self.environment,

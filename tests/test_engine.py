@@ -163,3 +163,10 @@ def test_progress_redraws_in_place_on_a_tty() -> None:
     text = stream.getvalue()
     assert text.count("\n") == 1 and text.endswith("[phase 1] build  PASS  1.0s  ok\n")
     assert "\r[phase 1] build  make build" in text
+
+
+def test_the_run_records_the_names_of_its_phases(tmp_path: Path) -> None:
+    config = config_of({1: [("fake-pass", NoParams())], 2: [("fake-raise", NoParams())], 3: []})
+    result, _ = run(config, 2, tmp_path)
+    assert result.phase_names == {1: "p1", 2: "p2"}  # phases 1..N only
+    assert result.to_dict()["phase_names"] == {"1": "p1", "2": "p2"}

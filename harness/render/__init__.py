@@ -7,10 +7,11 @@ label formatting shared by the renderers lives here so every format shows the sa
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.results import Check, RunResult, Status
+from harness.results import Check, RunResult, Status, combine
 
 VERDICT_WORD = {
     Status.PASS: "PASS",
@@ -111,6 +112,27 @@ def verdict_counts(run: RunResult) -> str:
     parts = [f"{n} {VERDICT_WORD[s].lower()}" for s, n in counts if n]
     noun = "gate" if len(run.gates) == 1 else "gates"
     return f"{len(run.gates)} {noun}: " + (", ".join(parts) if parts else "none ran")
+
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    number: int
+    status: Status  # the worst of its gates
+    text: str  # 'phase 4 (pipeline): 1/2 pass; perf-cudnn FAIL'
+
+
+def phase_summaries(run: RunResult) -> list[PhaseSummary]:
+    """One line per phase that has results, in phase order: how many of its gates passed, and which did not."""
+    out = []
+    for number in sorted({g.phase for g in run.gates}):
+        gates = [g for g in run.gates if g.phase == number]
+        name = run.phase_names.get(number)
+        passed = sum(g.status is Status.PASS for g in gates)
+        text = f"phase {number}" + (f" ({name})" if name else "") + f": {passed}/{len(gates)} pass"
+        bad = [f"{g.name} {VERDICT_WORD[g.status]}" for g in gates if g.status is not Status.PASS]
+        text += "; " + ", ".join(bad) if bad else ""
+        out.append(PhaseSummary(number, combine([g.status for g in gates]), text))
+    return out
 
 
 def write_all(run: RunResult, run_dir: Path) -> dict[str, Path]:

@@ -16,6 +16,7 @@ from harness.render import (
     fmt_seconds,
     is_relative_link,
     phase_scope,
+    phase_summaries,
     verdict_counts,
 )
 from harness.results import GateResult, RunResult
@@ -80,6 +81,8 @@ def render_html(run: RunResult) -> str:
         started_at=run.started_at,
         elapsed=fmt_seconds(run.elapsed_s),
         exit_code=run.exit_code,
+        phases=[{"number": p.number, "status": p.status.value, "word": VERDICT_WORD[p.status], "text": p.text}
+                for p in phase_summaries(run)],
         gates=[_gate_view(g) for g in run.gates],
         environment=flat_environment(run.environment),
         files=OUTPUT_FILES,

@@ -8,6 +8,7 @@ from harness.render import (
     flat_environment,
     fmt_seconds,
     phase_scope,
+    phase_summaries,
     verdict_counts,
 )
 from harness.results import GateResult, RunResult, Status
@@ -58,6 +59,8 @@ def render_markdown(run: RunResult) -> str:
         f" · {fmt_seconds(run.elapsed_s)} · exit code {run.exit_code}",
         "",
     ]
+    phases = phase_summaries(run)
+    lines += [f"- {ICON[p.status]} {cell(p.text)}" for p in phases] + ([""] if phases else [])
     rows = [[g.name, str(g.phase), verdict(g.status), fmt_seconds(g.elapsed_s), g.message] for g in run.gates]
     lines += table(["gate", "phase", "status", "elapsed", "message"], rows)
     for gate in run.gates:

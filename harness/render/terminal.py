@@ -1,7 +1,9 @@
-"""Terminal renderer: one row per gate (name, status, elapsed, message), the checks that did not pass, the verdict."""
+"""Terminal renderer: one line per phase (which gates did not pass), then one row per gate (name, status, elapsed,
+message) with the checks that did not pass, then the verdict."""
 
 from __future__ import annotations
 
+from harness.render import phase_summaries
 from harness.results import GateResult, RunResult, Status
 
 WORDS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.NOT_RUN: "NOT RUN"}
@@ -33,7 +35,10 @@ def render(run: RunResult, color: bool = False, width: int = 120) -> str:
     name_w = max([len("gate"), *(len(g.name) for g in run.gates)])
     status_w = max(len(w) for w in WORDS.values())
     head = f"{'phase':<5}  {'gate':<{name_w}}  {'status':<{status_w}}  {'elapsed':>8}  message"
-    lines = [f"FlashCore gates, phase {run.phase}  (run {run.run_id})", head, "-" * min(width, len(head) + 40)]
+    lines = [f"FlashCore gates, phase {run.phase}  (run {run.run_id})"]
+    lines += [f"  {_status(p.status, color, status_w)}  {_cut(p.text, width - status_w - 4)}"
+              for p in phase_summaries(run)]
+    lines += ["", head, "-" * min(width, len(head) + 40)]
     msg_w = max(20, width - len(head) + len("message"))
     for g in run.gates:
         lines.append(f"{g.phase:<5}  {g.name:<{name_w}}  {_status(g.status, color, status_w)}  "

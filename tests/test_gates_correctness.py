@@ -282,3 +282,26 @@ def test_real_kernel_passes_and_a_planted_fault_fails(tmp_path: Path, fault: int
     assert bad.status is Status.FAIL, bad.message
     failed = {c.metric for c in bad.checks if c.status is Status.FAIL}
     assert ("unwritten_elements" in failed) == (fault == 3)
+
+
+# ---- pooled input draws for small workloads ------------------------------------------------------------
+
+
+def test_small_workloads_get_pooled_draws_big_ones_one() -> None:
+    p = CorrectnessParams(workloads=("w",), seeds=1, fp16_max_abs=2.0e-3, bf16_error_factor=2.0,
+                          bf16_error_slack=1.0e-5, lse_max_abs=1.0e-3, reference_chunk_mib=64,
+                          min_elements=65536, max_draws=64)
+    tiny = workload("t", b=2, hq=2, hkv=2, sq=1, sk=300, d=128)  # 512 output elements
+    small = workload("s", b=1, hq=4, hkv=4, sq=64, sk=64, d=64)  # 16384
+    big = workload("b", b=4, hq=16, hkv=16, sq=8192, sk=8192, d=128)
+    assert (p.draws_for(tiny), p.draws_for(small), p.draws_for(big)) == (64, 4, 1)
+    assert P.draws_for(tiny) == 1  # the defaults judge one draw
+
+
+def test_pool_adds_counts_and_keeps_the_worst_error_and_nan() -> None:
+    a = measured(err_ours=1e-3, err_sdpa=5e-4, unwritten=1, lse_bad_rows=2)
+    b = measured(err_ours=2e-4, err_sdpa=9e-4, nonfinite=3, lse_bad_rows=1)
+    m = correctness.pool(a, b)
+    assert (m.seed, m.unwritten, m.nonfinite, m.stats.lse_bad_rows) == (7, 1, 3, 3)
+    assert (m.stats.err_ours, m.stats.err_sdpa) == (1e-3, 9e-4)
+    assert math.isnan(correctness.pool(a, measured(err_ours=math.nan)).stats.err_ours)

@@ -1,7 +1,11 @@
 """Correctness gate: flashcore's output against torch SDPA and an fp32 reference, on every configured workload.
 
 Rule (ROADMAP): fp16: max|ours - SDPA| < fp16_max_abs. bf16: err(ours) <= factor * err(SDPA) + slack,
-err = max|x - ref32| over the same inputs. Always: every output element written (poison gone), no NaN/Inf,
+err = max|x - ref32| over the same inputs. A max error over few elements is noise (on san-decode's 512
+output elements SDPA's max bf16 error went from 0.65e-3 to 1.18e-3 between input draws, measured on the H100),
+so a small workload is judged over input draws pooled to at least `min_elements` output elements (at most
+`max_draws`): ours and SDPA see the same draws, and the max over the pool is judged.
+Always: every output element written (poison gone), no NaN/Inf,
 and LSE within lse_max_abs of the fp32 reference where a key is visible (-inf where none is).
 """
 
@@ -30,6 +34,12 @@ class CorrectnessParams:
     bf16_error_slack: float = param(ge=0)
     lse_max_abs: float = param(gt=0)
     reference_chunk_mib: int = param(gt=0)  # fp32 working set of the reference, per chunk of heads
+    min_elements: int = param(default=1, ge=1)  # output elements a verdict is judged over (input draws pooled)
+    max_draws: int = param(default=1, ge=1)
+
+    def draws_for(self, wl: Workload) -> int:
+        elements = wl.batch * wl.seqlen_q * wl.heads_q * wl.head_dim
+        return max(1, min(self.max_draws, -(-self.min_elements // elements)))
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,24 @@ def _jsonable(x: float | int) -> float | int | str:
 # ---- measuring ------------------------------------------------------------------------------------
 
 
+def pool(a: Measured, b: Measured) -> Measured:
+    """Two draws as one: counts add, max errors take the max (NaN kept); the first draw's seed names the pool."""
+    s, t = a.stats, b.stats
+    stats = reference.ErrorStats(reference.nanmax(s.err_ours, t.err_ours), reference.nanmax(s.err_sdpa, t.err_sdpa),
+                                 reference.nanmax(s.diff_sdpa, t.diff_sdpa), reference.nanmax(s.lse_err, t.lse_err),
+                                 s.lse_bad_rows + t.lse_bad_rows)
+    return Measured(a.seed, a.unwritten + b.unwritten, a.nonfinite + b.nonfinite, a.lse_unwritten + b.lse_unwritten,
+                    stats)
+
+
+def measure_pooled(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams, device: str) -> Measured:
+    """`p.draws_for(wl)` draws with seeds seed, seed + 1, ..., pooled."""
+    m = measure(fc, wl, seed, p, device)
+    for d in range(1, p.draws_for(wl)):
+        m = pool(m, measure(fc, wl, (seed + d) & 0x7FFFFFFF, p, device))
+    return m
+
+
 def measure(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams, device: str) -> Measured:
     """One call of flashcore on fresh inputs into poisoned buffers, compared with SDPA and the fp32 reference."""
     import torch
@@ -129,7 +157,7 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
             seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name, s)
             t0 = time.perf_counter()
             try:
-                m = measure(fc, wl, seed, p, device)
+                m = measure_pooled(fc, wl, seed, p, device)
             except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
                 ctx.log(f"{subject} ({wl.label}, seed {seed}):\n{traceback.format_exc()}")
                 status = gpu.exception_status(fc, e)
@@ -141,7 +169,8 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
             new = verdicts(subject, wl.dtype, m, p)
             checks.extend(new)
             rule = next(c for c in new if c.metric in ("max_abs_vs_sdpa", "err_vs_fp32"))
-            details[subject] = {"shape": wl.label, "seed": seed, "elapsed_s": round(time.perf_counter() - t0, 3),
+            details[subject] = {"shape": wl.label, "seed": seed, "draws": p.draws_for(wl),
+                                "elapsed_s": round(time.perf_counter() - t0, 3),
                                 "threshold": rule.threshold, "margin": rule.margin,
                                 "unwritten": m.unwritten, "lse_unwritten": m.lse_unwritten, "nonfinite": m.nonfinite,
                                 **{k: _jsonable(v) for k, v in asdict(m.stats).items()}}

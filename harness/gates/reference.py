@@ -113,19 +113,19 @@ def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, our
             lse_ref = (m + denom.log()).squeeze(-1)  # [n, Sq], -inf where no key is visible
             del s, p
             o, so = ours_bh[bi, hi], sdpa_bh[bi, hi]
-            err_ours = _nanmax(err_ours, _amax(o.float() - ref))
-            err_sdpa = _nanmax(err_sdpa, _amax(so.float() - ref))
-            diff_sdpa = _nanmax(diff_sdpa, _amax(o.float() - so.float()))
+            err_ours = nanmax(err_ours, _amax(o.float() - ref))
+            err_sdpa = nanmax(err_sdpa, _amax(so.float() - ref))
+            diff_sdpa = nanmax(diff_sdpa, _amax(o.float() - so.float()))
             lse = ours_lse[bi, hi]  # [n, Sq]
             bad = (row_visible & ~torch.isfinite(lse)) | (~row_visible & (lse != float("-inf")))
             lse_bad += int(bad.sum())
             good = row_visible & torch.isfinite(lse)
-            lse_err = _nanmax(lse_err, _amax((lse - lse_ref)[good]))
+            lse_err = nanmax(lse_err, _amax((lse - lse_ref)[good]))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
     return ErrorStats(err_ours, err_sdpa, diff_sdpa, lse_err, lse_bad)
 
 
-def _nanmax(a: float, b: float) -> float:
+def nanmax(a: float, b: float) -> float:
     """max() that keeps NaN (Python's max would drop it depending on argument order)."""
     return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)

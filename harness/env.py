@@ -83,16 +83,17 @@ def torch_info() -> dict[str, Any]:
 
 
 def git_info(repo_root: Path) -> dict[str, Any]:
-    """Commit, dirty flag and branch from git. A tree copied without .git (e.g. to a lent GPU host) may name
-    its commit in FLASHCORE_GIT_COMMIT / FLASHCORE_GIT_DIRTY; `git_source` says which one was used."""
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo_root)
-    if commit is None and os.environ.get("FLASHCORE_GIT_COMMIT"):
+    """Commit, dirty flag and branch from git. A tree copied without its .git (e.g. exported with `git archive` to
+    a lent GPU host, possibly inside another checkout) names its commit in FLASHCORE_GIT_COMMIT /
+    FLASHCORE_GIT_DIRTY, which then win over whatever git finds; `git_source` says which one was used."""
+    if os.environ.get("FLASHCORE_GIT_COMMIT"):
         return {
             "git_commit": os.environ["FLASHCORE_GIT_COMMIT"],
             "git_dirty": os.environ.get("FLASHCORE_GIT_DIRTY", "unknown") == "1",
             "git_branch": None,
             "git_source": "FLASHCORE_GIT_COMMIT (tree copied without .git)",
         }
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo_root)
     status = _run(["git", "status", "--porcelain"], cwd=repo_root)
     return {
         "git_commit": commit,

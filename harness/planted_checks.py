@@ -1,4 +1,5 @@
-"""Test-only planted API faults (make selftest): one host-side check of flashcore/validate.py made a no-op.
+"""Test-only planted API faults (make selftest): one host-side check of flashcore/validate.py made a no-op, or
+flashcore.attention's `deterministic` flag ignored (`flag_dropped`: the determinism-strict gate must then FAIL).
 
 flashcore.api calls its checks through the module (`validate.layout(...)`), so replacing the attribute on
 flashcore.validate, in this process and only inside the `with` block, lets the inputs that check guards reach the
@@ -31,3 +32,20 @@ def check_disabled(name: str) -> Iterator[None]:
         yield
     finally:
         setattr(validate, name, real)
+
+
+@contextmanager
+def flag_dropped(flag: str) -> Iterator[None]:
+    """flashcore.attention ignores keyword `flag` inside the block (as a library that forgot to honour it)."""
+    fc = importlib.import_module("flashcore")
+    real = getattr(fc, "attention")  # noqa: B009 - a module attribute mypy cannot see through import_module
+
+    def attention(*args: object, **kwargs: object) -> object:
+        kwargs.pop(flag, None)
+        return real(*args, **kwargs)
+
+    setattr(fc, "attention", attention)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(fc, "attention", real)  # noqa: B010

@@ -77,6 +77,15 @@ def _api_without(check: str) -> Runner:
     return run
 
 
+def _strict_without_flag(config: Config, out: Path) -> dict[str, Status]:
+    """determinism-strict with flashcore.attention ignoring deterministic=True: the split count then follows
+    sm_margin, and the results' last bits with it."""
+    from harness.planted_checks import flag_dropped
+
+    with flag_dropped("deterministic"):
+        return _one_gate("determinism-strict", 0, planted="attention() ignoring deterministic=True")(config, out)
+
+
 def _planted_spill(config: Config, out: Path) -> dict[str, Status]:
     """Build with -DFLASHCORE_PLANT_SPILL into its own directory and judge it with the build gate's verdicts."""
     from harness.gates.build import verdict_kernels
@@ -178,6 +187,8 @@ CASES = (
     Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
     Case("slow-loads", _one_gate("ncu-dram", 4), "ncu-dram",
          "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),
+    Case("strict-flag-ignored", _strict_without_flag, "determinism-strict",
+         "deterministic=True dropped: sm_margin moves the split count and the bits"),
     Case("api-no-layout-check", _api_without("layout"), "api",
          "flashcore.validate.layout is a no-op: misaligned, odd-strided and broadcast inputs are no longer rejected "
          "before the library"),

@@ -139,15 +139,21 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
 extern "C" const char* fc_last_error(void) { return flashcore::g_last_error; }
 
 extern "C" int fc_device_supported(int device) {
-  cudaDeviceProp prop;
-  if (flashcore::report_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties") != FC_OK) return 0;
-  if (prop.major != 9 || prop.minor != 0) {
-    flashcore::report_error(FC_ERR_UNSUPPORTED_DEVICE,
-                    "device %d (%s) is SM %d.%d: FlashCore's kernel is built for SM 9.0 (H100/H200) only", device,
-                    prop.name, prop.major, prop.minor);
+  // Called before every launch: two attribute queries (cheap), the full properties only for the error text.
+  int major = 0, minor = 0;
+  if (flashcore::report_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                             "cudaDeviceGetAttribute(ComputeCapabilityMajor)") != FC_OK ||
+      flashcore::report_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                             "cudaDeviceGetAttribute(ComputeCapabilityMinor)") != FC_OK) {
     return 0;
   }
-  return 1;
+  if (major == 9 && minor == 0) return 1;
+  cudaDeviceProp prop;
+  if (flashcore::report_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties") != FC_OK) return 0;
+  flashcore::report_error(FC_ERR_UNSUPPORTED_DEVICE,
+                          "device %d (%s) is SM %d.%d: FlashCore's kernel is built for SM 9.0 (H100/H200) only", device,
+                          prop.name, major, minor);
+  return 0;
 }
 
 extern "C" const char* fc_version(void) { return "flashcore 0.1.0 phase1 sm_90a"; }

@@ -15,7 +15,8 @@ PROGRAM = r"""
 #include "split_plan.h"
 int main(int argc, char** argv) {
   for (int i = 1; i + 2 < argc; i += 3) {
-    std::printf("%d\n", flashcore::choose_num_splits(std::atoll(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2])));
+    const long long tiles = std::atoll(argv[i]);
+    std::printf("%d\n", flashcore::choose_num_splits(tiles, std::atoi(argv[i + 1]), std::atoi(argv[i + 2])));
   }
   return 0;
 }

@@ -110,7 +110,8 @@ def parser() -> argparse.ArgumentParser:
     prs.add_argument("file", type=Path, help="the saved log (sanitizer) or CSV (ncu)")
     prs.add_argument("--tool", choices=["memcheck", "racecheck", "synccheck", "initcheck"],
                      help="sanitizer tool (inferred from the log when omitted)")
-    sub.add_parser("selftest", help="GPU: plant one fault per gate and check that each gate fails")
+    st = sub.add_parser("selftest", help="GPU: plant one fault per gate and check that each gate fails")
+    st.add_argument("--cases", help="comma-separated case names (default: every case)")
     bench = sub.add_parser("bench", help="GPU: run the benchmark suite (bench/), print a table; --update-baseline")
     from harness.bench.cli import add_arguments as bench_arguments
 
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "selftest":
         from harness import selftest
 
-        return selftest.main()
+        return selftest.main(cases=args.cases)
     try:
         config = load_config(args.gates_dir)
     except ConfigError as e:

@@ -227,11 +227,24 @@ def judge(case: Case, statuses: dict[str, Status]) -> tuple[bool, str]:
     return False, f"{case.must_fail} was {got.value if got else 'missing'}, expected fail"
 
 
-def main(gates_dir: Path = Path("gates")) -> int:
+def select(names: str | None) -> list[Case]:
+    """The cases named in a comma-separated list (all when None); an unknown name is an error."""
+    if not names:
+        return list(CASES)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = {c.name: c for c in CASES}
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise SystemExit(f"selftest: unknown case(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [known[n] for n in wanted]
+
+
+def main(gates_dir: Path = Path("gates"), cases: str | None = None) -> int:
+    chosen = select(cases)
     config = load_config(gates_dir)
     root = Path("reports") / f"selftest-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}"
     rows = []
-    for case in CASES:
+    for case in chosen:
         print(f"selftest: {case.name}: {case.why}", file=sys.stderr, flush=True)
         ok, what = judge(case, case.run(config, root / case.name))
         rows.append((case.name, "OK" if ok else "WRONG", what))

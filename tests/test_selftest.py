@@ -94,3 +94,12 @@ def test_the_planted_case_fails_the_api_gate_on_the_cpu(tmp_path: Path, monkeypa
     assert "PLANTED no-op flashcore.validate.layout (test-only): api must fail" in result["notice"]
     clean = cpu_gate(GateSpec("api", 7, None), make_context(tmp_path / "clean", "api", None), None)
     assert clean.status is Status.PASS and seen == [False, True]
+
+
+def test_cases_can_be_chosen_by_name() -> None:
+    from harness.selftest import select
+
+    assert [c.name for c in select("api-no-layout-check, clean")] == ["api-no-layout-check", "clean"]
+    assert len(select(None)) == len(CASES)
+    with pytest.raises(SystemExit, match="unknown case"):
+        select("clean,nope")

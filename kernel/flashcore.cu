@@ -79,7 +79,8 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
 template <int kHeadDim, typename Element>
 cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, cudaStream_t stream) {
   using Cfg = HopperTileConfig<kHeadDim>;
-  auto kernel = attention_forward_wgmma_kernel<kHeadDim, Element>;
+  auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, Element, true>
+                                    : attention_forward_wgmma_kernel<kHeadDim, Element, false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   // One CTA per (query tile or packed K/V head, split), head, batch.

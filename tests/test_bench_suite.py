@@ -34,7 +34,7 @@ def test_suite_is_one_gpu_benchmark_per_workload_and_backend() -> None:
     settings = load_bench_settings(load_config(REPO / "gates"))
     expected = [f"{w.name}-{b}" for w in settings.suite_workloads for b in settings.suite.backends]
     assert [line.split("[", 1)[1].rstrip("]") for line in listed] == expected
-    assert len(expected) == 15 * 5  # perf set (7) + sweep points not in it (8), x 5 backends
+    assert len(expected) == 15 * 6  # perf set (7) + sweep points not in it (8), x 6 backends
     out = collect("bench", "-m", "not gpu")
     assert "::test_attention[" not in out and f"{len(expected)} deselected" in out  # every item is marked gpu
 

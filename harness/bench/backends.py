@@ -53,14 +53,16 @@ def _first_line(e: BaseException) -> str:
 # ---- FlashCore ----------------------------------------------------------------------------------------
 
 
-def _flashcore(wl: Workload, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fault: int) -> Prepared:
+def _flashcore(wl: Workload, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fault: int,
+               deterministic: bool = False) -> Prepared:
     try:
         fc = gpu.load_flashcore(fault)
     except gpu.FlashcoreUnavailable as e:
         raise Unavailable(str(e)) from None
     out, lse = gpu.poisoned_outputs(wl, str(q.device))
-    fn = functools.partial(fc.attention, q, k, v, causal=wl.causal, out=out, lse=lse)
-    return Prepared(fn, planted=f"kernel debug_fault {fault}" if fault else "", implementation="flashcore")
+    fn = functools.partial(fc.attention, q, k, v, causal=wl.causal, out=out, lse=lse, deterministic=deterministic)
+    return Prepared(fn, planted=f"kernel debug_fault {fault}" if fault else "",
+                    implementation="flashcore, deterministic=True" if deterministic else "flashcore")
 
 
 # ---- torch SDPA ---------------------------------------------------------------------------------------
@@ -134,6 +136,8 @@ def prepare(backend: str, wl: Workload, q: torch.Tensor, k: torch.Tensor, v: tor
     """A ready call of `backend` on these inputs; Unavailable when it cannot run them here."""
     if backend == "flashcore":
         return _flashcore(wl, q, k, v, fault)
+    if backend == "flashcore-det":  # deterministic mode, timed beside the default: the ratio is its cost
+        return _flashcore(wl, q, k, v, fault, deterministic=True)
     if backend in _SDPA:
         return _sdpa(backend, wl, q, k, v)
     if backend == "fa3":

@@ -15,7 +15,8 @@ from typing import Any
 from harness.bench.settings import BACKENDS
 
 # One fixed colour per backend, the same in every chart.
-COLORS = {"flashcore": "#d62728", "fa2": "#1f77b4", "cudnn": "#2ca02c", "efficient": "#9467bd", "fa3": "#ff7f0e"}
+COLORS = {"flashcore": "#d62728", "fa2": "#1f77b4", "cudnn": "#2ca02c", "efficient": "#9467bd", "fa3": "#ff7f0e",
+          "flashcore-det": "#8c564b"}
 
 
 class PlotUnavailable(RuntimeError):

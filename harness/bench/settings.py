@@ -24,6 +24,7 @@ BACKENDS = {
     "cudnn": "cuDNN (SDPA)",
     "efficient": "mem-efficient (SDPA)",
     "fa3": "FA3",
+    "flashcore-det": "FlashCore deterministic",  # its ratio to FlashCore is the cost of deterministic=True
 }
 OURS = "flashcore"
 BASELINES = tuple(b for b in BACKENDS if b != OURS)

@@ -45,3 +45,4 @@ def test_flag_dropped_removes_the_keyword_and_restores_attention(monkeypatch: py
 def test_selftest_plants_the_ignored_flag() -> None:
     case = next(c for c in CASES if c.name == "strict-flag-ignored")
     assert case.must_fail == "determinism-strict"
+

@@ -44,7 +44,17 @@ def cuda_unavailable_reason() -> str | None:
         return f"FlashCore: torch cannot be imported ({e}): GPU gates not run; this run fails."
     if not torch.cuda.is_available():
         return NO_GPU_LINE
-    return None
+    return not_hopper_reason(torch.cuda.get_device_capability(0), torch.cuda.get_device_name(0))
+
+
+def not_hopper_reason(capability: tuple[int, int], name: str) -> str | None:
+    """On a GPU that is not SM 9.0 the kernel cannot run (flashcore raises; fallback='sdpa' would test torch, not
+    FlashCore): the GPU gates are not run, and the report says so."""
+    if tuple(capability) == (9, 0):
+        return None
+    major, minor = capability
+    return (f"FlashCore: GPU 0 is {name} (SM {major}.{minor}), not SM 9.0: the kernel was not tested; GPU gates not "
+            "run; this run fails.")
 
 
 def load_flashcore(fault: int = 0) -> ModuleType:

@@ -4,6 +4,8 @@
 // kEfficiencyBar of the best reachable, never more splits than K/V blocks (a split of no block is wasted) nor two
 // split counts that give the same blocks per split. FlashAttention's bar is 85 %; measured on the H100 (batch-1 and
 // batch-2 GQA decode, Sk 64K), 128 CTAs beat the 112 that 85 % allows by 3-5 % (docs/perf-notes.md step 3.11).
+// Each split keeps at least kMinBlocksPerSplit K/V blocks: every split reloads Q and writes fp32 partials, and
+// splitting odd-grid (105 tiles, 7 blocks each) into 7 one-block splits made it 1.8x slower on the H100.
 #pragma once
 #include <cstdint>
 
@@ -13,13 +15,16 @@ constexpr int kMaxSplits = 128;
 // Deterministic mode plans for this SM count (an H100 SXM's), whatever the GPU has: one plan per shape.
 constexpr int kNominalSms = 132;
 constexpr double kEfficiencyBar = 0.95;
+constexpr int kMinBlocksPerSplit = 4;
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 inline int choose_num_splits(int64_t tiles, int n_blocks, int sms) {
   if (sms < 1 || tiles >= 0.8 * sms || n_blocks <= 1) return 1;
-  int max_splits = n_blocks < kMaxSplits ? n_blocks : kMaxSplits;
+  int max_splits = n_blocks / kMinBlocksPerSplit;
+  if (max_splits > kMaxSplits) max_splits = kMaxSplits;
   if (max_splits > sms) max_splits = sms;
+  if (max_splits <= 1) return 1;
   auto efficiency = [&](int s) {
     const double waves = static_cast<double>(tiles) * s / sms;
     return waves / ceil_div(tiles * s, sms);

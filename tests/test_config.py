@@ -17,7 +17,7 @@ EXPECTED_WORKLOADS = [
     "prefill-d128", "prefill-d128-causal", "prefill-d64", "prefill-d256", "prefill-d128-fp16", "decode", "decode-gqa",
     "decode-b1-gqa",
     "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
-    "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode",
+    "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode", "san-split",
 ]  # fmt: skip
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 ERRORS = ("FlashCoreError", "UnsupportedDeviceError")
 TENSORS = ("q", "k", "v", "out", "lse")
-CALL_KEYS = ("softmax_scale", "causal", "deterministic", "fallback", "debug_fault")
+CALL_KEYS = ("softmax_scale", "causal", "deterministic", "fallback", "debug_fault", "num_splits", "sm_margin")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64", "int8": "int8",
           "int16": "int16", "fp8": "float8_e4m3fn", "bool": "bool"}
 LAYOUTS = ("contiguous", "bhsd", "padded-heads", "packed", "seq-slice", "last-dim-strided", "misaligned",

@@ -38,8 +38,10 @@ class CorrectnessParams:
     max_draws: int = param(default=1, ge=1)
 
     def draws_for(self, wl: Workload) -> int:
-        elements = wl.batch * wl.seqlen_q * wl.heads_q * wl.head_dim
-        return max(1, min(self.max_draws, -(-self.min_elements // elements)))
+        return self.draws_for_elements(wl.batch * wl.seqlen_q * wl.heads_q * wl.head_dim)
+
+    def draws_for_elements(self, elements: int) -> int:
+        return max(1, min(self.max_draws, -(-self.min_elements // max(1, elements))))
 
 
 @dataclass(frozen=True)

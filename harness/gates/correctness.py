@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
@@ -161,10 +160,8 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
             try:
                 m = measure_pooled(fc, wl, seed, p, device)
             except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-                ctx.log(f"{subject} ({wl.label}, seed {seed}):\n{traceback.format_exc()}")
-                status = gpu.exception_status(fc, e)
-                checks.append(Check(subject, "run", None, None, status, message=f"{type(e).__name__}: {e}"))
-                details[subject] = {"shape": wl.label, "seed": seed, "error": f"{type(e).__name__}: {e}"}
+                check, details[subject] = gpu.crash_verdict(fc, subject, wl.label, seed, e, ctx.log)
+                checks.append(check)
                 continue
             finally:
                 gpu.free_memory()

@@ -7,7 +7,6 @@ definition of this gate: any mismatching repeat fails it.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -110,10 +109,8 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
         try:
             s = measure(fc, wl, seed, p.repeats, device, partial(_step_repeat, ctx, where, p.repeats))
         except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-            ctx.log(f"{wl.name} ({wl.label}, seed {seed}):\n{traceback.format_exc()}")
-            checks.append(Check(wl.name, "run", None, None, gpu.exception_status(fc, e),
-                                message=f"{type(e).__name__}: {e}"))
-            details[wl.name] = {"shape": wl.label, "seed": seed, "error": f"{type(e).__name__}: {e}"}
+            check, details[wl.name] = gpu.crash_verdict(fc, wl.name, wl.label, seed, e, ctx.log)
+            checks.append(check)
             continue
         finally:
             gpu.free_memory()

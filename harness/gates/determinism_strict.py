@@ -11,7 +11,6 @@ and the gate is an ERROR. The selftest makes attention() drop the flag (harness/
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
@@ -87,10 +86,8 @@ def check_workloads(ctx: GateContext, fc: ModuleType) -> GateResult:
         try:
             s, plan = measure(fc, wl, seed, p)
         except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-            ctx.log(f"{wl.name} ({wl.label}, seed {seed}):\n{traceback.format_exc()}")
-            checks.append(Check(wl.name, "run", None, None, gpu.exception_status(fc, e),
-                                message=f"{type(e).__name__}: {e}"))
-            details[wl.name] = {"shape": wl.label, "seed": seed, "error": f"{type(e).__name__}: {e}"}
+            check, details[wl.name] = gpu.crash_verdict(fc, wl.name, wl.label, seed, e, ctx.log)
+            checks.append(check)
             continue
         finally:
             gpu.free_memory()

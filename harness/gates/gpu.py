@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from harness.config import Workload
-from harness.results import Status
+from harness.results import Check, Status
 
 if TYPE_CHECKING:
     import torch
@@ -86,6 +86,17 @@ def flashcore_for(ctx: GateContext) -> ModuleType | GateResult:
         return load_flashcore(ctx.fault)
     except FlashcoreUnavailable as e:
         return ctx.verdict_only(Status.ERROR, str(e))
+
+
+def crash_verdict(fc: ModuleType, subject: str, label: str, seed: int, exc: BaseException,
+                  log: Any) -> tuple[Check, dict[str, Any]]:
+    """One workload's crash as that workload's verdict: the check, its details entry, the traceback logged."""
+    import traceback
+
+    log(f"{subject} ({label}, seed {seed}):\n{traceback.format_exc()}")
+    text = f"{type(exc).__name__}: {exc}"
+    return (Check(subject, "run", None, None, exception_status(fc, exc), message=text),
+            {"shape": label, "seed": seed, "error": text})
 
 
 def exception_status(fc: ModuleType, exc: BaseException) -> Status:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -128,7 +129,13 @@ def _fa3(wl: Workload, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Pre
     func, where, dtypes = import_fa3()
     if wl.dtype not in dtypes:
         raise Unavailable(f"{where} is built without {wl.dtype} (only {', '.join(sorted(dtypes))})")
-    return Prepared(functools.partial(func, q, k, v, causal=wl.causal), implementation=where)
+    # flash_attn_func defaults to num_splits=1 (no split-KV); 0 asks for FA3's own split heuristic, as FlashCore
+    # chooses its split count: without it a batch-1 decode ran on 8 CTAs and FA3 read K/V at 0.39 TB/s.
+    kwargs: dict[str, Any] = {"causal": wl.causal}
+    if "num_splits" in inspect.signature(func).parameters:
+        kwargs["num_splits"] = 0
+        where += ", num_splits=0 (its heuristic)"
+    return Prepared(functools.partial(func, q, k, v, **kwargs), implementation=where)
 
 
 def prepare(backend: str, wl: Workload, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

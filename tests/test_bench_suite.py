@@ -78,7 +78,7 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     ("timing", ("max_reps: 100", "max_reps: 10"), "timing.max_reps"),
     ("suite", ("backends: [flashcore,", "backends: [flashcor,"), "suite.backends[0]"),
     ("stored_run", ("reference_backend: fa2", "reference_backend: flashcore"), "stored_run.reference_backend"),
-    ("timing", ("clock_probe_us: 50", "clock_probe_us: -1"), "timing.clock_probe_us"),
+    ("timing", ("clock_probe_us: 300", "clock_probe_us: -1"), "timing.clock_probe_us"),
     ("suite", ("workloads: [perf]", "workloads: [nope]"), "suite.workloads[0]"),
     ("sweep", ("tokens: 32768", "tokens: 30000"), "sweep.seqlens[0]"),
     ("sweep", ("tokens: 32768", "tokenz: 32768"), "sweep.tokenz"),

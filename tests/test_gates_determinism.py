@@ -88,3 +88,20 @@ def test_real_kernel_is_deterministic_and_a_planted_race_is_caught(tmp_path: Pat
     racy = fake_flashcore()
     racy.attention = lambda *a, **kw: flashcore.attention(*a, **kw, debug_fault=2)  # type: ignore[attr-defined]
     assert determinism.measure(racy, wl, seed=1, repeats=20, device="cuda").mismatches > 0
+
+
+def test_repeat_bits_passes_each_repeat_its_own_options() -> None:
+    # determinism-strict cycles sm_margin through the repeats with this loop
+    seen: list[dict[str, object]] = []
+    fc = fake_flashcore()
+    real = fc.attention
+
+    def attention(*args: object, **kwargs: object) -> object:
+        seen.append({k: kwargs.pop(k) for k in ("deterministic", "sm_margin") if k in kwargs})
+        return real(*args, **kwargs)
+
+    fc.attention = attention  # type: ignore[attr-defined]
+    inputs = gpu.make_inputs(WL, 5, "cpu")
+    s = determinism.repeat_bits(fc, WL, inputs, 5, 4, "cpu", lambda r: {"deterministic": True, "sm_margin": 10 * r})
+    assert (s.repeats, s.mismatches) == (4, 0)
+    assert seen == [{"deterministic": True, "sm_margin": m} for m in (0, 10, 20, 30)]

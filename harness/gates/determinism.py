@@ -61,18 +61,27 @@ def _max_abs_diff(a: Any, b: Any) -> float:
 
 def measure(fc: ModuleType, wl: Workload, seed: int, repeats: int, device: str,
             step: Callable[[int], None] | None = None) -> RepeatStats:
+    q, k, v = gpu.make_inputs(wl, seed, device)
+    return repeat_bits(fc, wl, (q, k, v), seed, repeats, device, step=step)
+
+
+def repeat_bits(fc: ModuleType, wl: Workload, inputs: tuple[Any, Any, Any], seed: int, repeats: int, device: str,
+                options: Callable[[int], dict[str, Any]] | None = None, step: Callable[[int], None] | None = None,
+                label: str = "determinism") -> RepeatStats:
+    """`repeats` calls on the same inputs into fresh poisoned buffers, each compared bit for bit with the first;
+    `options(r)`: keyword arguments of call r (e.g. the launch configuration it asks for)."""
     import torch
 
-    q, k, v = gpu.make_inputs(wl, seed, device)
+    q, k, v = inputs
     first_out, first_lse = gpu.poisoned_outputs(wl, device)
     mismatches, worst = 0, 0.0
-    with gpu.nvtx_range(f"determinism/{wl.name}"):
-        gpu.call_kernel(fc, wl, q, k, v, first_out, first_lse)
+    with gpu.nvtx_range(f"{label}/{wl.name}"):
+        gpu.call_kernel(fc, wl, q, k, v, first_out, first_lse, **(options(0) if options else {}))
         for r in range(1, repeats):
             if step is not None and r % 10 == 0:
                 step(r)
             out, lse = gpu.poisoned_outputs(wl, device)
-            gpu.call_kernel(fc, wl, q, k, v, out, lse)
+            gpu.call_kernel(fc, wl, q, k, v, out, lse, **(options(r) if options else {}))
             same = torch.equal(gpu.bits(out), gpu.bits(first_out)) and torch.equal(gpu.bits(lse), gpu.bits(first_lse))
             if not same:
                 mismatches += 1

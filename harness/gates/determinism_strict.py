@@ -18,7 +18,7 @@ from typing import Any
 from harness.config import Workload, param
 from harness.gates import gpu
 from harness.gates.base import Gate, GateContext, finite_or_none
-from harness.gates.determinism import DeterminismParams, RepeatStats, _max_abs_diff, verdict_determinism
+from harness.gates.determinism import DeterminismParams, RepeatStats, repeat_bits, verdict_determinism
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 
@@ -41,24 +41,13 @@ def plans(fc: ModuleType, wl: Workload, q: Any, k: Any, v: Any, margins: tuple[i
 
 
 def measure(fc: ModuleType, wl: Workload, seed: int, p: StrictParams) -> tuple[RepeatStats, Any]:
-    import torch
-
     q, k, v = gpu.make_inputs(wl, seed, "cuda")
     plan = plans(fc, wl, q, k, v, p.sm_margins)
-    first_out, first_lse = gpu.poisoned_outputs(wl, "cuda")
-    gpu.call_kernel(fc, wl, q, k, v, first_out, first_lse, deterministic=True, sm_margin=p.sm_margins[0])
-    mismatches, worst = 0, 0.0
-    with gpu.nvtx_range(f"determinism-strict/{wl.name}"):
-        for r in range(1, p.repeats):
-            out, lse = gpu.poisoned_outputs(wl, "cuda")
-            margin = p.sm_margins[r % len(p.sm_margins)]
-            gpu.call_kernel(fc, wl, q, k, v, out, lse, deterministic=True, sm_margin=margin)
-            same = torch.equal(gpu.bits(out), gpu.bits(first_out)) and torch.equal(gpu.bits(lse), gpu.bits(first_lse))
-            if not same:
-                mismatches += 1
-                worst = max(worst, _max_abs_diff(out, first_out), _max_abs_diff(lse, first_lse))
-            del out, lse
-    return RepeatStats(seed, p.repeats, mismatches, worst), plan
+
+    def options(r: int) -> dict[str, Any]:
+        return {"deterministic": True, "sm_margin": p.sm_margins[r % len(p.sm_margins)]}
+
+    return repeat_bits(fc, wl, (q, k, v), seed, p.repeats, "cuda", options, label="determinism-strict"), plan
 
 
 def verdict_plans(details: dict[str, Any], p: StrictParams) -> Check:

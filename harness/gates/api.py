@@ -22,7 +22,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from harness.config import PHASES, ConfigError, param
-from harness.gates import correctness, gpu, reference
+from harness.gates import correctness, gpu
 from harness.gates.api_cases import Case, CaseTable, Dims, build, load_cases
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
@@ -176,27 +176,16 @@ def run_accept(fc: ModuleType, api: ModuleType, case: Case, seed: int, p: correc
     calls = api.entry_calls() - calls
     if case.expect == "empty":
         return AcceptOutcome("", calls, empty_problems=empty_problems(case, out, lse))
-    measured = _measure(q, k, v, out, lse, case, seed, p)
+    measured = correctness.judge_output(q, k, v, out, lse, case.dims.causal, case.dims.dtype, seed, p)
     # A small output is judged over more input draws (the correctness gate's min_elements): the same call on
     # fresh inputs, pooled; only the first call counts for kernel_launches.
     for d in range(1, p.draws_for_elements(out.numel())):
         more = build(case, device, (seed + d) & 0x7FFFFFFF, poisoned_outputs=True)
         fc.attention(more["q"], more["k"], more["v"], **_kwargs(case, more))
         _sync(device)
-        measured = correctness.pool(measured, _measure(more["q"], more["k"], more["v"], more["out"], more["lse"],
-                                                       case, seed, p))
+        measured = correctness.pool(measured, correctness.judge_output(
+            more["q"], more["k"], more["v"], more["out"], more["lse"], case.dims.causal, case.dims.dtype, seed, p))
     return AcceptOutcome("", calls, measured)
-
-
-def _measure(q: Any, k: Any, v: Any, out: Any, lse: Any, case: Case, seed: int,
-             p: correctness.CorrectnessParams) -> correctness.Measured:
-    import torch
-
-    unwritten, lse_unwritten = gpu.count_unwritten(out, lse, case.dims.dtype)
-    nonfinite = int((~torch.isfinite(out)).sum()) - unwritten
-    sdpa_out = reference.sdpa(q, k, v, case.dims.causal)
-    stats = reference.compare(q, k, v, case.dims.causal, out, lse, sdpa_out, p.reference_chunk_mib << 20)
-    return correctness.Measured(seed, unwritten, nonfinite, lse_unwritten, stats)
 
 
 def after_suite_case(defaults: Dims) -> Case:

@@ -131,17 +131,23 @@ def measure_pooled(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams
 
 def measure(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams, device: str) -> Measured:
     """One call of flashcore on fresh inputs into poisoned buffers, compared with SDPA and the fp32 reference."""
-    import torch
-
     q, k, v = gpu.make_inputs(wl, seed, device)
     out, lse = gpu.poisoned_outputs(wl, device)
     with gpu.nvtx_range(f"correctness/{wl.name}/flashcore"):
         gpu.call_kernel(fc, wl, q, k, v, out, lse)
-    unwritten, lse_unwritten = gpu.count_unwritten(out, lse, wl.dtype)
-    nonfinite = int((~torch.isfinite(out)).sum()) - unwritten
     with gpu.nvtx_range(f"correctness/{wl.name}/reference"):
-        sdpa_out = reference.sdpa(q, k, v, wl.causal)
-        stats = reference.compare(q, k, v, wl.causal, out, lse, sdpa_out, p.reference_chunk_mib << 20)
+        return judge_output(q, k, v, out, lse, wl.causal, wl.dtype, seed, p)
+
+
+def judge_output(q: Any, k: Any, v: Any, out: Any, lse: Any, causal: bool, dtype: str, seed: int,
+                 p: CorrectnessParams) -> Measured:
+    """What a finished call wrote, reduced to numbers: poison left, NaN/Inf, errors against SDPA and fp32."""
+    import torch
+
+    unwritten, lse_unwritten = gpu.count_unwritten(out, lse, dtype)
+    nonfinite = int((~torch.isfinite(out)).sum()) - unwritten
+    sdpa_out = reference.sdpa(q, k, v, causal)
+    stats = reference.compare(q, k, v, causal, out, lse, sdpa_out, p.reference_chunk_mib << 20)
     return Measured(seed, unwritten, nonfinite, lse_unwritten, stats)
 
 

@@ -10,6 +10,7 @@ import datetime as dt
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,26 +65,31 @@ def _one_gate(gate: str, fault: int, planted: str = "") -> Runner:
     return run
 
 
-def _api_without(check: str) -> Runner:
-    """The api gate with flashcore.validate.<check> made a no-op in this process (harness/planted_checks.py)."""
-    gate = _one_gate("api", 0, planted=f"no-op flashcore.validate.{check}")
+def _gate_while(gate: str, planted: str, fault: Callable[[], AbstractContextManager[object]]) -> Runner:
+    """One gate run inside `fault()`, a test-only change to flashcore in this process (harness/planted_checks.py)."""
+    run_gate = _one_gate(gate, 0, planted=planted)
 
     def run(config: Config, out: Path) -> dict[str, Status]:
-        from harness.planted_checks import check_disabled
-
-        with check_disabled(check):
-            return gate(config, out)
+        with fault():
+            return run_gate(config, out)
 
     return run
 
 
-def _strict_without_flag(config: Config, out: Path) -> dict[str, Status]:
+def _api_without(check: str) -> Runner:
+    """The api gate with flashcore.validate.<check> made a no-op."""
+    from harness.planted_checks import check_disabled
+
+    return _gate_while("api", f"no-op flashcore.validate.{check}", lambda: check_disabled(check))
+
+
+def _strict_without_flag() -> Runner:
     """determinism-strict with flashcore.attention ignoring deterministic=True: the split count then follows
     sm_margin, and the results' last bits with it."""
     from harness.planted_checks import flag_dropped
 
-    with flag_dropped("deterministic"):
-        return _one_gate("determinism-strict", 0, planted="attention() ignoring deterministic=True")(config, out)
+    return _gate_while("determinism-strict", "attention() ignoring deterministic=True",
+                       lambda: flag_dropped("deterministic"))
 
 
 def _planted_spill(config: Config, out: Path) -> dict[str, Status]:
@@ -187,7 +193,7 @@ CASES = (
     Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
     Case("slow-loads", _one_gate("ncu-dram", 4), "ncu-dram",
          "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),
-    Case("strict-flag-ignored", _strict_without_flag, "determinism-strict",
+    Case("strict-flag-ignored", _strict_without_flag(), "determinism-strict",
          "deterministic=True dropped: sm_margin moves the split count and the bits"),
     Case("api-no-layout-check", _api_without("layout"), "api",
          "flashcore.validate.layout is a no-op: misaligned, odd-strided and broadcast inputs are no longer rejected "

@@ -1,5 +1,6 @@
-// Tensor memory accelerator (TMA) loads into shared memory, completing on an mbarrier (PTX ISA
-// cp.async.bulk.tensor, mbarrier expect_tx). Tensor maps come from the host (tensor_maps.h).
+// Tensor memory accelerator (TMA) loads into shared memory, completing on an mbarrier, and stores from shared
+// memory as bulk groups (PTX ISA cp.async.bulk.tensor, mbarrier expect_tx, cp.async.bulk.commit/wait_group).
+// Tensor maps come from the host (tensor_maps.h).
 #pragma once
 #include <cuda.h>
 
@@ -24,6 +25,30 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* m
       "[%6];" ::"r"(smem_addr(smem_dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
       : "memory");
+}
+
+// Stores the shared-memory box at `smem_src` to coordinates {c0, c1, c2, c3} of a 4-D tensor map as one bulk
+// group of this thread; elements outside the tensor are not written (a partial last tile is clipped).
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem_src, int c0, int c1, int c2,
+                                             int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(smem_src))
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// Waits until this thread's committed bulk stores have finished reading shared memory (the global writes may
+// still be in flight; they complete before the kernel ends).
+__device__ __forceinline__ void bulk_wait_group_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA, wgmma) reads of them.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {

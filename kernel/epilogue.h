@@ -1,5 +1,7 @@
 // Epilogue: normalize O by 1/l, convert to 16 bits, write O and LSE rows that exist (row < seqlen_q).
-// Phase 1 writes straight from registers (4 bytes per store); later phases stage through smem + TMA.
+// The Hopper kernel stages O in shared memory for a TMA store (stage_output; kernel_wgmma.cuh issues the store);
+// the phase-1 kernel, packed-GQA tiles and the planted skip-row fault write from registers (write_output);
+// split-KV tiles write fp32 partials (write_partial).
 #pragma once
 #include "config.h"
 #include "params.h"
@@ -8,15 +10,49 @@ namespace flashcore {
 
 __device__ float g_fault_accumulator;  // only touched by kFaultNondeterministic
 
+// 0, or with kFaultNondeterministic a bias that depends on how many CTAs got to the racy accumulator first.
+__device__ __forceinline__ float fault_bias(const KernelParams& p) {
+  return p.fault == kFaultNondeterministic ? 1e-2f * atomicAdd(&g_fault_accumulator, 1.f) : 0.f;
+}
+
+// LSE of the thread's two rows (one lane per quad writes), rows that exist only.
+__device__ __forceinline__ void write_lse(const KernelParams& p, const float (&lse)[2], int batch,
+                                          const ThreadRows& rows, int lane) {
+  if (p.lse == nullptr || lane % 4 != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows.valid[r]) p.lse[(static_cast<int64_t>(batch) * p.heads_q + rows.head[r]) * p.seqlen_q + rows.row[r]] = lse[r];
+  }
+}
+
+// The thread's O rows, normalized and converted, into its warpgroup's staging tile: [chunk][64 rows][64] 16-bit,
+// 128-byte swizzled (16-byte unit u of row r sits at u ^ (r % 8)), which is what a TMA store of 64-row boxes reads.
+// A quad's 4-byte stores of one row fill one 16-byte unit; a warp's 8 rows land in 8 different units: no bank
+// conflict. `warp_row0` is the warp's first row in the warpgroup (a multiple of 16).
+template <typename Element, int kDTiles>
+__device__ __forceinline__ void stage_output(uint32_t o_wg_addr, const float (&o_reg)[kDTiles][4],
+                                             const float (&inv_l)[2], float bias, int warp_row0, int lane) {
+  constexpr int kChunkBytes = 64 * 128;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp_row0 + lane / 4 + 8 * r;  // row % 8 == lane / 4
+    const uint32_t row_addr = o_wg_addr + row * 128 + 4 * (lane % 4);
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      const uint32_t unit = (dt % 8) ^ (lane / 4);
+      const uint32_t packed = Element::pack(o_reg[dt][2 * r] * inv_l[r] + bias, o_reg[dt][2 * r + 1] * inv_l[r] + bias);
+      // st.shared: the aligned smem pointer lost its address space, and a generic store costs an address check.
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(row_addr + (dt / 8) * kChunkBytes + unit * 16), "r"(packed)
+                   : "memory");
+    }
+  }
+}
+
 template <int kHeadDim, typename Element, int kDTiles>
 __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_reg)[kDTiles][4], const float (&inv_l)[2],
                                              const float (&lse)[2], int batch, const ThreadRows& rows, int lane,
                                              bool skip_first_row) {
-  float fault_bias = 0.f;
-  if (p.fault == kFaultNondeterministic) {
-    // A racy global accumulation: the value read back depends on how many CTAs got there first.
-    fault_bias = 1e-2f * atomicAdd(&g_fault_accumulator, 1.f);
-  }
+  const float bias = fault_bias(p);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (!rows.valid[r]) continue;
@@ -27,14 +63,11 @@ __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_re
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
       const int col = dt * 8 + 2 * (lane % 4);
-      const uint32_t packed =
-          Element::pack(o_reg[dt][2 * r] * inv_l[r] + fault_bias, o_reg[dt][2 * r + 1] * inv_l[r] + fault_bias);
+      const uint32_t packed = Element::pack(o_reg[dt][2 * r] * inv_l[r] + bias, o_reg[dt][2 * r + 1] * inv_l[r] + bias);
       *reinterpret_cast<uint32_t*>(o_row + col) = packed;
     }
-    if (p.lse != nullptr && lane % 4 == 0) {
-      p.lse[(static_cast<int64_t>(batch) * p.heads_q + head_q) * p.seqlen_q + row] = lse[r];
-    }
   }
+  write_lse(p, lse, batch, rows, lane);
 }
 
 // Split-KV epilogue: this split's O rows normalized by its own softmax sum, fp32, and its LSE (-inf for a row

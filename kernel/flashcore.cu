@@ -6,6 +6,8 @@
 // Requires SM 9.0.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "combine.cuh"
 #include "flashcore.h"
 #include "hopper_config.h"
@@ -15,6 +17,7 @@
 #include "params.h"
 #include "split_plan.h"
 #include "tensor_maps.h"
+#include "tile_choice.h"
 
 namespace flashcore {
 
@@ -32,19 +35,31 @@ cudaError_t launch_mma_sync(const KernelParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// What one call launches: tile grid, GQA packing, split-KV count and workspace (fc_plan_info, kernel/flashcore.h).
+// What one call launches: tile list, GQA packing, split-KV count, persistent grid and workspace (fc_plan_info).
 struct LaunchPlan {
   bool pack_gqa;
   int m_tiles;     // query tiles per (head, batch); 1 when packed
   int grid_heads;  // heads_q, or heads_kv when packed
   int num_splits;
-  int64_t ctas;
+  int64_t tiles;   // m_tiles * num_splits * grid_heads * batch
+  int64_t ctas;    // persistent CTAs: min(tiles, SMs - sm_margin)
+  int section_heads;
+  bool dynamic;    // tile order from an atomic counter (causal: uneven tiles)
+  int64_t counter_offset;  // bytes into the workspace of the counter
   int64_t workspace_bytes;
 };
 
-template <int kHeadDim>
+// Bytes of L2 the K/V of the (batch, head) pairs in flight may take: half of it, so Q, O and the other half of
+// the hierarchy's traffic keep their share.
+int64_t l2_budget_bytes(int device) {
+  int l2 = 0;
+  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess || l2 <= 0) l2 = 50 << 20;
+  return l2 / 2;
+}
+
+template <int kHeadDim, int kBlockN>
 int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
-  using Cfg = HopperTileConfig<kHeadDim>;
+  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
   // GQA with short queries (decode): all query heads of a K/V head fit in one tile, so pack them and read
   // each K/V head once instead of once per query head.
   plan->pack_gqa = p.group > 1 && static_cast<int64_t>(p.seqlen_q) * p.group <= Cfg::kBlockM;
@@ -52,40 +67,51 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   plan->grid_heads = plan->pack_gqa ? p.heads_kv : p.heads_q;
   const int64_t tiles = static_cast<int64_t>(plan->m_tiles) * plan->grid_heads * p.batch;
   const int n_blocks = ceil_div(p.seqlen_k, Cfg::kBlockN);
+  int device = 0, sms = 0;
+  int status = report_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (status == FC_OK) {
+    status = report_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                         "cudaDeviceGetAttribute(MultiProcessorCount)");
+  }
+  if (status != FC_OK) return status;
+  const int usable_sms = sms - in->sm_margin > 1 ? sms - in->sm_margin : 1;
   int splits = 1;
   if (in->num_splits > 0) {
     splits = in->num_splits < n_blocks ? in->num_splits : n_blocks;
     if (splits > kMaxSplits) splits = kMaxSplits;
   } else {
-    int sms = kNominalSms;
-    if (!in->deterministic) {
-      int device = 0;
-      int status = report_cuda(cudaGetDevice(&device), "cudaGetDevice");
-      if (status == FC_OK) {
-        status = report_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                             "cudaDeviceGetAttribute(MultiProcessorCount)");
-      }
-      if (status != FC_OK) return status;
-      sms = sms - in->sm_margin > 1 ? sms - in->sm_margin : 1;
-    }
-    splits = choose_num_splits(tiles, n_blocks, sms);
+    // Deterministic mode plans for a nominal SM count: one split count per shape on any GPU and any sm_margin.
+    splits = choose_num_splits(tiles, n_blocks, in->deterministic ? kNominalSms : usable_sms);
   }
   plan->num_splits = splits;
-  plan->ctas = tiles * splits;
-  plan->workspace_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
+  plan->tiles = tiles * splits;
+  if (plan->tiles > INT32_MAX) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "%lld tiles: at most %d per call", static_cast<long long>(plan->tiles),
+                        INT32_MAX);
+  }
+  // Which CTA runs a tile never changes its result, so the grid may follow the GPU in deterministic mode too.
+  plan->ctas = plan->tiles < usable_sms ? plan->tiles : usable_sms;
+  // K/V bytes one (batch, head) pair of the tile list reads: query heads of one GQA group share theirs.
+  const int64_t kv_bytes = int64_t{4} * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
+  const int64_t bh = static_cast<int64_t>(plan->grid_heads) * p.batch;
+  const int64_t fit = l2_budget_bytes(device) / (kv_bytes > 0 ? kv_bytes : 1);
+  plan->section_heads = static_cast<int>(fit < 1 ? 1 : fit > bh ? bh : fit);
+  plan->dynamic = p.causal && plan->tiles > plan->ctas;
+  const int64_t partial_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
+  plan->counter_offset = partial_bytes;
+  plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);
   return FC_OK;
 }
 
-template <int kHeadDim, typename Element>
+template <int kHeadDim, int kBlockN, typename Element>
 cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, cudaStream_t stream) {
-  using Cfg = HopperTileConfig<kHeadDim>;
-  auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, Element, true>
-                                    : attention_forward_wgmma_kernel<kHeadDim, Element, false>;
+  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
+  auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kBlockN, Element, true>
+                                    : attention_forward_wgmma_kernel<kHeadDim, kBlockN, Element, false>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  // One CTA per (query tile or packed K/V head, split), head, batch.
-  const dim3 grid(plan.m_tiles * plan.num_splits, plan.grid_heads, p.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tma);
+  if (plan.dynamic && (err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream)) != cudaSuccess) return err;
+  kernel<<<static_cast<unsigned>(plan.ctas), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tma);
   err = cudaGetLastError();
   if (err != cudaSuccess || plan.num_splits == 1) return err;
   const auto blocks = static_cast<unsigned>((p.accum_rows + kCombineWarps - 1) / kCombineWarps);
@@ -93,19 +119,20 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   return cudaGetLastError();
 }
 
-template <int kHeadDim, typename Element>
-int run(const fc_params* in, const KernelParams& params, cudaStream_t stream) {
-  using Cfg = HopperTileConfig<kHeadDim>;
+template <int kHeadDim, int kBlockN, typename Element>
+int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stream) {
+  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
   KernelParams p = params;
-  LaunchPlan plan;
-  int status = make_plan<kHeadDim>(in, p, &plan);
+  LaunchPlan plan{};
+  int status = make_plan<kHeadDim, kBlockN>(in, p, &plan);
   if (status != FC_OK) return status;
   if (plan.workspace_bytes > 0) {
     if (in->workspace == nullptr || in->workspace_bytes < plan.workspace_bytes ||
         reinterpret_cast<uintptr_t>(in->workspace) % 16 != 0) {
       return report_error(FC_ERR_INVALID_ARGUMENT,
-                          "workspace: %d K/V splits need %lld bytes of 16-byte aligned workspace, got %lld bytes at %p "
-                          "(size it with fc_plan)", plan.num_splits, static_cast<long long>(plan.workspace_bytes),
+                          "workspace: this call (%d K/V splits%s) needs %lld bytes of 16-byte aligned workspace, got "
+                          "%lld bytes at %p (size it with fc_plan)", plan.num_splits,
+                          plan.dynamic ? ", a tile counter" : "", static_cast<long long>(plan.workspace_bytes),
                           static_cast<long long>(in->workspace_bytes), in->workspace);
     }
   }
@@ -113,22 +140,43 @@ int run(const fc_params* in, const KernelParams& params, cudaStream_t stream) {
   p.num_splits = plan.num_splits;
   p.o_accum = static_cast<float*>(in->workspace);
   p.lse_accum = p.o_accum + (plan.num_splits > 1 ? int64_t{plan.num_splits} * p.accum_rows * kHeadDim : 0);
+  p.m_tiles = plan.m_tiles;
+  p.grid_heads = plan.grid_heads;
+  p.total_tiles = static_cast<int>(plan.tiles);
+  p.section_heads = plan.section_heads;
+  p.tile_counter =
+      plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.counter_offset) : nullptr;
   TmaParams tma;
   if ((status = encode_tensor_map(&tma.q, "q", in->q, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->q_stride,
                                   p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1)) != FC_OK ||
       (status = encode_tensor_map(&tma.k, "k", in->k, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->k_stride,
                                   Cfg::kBlockN)) != FC_OK ||
       (status = encode_tensor_map(&tma.v, "v", in->v, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->v_stride,
-                                  Cfg::kBlockN)) != FC_OK) {
+                                  Cfg::kBlockN)) != FC_OK ||
+      // O leaves one consumer warpgroup (64 rows) per store.
+      (status = encode_tensor_map(&tma.o, "o", in->o, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->o_stride,
+                                  64)) != FC_OK) {
     return status;
   }
-  return report_cuda(launch_wgmma<kHeadDim, Element>(p, plan, tma, stream), "attention kernel");
+  return report_cuda(launch_wgmma<kHeadDim, kBlockN, Element>(p, plan, tma, stream), "attention kernel");
+}
+
+// The BLOCK_N of kernel/tile_choice.h for this call (one instantiation when the short and long tiles agree).
+template <int kHeadDim, typename Element>
+int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+  using Choice = BlockNChoice<kHeadDim>;
+  if constexpr (Choice::kShort != Choice::kLong) {
+    if (use_short_block_n(p.causal != 0, p.seqlen_k)) return run_tiles<kHeadDim, Choice::kShort, Element>(in, p, stream);
+  }
+  return run_tiles<kHeadDim, Choice::kLong, Element>(in, p, stream);
 }
 
 template <int kHeadDim>
 int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
-  LaunchPlan plan;
-  const int status = make_plan<kHeadDim>(in, p, &plan);
+  using Choice = BlockNChoice<kHeadDim>;
+  LaunchPlan plan{};
+  const int status = use_short_block_n(p.causal != 0, p.seqlen_k) ? make_plan<kHeadDim, Choice::kShort>(in, p, &plan)
+                                                                  : make_plan<kHeadDim, Choice::kLong>(in, p, &plan);
   if (status != FC_OK) return status;
   out->num_splits = plan.num_splits;
   out->pack_gqa = plan.pack_gqa ? 1 : 0;

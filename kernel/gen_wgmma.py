@@ -7,7 +7,9 @@ Run: python3 kernel/gen_wgmma.py > kernel/wgmma_ops.h   (the build does not run 
 
 from __future__ import annotations
 
-N_VALUES = (64, 80, 128, 176, 256)  # S = Q K^T uses N = BLOCK_N (80, 128, 176); O += P V uses N = head dim
+# S = Q K^T uses N = BLOCK_N (any multiple of 16 a tile choice may take, kernel/hopper_config.h); O += P V uses
+# N = head dim (64, 128, 256). Uninstantiated templates cost nothing in the build.
+N_VALUES = tuple(range(64, 257, 16))
 TYPES = {"Bf16": "bf16", "Fp16": "f16"}
 
 

@@ -1,4 +1,5 @@
-// Tile and register configuration of the Hopper kernel (TMA loads, wgmma GEMMs, warp specialization).
+// Tile and register configuration of the Hopper kernel (TMA loads, wgmma GEMMs, warp specialization,
+// persistent CTAs, TMA-store epilogue).
 #pragma once
 #include <cuda.h>
 
@@ -6,63 +7,113 @@
 
 namespace flashcore {
 
-// Tensor maps of Q, K and V, passed by value as a __grid_constant__ kernel parameter (TMA reads them there).
+// Tensor maps of Q, K, V and O, passed by value as a __grid_constant__ kernel parameter (TMA reads them there).
 struct TmaParams {
-  CUtensorMap q, k, v;
+  CUtensorMap q, k, v, o;
 };
 
 // Warpgroup 0 produces (one thread issues every TMA load); the consumer warpgroups own 64 query rows each
-// (one wgmma M). setmaxnreg splits (FA3's): 2 consumers 24 / 240, 3 consumers 32 / 160 registers.
+// (one wgmma M). setmaxnreg splits: 2 consumers 32 / 232, 3 consumers 32 / 160 registers. FA3 gives a 2-consumer
+// producer 24; the persistent producer (tile decode, ring counters) spilled 4-16 bytes at 24 (ptxas), and the
+// consumers' peak (hdim 128: S 88 + P 44 + O 64 + addressing) stays under 232 without spills.
 template <int kConsumerWGs>
 struct RegisterSplit {
   static_assert(kConsumerWGs == 2 || kConsumerWGs == 3, "2 or 3 consumer warpgroups");
-  static constexpr int kProducer = kConsumerWGs == 2 ? 24 : 32;
-  static constexpr int kConsumer = kConsumerWGs == 2 ? 240 : 160;
-  static_assert(kProducer * 128 + kConsumer * 128 * kConsumerWGs <= 65536, "register split exceeds the SM's file");
+  static constexpr int kProducer = 32;
+  static constexpr int kConsumer = kConsumerWGs == 2 ? 232 : 160;
+  // setmaxnreg.inc takes from the registers the CTA was launched with: __launch_bounds__(threads, 1) gives each
+  // thread 65536 / threads rounded down to a multiple of 8 (168 for 384 threads, 128 for 512).
+  static constexpr int kLaunchRegs = 65536 / (128 * (1 + kConsumerWGs)) / 8 * 8;
+  static_assert(kProducer * 128 + kConsumer * 128 * kConsumerWGs <= kLaunchRegs * 128 * (1 + kConsumerWGs),
+                "register split exceeds the CTA's register pool");
 };
 
-// mbarrier slots: K and V have their own full/empty barriers, so K(n) is released as soon as S(n) is done
-// while V(n) stays until P(n) V(n) is; the producer can refill K a full iteration ahead.
+// mbarrier slots. K and V have their own full/empty barriers, so K(n) is released as soon as S(n) is done while
+// V(n) stays until P(n) V(n) is. Per tile of a persistent CTA: kQFull (Q and the tile index landed), kQEmpty (every
+// consumer thread is done with Q and the index: the producer may load the next tile's), kOEmpty (the O staging
+// buffer was read by the TMA store: where it overlaps V, the next tile's V may be loaded).
 template <int kStages>
 struct HopperSlots {
   static constexpr int kQFull = 0;
-  static constexpr int kKFull = 1;
-  static constexpr int kVFull = 1 + kStages;
-  static constexpr int kKEmpty = 1 + 2 * kStages;
-  static constexpr int kVEmpty = 1 + 3 * kStages;
-  static constexpr int kCount = 1 + 4 * kStages;
+  static constexpr int kQEmpty = 1;
+  static constexpr int kOEmpty = 2;
+  static constexpr int kKFull = 3;
+  static constexpr int kVFull = 3 + kStages;
+  static constexpr int kKEmpty = 3 + 2 * kStages;
+  static constexpr int kVEmpty = 3 + 3 * kStages;
+  static constexpr int kCount = 3 + 4 * kStages;
 };
 
-// Named barrier ids (bar.sync / bar.arrive). 0 is __syncthreads; each consumer warpgroup owns one
-// "may issue GEMMs" barrier for the ping-pong schedule (kernel_wgmma.cuh).
+// Named barrier ids (bar.sync / bar.arrive). 0 is __syncthreads. Each consumer warpgroup owns one "may issue
+// GEMMs" barrier for the ping-pong schedule and one epilogue barrier.
 enum NamedBarrier : int {
   kBarrierSyncThreads = 0,
-  kBarrierIssueWG0 = 1,  // + consumer warpgroup index (up to 3 consumers: ids 1..3)
+  kBarrierIssueWG0 = 1,     // + consumer warpgroup index (up to 3 consumers: ids 1..3)
+  kBarrierEpilogueWG0 = 4,  // + consumer warpgroup index (ids 4..6): the warpgroup's O rows are in shared memory
 };
 
+// What stays fixed per head dim, each with its reason (FA3's choices where they applied here):
+//   kConsumerWGs: hdim 64 takes 3 (BLOCK_M 192): each K/V tile serves more rows, and its short GEMMs leave softmax
+//                 as the long pole, which a third warpgroup in the ping-pong ring helps hide; 2 otherwise.
+//   kPingPong:    consumer warpgroups take turns issuing GEMMs (named barriers), so one's softmax hides under the
+//                 other's GEMMs. hdim 256 without it measured the same (step 4.3); kept on everywhere.
+//   kRescaleEarly: O *= alpha(n-1) between issuing S(n) and P(n-1) V(n-1) instead of after P V is done (FA3's
+//                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same (step 4.3): off.
+// BLOCK_N is chosen per call among the values of kernel/tile_choice.h.
+// FLASHCORE_D<hdim>_<KEY> macros override a choice for experiments (bench/ab_kernels.py builds).
+#ifndef FLASHCORE_D128_RESCALE_EARLY
+#define FLASHCORE_D128_RESCALE_EARLY 0
+#endif
+#ifndef FLASHCORE_D256_PINGPONG
+#define FLASHCORE_D256_PINGPONG 1
+#endif
+#ifndef FLASHCORE_D256_RESCALE_EARLY
+#define FLASHCORE_D256_RESCALE_EARLY 0
+#endif
 template <int kHeadDim>
-struct HopperTileConfig {
+struct HeadDimTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim must be 64, 128 or 256");
-  // hdim 64: 3 consumer warpgroups (BLOCK_M 192): each K/V tile serves more rows, and the short GEMMs
-  // leave softmax as the long pole, which a third warpgroup in the ping-pong ring helps hide.
   static constexpr int kConsumerWGs = kHeadDim == 64 ? 3 : 2;
+  static constexpr int kStages = 2;
+  static constexpr bool kPingPong = kHeadDim == 256 ? FLASHCORE_D256_PINGPONG : true;
+  static constexpr bool kRescaleEarly = kHeadDim == 128   ? FLASHCORE_D128_RESCALE_EARLY
+                                        : kHeadDim == 256 ? FLASHCORE_D256_RESCALE_EARLY
+                                                          : false;
+};
+
+constexpr int kSmemLimit = 227 * 1024;  // what one H100 block may use
+
+template <int kHeadDim, int kBlockN_>
+struct HopperTileConfig {
+  using Traits = HeadDimTraits<kHeadDim>;
+  static constexpr int kConsumerWGs = Traits::kConsumerWGs;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
+  static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   using Registers = RegisterSplit<kConsumerWGs>;
   static constexpr int kBlockM = 64 * kConsumerWGs;
-  // BLOCK_N: hdim 64: 128 keys (S is 64 fp32 registers per thread, 160 with 3 consumers). hdim 128: 176
-  // (FA3's non-causal choice; 208 KB of shared memory, S 88 + O 64 + P 44 registers within 240). hdim 256:
-  // 80, so that Q (64 KB) + 2 stages of K and V (4 x 40 KB) fit in 227 KB and O (128) + S (40) in 240.
-  static constexpr int kBlockN = kHeadDim == 256 ? 80 : kHeadDim == 128 ? 176 : 128;
-  static constexpr int kStages = 2;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = Traits::kStages;
+  static constexpr bool kPingPong = Traits::kPingPong;
+  static constexpr bool kRescaleEarly = Traits::kRescaleEarly;
   // TMA boxes and wgmma atoms are 64 columns (128 bytes, the 128-byte swizzle span) wide.
   static constexpr int kChunks = kHeadDim / 64;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
-  static constexpr int kAlign = 1024;  // 128-byte-swizzled tiles start on 1024-byte boundaries
-  static constexpr int kSmemBytes = kAlign + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes;
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory exceeds the 227 KB an H100 block may use");
-  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N must be a valid wgmma N");
+  // O is staged per consumer warpgroup for the TMA store: [kChunks][64 rows][64] 16-bit, swizzled as Q.
+  static constexpr int kOWgBytes = 64 * kHeadDim * 2;
+  static constexpr int kOBytes = kOWgBytes * kConsumerWGs;
+  static constexpr int kBarrierBytes = 8 * HopperSlots<kStages>::kCount;
+  static constexpr int kTileSlotBytes = 16;  // the tile index the producer hands to the consumers
+  static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries
+  static constexpr int kBaseBytes = kAlign + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + kTileSlotBytes;
+  // O gets its own buffer when it fits; otherwise each warpgroup stages its rows in one of V's stages (FA3 overlaps
+  // O with V too) and the producer loads the next tile's V only after the stores have read them (kOEmpty).
+  static constexpr bool kOAliasV = kBaseBytes + kOBytes > kSmemLimit;
+  static constexpr int kSmemBytes = kBaseBytes + (kOAliasV ? 0 : kOBytes);
+  static_assert(kSmemBytes <= kSmemLimit, "shared memory exceeds the 227 KB an H100 block may use");
+  static_assert(!kOAliasV || (kOWgBytes <= kKVBytes && kConsumerWGs <= kStages),
+                "O staged over V needs one V stage per consumer warpgroup, each holding its 64 rows");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N must be a valid wgmma N and a whole k-step of P V");
   static_assert(kQBytes % kAlign == 0 && kKVBytes % kAlign == 0, "tiles must keep 1024-byte alignment");
 };
 

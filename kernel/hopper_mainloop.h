@@ -7,59 +7,82 @@
 #include "mma.h"
 #include "params.h"
 #include "softmax.h"
+#include "tile_scheduler.h"
 #include "tma.h"
 #include "wgmma.h"
 
 namespace flashcore {
 
-// One thread: Q once, then K and V of blocks [n_begin, n_begin + n_blocks) through the stage ring.
-template <int kHeadDim>
+// One thread, for every tile of this CTA: K(0) first (it needs only a free stage), then Q with the tile index once
+// every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty where O is staged over V) and
+// the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
+template <int kHeadDim, int kBlockN, bool kSplit>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
-                             uint8_t* v_smem, uint64_t* bars, int batch, int head, int m_block, int n_begin,
-                             int n_blocks) {
-  using Cfg = HopperTileConfig<kHeadDim>;
+                             uint8_t* v_smem, uint64_t* bars, int* tile_slot) {
+  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
   using Slots = HopperSlots<Cfg::kStages>;
-  // Packed GQA: `head` is the K/V head and the Q box spans its `group` query heads x all query rows.
-  const int head_kv = p.pack_gqa ? head : head / p.group;
-  const int q_head = p.pack_gqa ? head * p.group : head;
-  const int q_rows = p.pack_gqa ? p.group * p.seqlen_q : Cfg::kBlockM;  // rows one Q box brings
   tma_prefetch_descriptor(&tma.q);
   tma_prefetch_descriptor(&tma.k);
   tma_prefetch_descriptor(&tma.v);
-  mbarrier_arrive_expect_tx(&bars[Slots::kQFull], Cfg::kChunks * q_rows * 128);
+  tma_prefetch_descriptor(&tma.o);
+  // Only tile, k and block live across tiles: the producer has 24 registers (setmaxnreg), so everything else is
+  // recomputed per tile from the parameters.
+  int block = 0;  // K/V blocks this CTA has loaded so far: ring stage block % kStages, pass block / kStages
+  int tile = first_tile();
+  for (int k = 0;; ++k) {
+    const bool valid = tile < p.total_tiles;
+    const TileCoord c = tile_coord(p, valid ? tile : 0);
+    const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c);
+    const int n_blocks = valid ? kv.n_blocks : 0;
+    const int head_kv = p.pack_gqa ? c.head : c.head / p.group;
+    auto load = [&](int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map, int n) {
+      const int stage = (block + n) % Cfg::kStages;
+      const uint32_t empty_parity = (((block + n) / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
+      uint64_t* full = &bars[slot_full + stage];
+      if (p.fault == kFaultSlow && slot_full == Slots::kKFull) __nanosleep(20000);  // test-only: 20 us per block
+      mbarrier_wait(&bars[slot_empty + stage], empty_parity);
+      mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
 #pragma unroll
-  for (int c = 0; c < Cfg::kChunks; ++c) {
-    tma_load_4d(q_smem + c * Cfg::kBlockM * 128, &tma.q, &bars[Slots::kQFull], 64 * c,
-                p.pack_gqa ? 0 : m_block * Cfg::kBlockM, q_head, batch);
-  }
-  for (int n_block = 0; n_block < n_blocks; ++n_block) {
-    const int stage = n_block % Cfg::kStages;
-    const uint32_t empty_parity = ((n_block / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
-    const int row0 = (n_begin + n_block) * Cfg::kBlockN;
-    uint64_t* k_full = &bars[Slots::kKFull + stage];
-    mbarrier_wait(&bars[Slots::kKEmpty + stage], empty_parity);
-    if (p.fault == kFaultSlow) __nanosleep(20000);  // test-only: the producer waits 20 us after every tile
-    mbarrier_arrive_expect_tx(k_full, Cfg::kKVBytes);
-#pragma unroll
-    for (int c = 0; c < Cfg::kChunks; ++c) {
-      tma_load_4d(k_smem + stage * Cfg::kKVBytes + c * Cfg::kBlockN * 128, &tma.k, k_full, 64 * c, row0, head_kv,
-                  batch);
+      for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+        tma_load_4d(ring + stage * Cfg::kKVBytes + ch * Cfg::kBlockN * 128, map, full, 64 * ch,
+                    (kv.n_begin + n) * Cfg::kBlockN, head_kv, c.batch);
+      }
+    };
+    if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
+    if (k > 0) mbarrier_wait(&bars[Slots::kQEmpty], (k - 1) & 1);
+    store_tile_slot(tile_slot, valid ? tile : -1);
+    if (!valid) {
+      mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave
+      break;
     }
-    uint64_t* v_full = &bars[Slots::kVFull + stage];
-    mbarrier_wait(&bars[Slots::kVEmpty + stage], empty_parity);
-    mbarrier_arrive_expect_tx(v_full, Cfg::kKVBytes);
+    // Packed GQA: the tile's head is the K/V head and the Q box spans its `group` query heads x all query rows.
+    const int q_rows = p.pack_gqa ? p.group * p.seqlen_q : Cfg::kBlockM;
+    mbarrier_arrive_expect_tx(&bars[Slots::kQFull], Cfg::kChunks * q_rows * 128);
 #pragma unroll
-    for (int c = 0; c < Cfg::kChunks; ++c) {
-      tma_load_4d(v_smem + stage * Cfg::kKVBytes + c * Cfg::kBlockN * 128, &tma.v, v_full, 64 * c, row0, head_kv,
-                  batch);
+    for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+      tma_load_4d(q_smem + ch * Cfg::kBlockM * 128, &tma.q, &bars[Slots::kQFull], 64 * ch,
+                  p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM, p.pack_gqa ? c.head * p.group : c.head, c.batch);
     }
+    const int next = next_tile(p, tile);  // a dynamic fetch's latency hides behind the loads below
+    if (n_blocks > 0) {
+      // Waiting (for tile k - 1's epilogue) only on tiles that load V keeps the parity right: tile k's own epilogue
+      // cannot finish before this V(0) lands, so kOEmpty is never two phases ahead of this wait.
+      if (Cfg::kOAliasV && k > 0) mbarrier_wait(&bars[Slots::kOEmpty], (k - 1) & 1);
+      load(Slots::kVFull, Slots::kVEmpty, v_smem, &tma.v, 0);
+      for (int n = 1; n < n_blocks; ++n) {
+        load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, n);
+        load(Slots::kVFull, Slots::kVEmpty, v_smem, &tma.v, n);
+      }
+    }
+    block += n_blocks;
+    tile = next;
   }
 }
 
 // One consumer warpgroup: 64 query rows, S = Q K^T and O += P V on wgmma, online softmax in registers.
-template <int kHeadDim, typename Element>
+template <int kHeadDim, int kBlockN, typename Element>
 struct WgmmaConsumer {
-  using Cfg = HopperTileConfig<kHeadDim>;
+  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
   static constexpr int kNTiles = Cfg::kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
 

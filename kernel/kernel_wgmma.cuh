@@ -1,6 +1,8 @@
-// Hopper kernel (phases 2-3): TMA loads of Q, K, V into 128-byte-swizzled shared memory completing on
-// mbarriers (2-stage K/V ring), S = Q K^T and O += P V on wgmma, warp-specialized with register
-// reallocation: warpgroup 0 produces, warpgroups 1..2 consume 64 query rows each.
+// Hopper kernel: persistent CTAs (one per SM) walk the tile list of kernel/tile_scheduler.h. Warpgroup 0
+// produces: one thread loads Q, K and V by TMA into 128-byte-swizzled shared memory, completing on mbarriers
+// (a 2-stage K/V ring that runs on across tiles, so the next tile's loads overlap this tile's last GEMMs and
+// epilogue). Warpgroups 1..n consume 64 query rows each: S = Q K^T and O += P V on wgmma, online softmax in
+// registers, ping-pong between warpgroups, O out through shared memory and a TMA store.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -10,16 +12,37 @@
 #include "hopper_mainloop.h"
 #include "mask.h"
 #include "params.h"
+#include "tile_scheduler.h"
 
 namespace flashcore {
 
-// kSplit: split-KV instantiation (blockIdx.x = tile * num_splits + split, fp32 partials for the combine kernel).
-// The non-split instantiation folds every split term away: measured on the H100, one kernel with a runtime
-// split count ran hdim 64 prefill 5.9 % slower (445.7 vs 473.7 TFLOPS, 2832 vs 2528 SASS lines).
-template <int kHeadDim, typename Element, bool kSplit>
-__global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
+// The thread's two fragment rows (g, g + 8 of its warp's 16) of tile `c`: query head, query row, whether it exists.
+__device__ __forceinline__ ThreadRows thread_rows(const KernelParams& p, const TileCoord& c, const KvRange& kv,
+                                                  int tile_row0, int lane) {
+  ThreadRows rows;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int tile_row = tile_row0 + lane / 4 + 8 * r;
+    if (p.pack_gqa) {  // tile row = (query head in the group) * seqlen_q + query row
+      rows.head[r] = c.head * p.group + tile_row / p.seqlen_q;
+      rows.row[r] = tile_row % p.seqlen_q;
+      rows.valid[r] = tile_row < p.group * p.seqlen_q;
+    } else {
+      rows.head[r] = c.head;
+      rows.row[r] = kv.row_first + tile_row;
+      rows.valid[r] = rows.row[r] < p.seqlen_q;
+    }
+  }
+  return rows;
+}
+
+// kSplit: split-KV instantiation (tiles carry a split index; fp32 partials for the combine kernel). The non-split
+// instantiation folds every split term away: measured on the H100, one kernel with a runtime split count ran
+// hdim 64 prefill 5.9 % slower (445.7 vs 473.7 TFLOPS, 2832 vs 2528 SASS lines).
+template <int kHeadDim, int kBlockN, typename Element, bool kSplit>
+__global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
-  using Cfg = HopperTileConfig<kHeadDim>;
+  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
   using Slots = HopperSlots<Cfg::kStages>;
   extern __shared__ uint8_t smem_raw[];
   // 128-byte-swizzled TMA tiles and wgmma atoms need 1024-byte alignment.
@@ -28,31 +51,15 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
   uint8_t* q_smem = smem;                                         // [kChunks][kBlockM][64]
   uint8_t* k_smem = q_smem + Cfg::kQBytes;                        // [kStages][kChunks][kBlockN][64]
   uint8_t* v_smem = k_smem + Cfg::kStages * Cfg::kKVBytes;        // [kStages][kChunks][kBlockN][64]
-  auto* bars = reinterpret_cast<uint64_t*>(v_smem + Cfg::kStages * Cfg::kKVBytes);
-
-  // Longest (causal) query tiles first: they start while the grid still has short ones to fill the tail.
-  // Split-KV: the splits of one tile are neighbours in blockIdx.x.
-  const int num_splits = kSplit ? p.num_splits : 1;
-  const int split = kSplit ? static_cast<int>(blockIdx.x) % num_splits : 0;
-  const int m_block = kSplit ? static_cast<int>(gridDim.x) / num_splits - 1 - static_cast<int>(blockIdx.x) / num_splits
-                             : static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  const int head = blockIdx.y;  // query head, or (GQA packing) K/V head
-  const int batch = blockIdx.z;
+  uint8_t* o_own = v_smem + Cfg::kStages * Cfg::kKVBytes;         // [wg][kChunks][64][64] unless O overlaps V
+  auto* bars = reinterpret_cast<uint64_t*>(o_own + (Cfg::kOAliasV ? 0 : Cfg::kOBytes));
+  int* tile_slot = reinterpret_cast<int*>(bars + Slots::kCount);
   const int warpgroup = threadIdx.x / 128;
-
-  // First query row of the tile and how many query rows it spans (packed: all rows of each head in it).
-  const int row_first = p.pack_gqa ? 0 : m_block * Cfg::kBlockM;
-  const int row_span = p.pack_gqa ? p.seqlen_q : Cfg::kBlockM;
-  int key_end = p.seqlen_k;
-  if (p.causal) key_end = min(key_end, max(0, row_first + row_span + p.diag_offset));
-  const int n_total = (key_end + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  // This CTA's K/V blocks [n_begin, n_begin + n_blocks): all of them, or its split's even share (may be none).
-  const int n_begin = kSplit ? static_cast<int>(static_cast<int64_t>(split) * n_total / num_splits) : 0;
-  const int n_blocks =
-      kSplit ? static_cast<int>(static_cast<int64_t>(split + 1) * n_total / num_splits) - n_begin : n_total;
 
   if (threadIdx.x == 0) {
     mbarrier_init(&bars[Slots::kQFull], 1);  // the producer's arrive.expect_tx; TMA completes the bytes
+    mbarrier_init(&bars[Slots::kQEmpty], Cfg::kConsumerThreads);  // each consumer thread, after its last use
+    mbarrier_init(&bars[Slots::kOEmpty], Cfg::kConsumerWGs);      // each warpgroup's storing thread
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(&bars[Slots::kKFull + s], 1);
       mbarrier_init(&bars[Slots::kVFull + s], 1);
@@ -67,114 +74,161 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim>::kThreads, 1)
 
   if (warpgroup == 0) {
     setmaxnreg_dec<Cfg::Registers::kProducer>();
-    if (threadIdx.x == 0) {
-      tma_producer<kHeadDim>(p, tma, q_smem, k_smem, v_smem, bars, batch, head, m_block, n_begin, n_blocks);
-    }
-  } else {
-    setmaxnreg_inc<Cfg::Registers::kConsumer>();
-    const int consumer_wg = warpgroup - 1;
-    const int thread = threadIdx.x % 128;
-    const int lane = thread % 32;
-    const int warp_in_wg = thread / 32;
-    const uint32_t q_wg_addr = smem_addr(q_smem) + consumer_wg * 64 * 128;  // this warpgroup's 64 rows
-    ThreadRows rows;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int tile_row = consumer_wg * 64 + warp_in_wg * 16 + lane / 4 + 8 * r;  // fragment rows g, g+8
-      if (p.pack_gqa) {
-        rows.head[r] = head * p.group + tile_row / p.seqlen_q;
-        rows.row[r] = tile_row % p.seqlen_q;
-        rows.valid[r] = tile_row < p.group * p.seqlen_q;
-      } else {
-        rows.head[r] = head;
-        rows.row[r] = row_first + tile_row;
-        rows.valid[r] = rows.row[r] < p.seqlen_q;
-      }
-    }
+    if (threadIdx.x == 0) tma_producer<kHeadDim, kBlockN, kSplit>(p, tma, q_smem, k_smem, v_smem, bars, tile_slot);
+    return;
+  }
+  setmaxnreg_inc<Cfg::Registers::kConsumer>();
+  const int consumer_wg = warpgroup - 1;
+  const int thread = threadIdx.x % 128;
+  const int lane = thread % 32;
+  const int warp_in_wg = thread / 32;
+  const int tile_row0 = consumer_wg * 64 + warp_in_wg * 16;  // first of this warp's 16 rows in the tile
+  const uint32_t q_wg_addr = smem_addr(q_smem) + consumer_wg * 64 * 128;  // this warpgroup's 64 rows
 
-    using Consumer = WgmmaConsumer<kHeadDim, Element>;
-    Consumer consumer;
+  using Consumer = WgmmaConsumer<kHeadDim, kBlockN, Element>;
+  Consumer consumer;
+  auto k_addr = [&](int b) { return smem_addr(k_smem + (b % Cfg::kStages) * Cfg::kKVBytes); };
+  auto v_addr = [&](int b) { return smem_addr(v_smem + (b % Cfg::kStages) * Cfg::kKVBytes); };
+  auto wait = [&](int slot, int b) { mbarrier_wait(&bars[slot + b % Cfg::kStages], (b / Cfg::kStages) & 1); };
+  auto release = [&](int slot, int b) {
+    if (thread == 0) mbarrier_arrive(&bars[slot + b % Cfg::kStages]);
+  };
+
+  // Ping-pong ring: a warpgroup issues GEMMs only after the previous one in the ring issued its own, so one
+  // warpgroup's softmax runs under the others' GEMMs. Each issue phase: bar.sync on my barrier (my 128 threads +
+  // the predecessor's 128 arrivals), issue, bar.arrive on my successor's. The last warpgroup lets the first one go.
+  // Every warpgroup issues the same number of times per tile, so the ring stays in step across tiles.
+  const int my_barrier = kBarrierIssueWG0 + consumer_wg;
+  const int next_barrier = kBarrierIssueWG0 + (consumer_wg + 1) % Cfg::kConsumerWGs;
+  auto issue_begin = [&] {
+    if constexpr (Cfg::kPingPong) named_barrier_sync(my_barrier, 256);
+  };
+  auto issue_end = [&] {
+    if constexpr (Cfg::kPingPong) named_barrier_arrive(next_barrier, 256);
+  };
+  if (Cfg::kPingPong && consumer_wg == Cfg::kConsumerWGs - 1) named_barrier_arrive(kBarrierIssueWG0, 256);
+
+  int block = 0;  // K/V blocks consumed so far by this CTA (ring stage and parity, as the producer counts them)
+  for (int k = 0;; ++k) {
+    mbarrier_wait(&bars[Slots::kQFull], k & 1);
+    const int tile = load_tile_slot(tile_slot);
+    if (tile < 0) break;
+    // Coordinates, key range and rows are recomputed for the epilogue rather than kept live across the mainloop:
+    // registers are what the hdim-256 and split instantiations run short of.
+    const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, tile_coord(p, tile));
+    const int n_blocks = kv.n_blocks;
+    const ThreadRows mask_rows = thread_rows(p, tile_coord(p, tile), kv, tile_row0, lane);  // only .row is used
     consumer.init();
-    auto k_addr = [&](int n) { return smem_addr(k_smem + (n % Cfg::kStages) * Cfg::kKVBytes); };
-    auto v_addr = [&](int n) { return smem_addr(v_smem + (n % Cfg::kStages) * Cfg::kKVBytes); };
-    auto wait = [&](int slot, int n) { mbarrier_wait(&bars[slot + n % Cfg::kStages], (n / Cfg::kStages) & 1); };
-    auto release = [&](int slot, int n) {
-      if (thread == 0) mbarrier_arrive(&bars[slot + n % Cfg::kStages]);
-    };
-    // n counts this CTA's blocks from 0 (ring stage and parity); its keys start at block n_begin + n.
+    // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
     auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2]) {
-      const int key0 = (n_begin + n) * Cfg::kBlockN;
-      if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) mask_scores(s, p, rows, key0, lane);
+      const int key0 = (kv.n_begin + n) * Cfg::kBlockN;
+      if (block_needs_mask(p, key0, Cfg::kBlockN, kv.row_first)) mask_scores(s, p, mask_rows, key0, lane);
       consumer.softmax.update(s, p.softmax_scale_log2, alpha);
     };
+    // Q (and the tile index) are free for the producer once this thread's last S GEMM has completed.
+    auto q_done = [&] { mbarrier_arrive(&bars[Slots::kQEmpty]); };
+    if (n_blocks == 0) q_done();
 
-    // Ping-pong ring: a warpgroup issues GEMMs only after the previous one in the ring issued its own, so
-    // one warpgroup's softmax runs under the others' GEMMs. Each issue phase: bar.sync on my barrier (my 128
-    // threads + the predecessor's 128 arrivals), issue, bar.arrive on my successor's. The last warpgroup
-    // lets the first one go.
-    const int my_barrier = kBarrierIssueWG0 + consumer_wg;
-    const int next_barrier = kBarrierIssueWG0 + (consumer_wg + 1) % Cfg::kConsumerWGs;
-    auto issue_begin = [&] { named_barrier_sync(my_barrier, 256); };
-    auto issue_end = [&] { named_barrier_arrive(next_barrier, 256); };
-    if (consumer_wg == Cfg::kConsumerWGs - 1) named_barrier_arrive(kBarrierIssueWG0, 256);
-
-    mbarrier_wait(&bars[Slots::kQFull], 0);
     // Block 0: S = Q K^T, softmax; P(0) waits in registers for the next iteration's P V.
     uint32_t p_frag[Cfg::kBlockN / 16][4];
+    float alpha[2];  // kRescaleEarly: the factor of the last softmax, applied to O before the next P V
+    auto rescale_early = [&] {
+      if constexpr (Cfg::kRescaleEarly) {
+        consumer.rescale_o(alpha);
+        wgmma_fence();  // the P V GEMM reads the O registers just written
+      }
+    };
     if (n_blocks > 0) {
       float s[Consumer::kNTiles][4];
-      float alpha[2];
-      wait(Slots::kKFull, 0);
+      wait(Slots::kKFull, block);
       wgmma_fence();
       issue_begin();
-      consumer.qk_issue(s, q_wg_addr, k_addr(0));
+      consumer.qk_issue(s, q_wg_addr, k_addr(block));
       issue_end();
       wgmma_wait<0>();
       fence_operands(reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s));
-      release(Slots::kKEmpty, 0);
+      release(Slots::kKEmpty, block);
+      if (n_blocks == 1) q_done();
       scores(s, 0, alpha);  // O is still 0: alpha needs no rescale
       Consumer::pack_p(s, p_frag);
     }
     // Block n: issue S(n) = Q K(n)^T and O += P(n-1) V(n-1) together; softmax(n) runs while P V is on the
     // tensor cores; K(n) is released once S(n) is done, V(n-1) once P V is; then O *= alpha(n), keep P(n).
-    for (int n_block = 1; n_block < n_blocks; ++n_block) {
+    for (int n = 1; n < n_blocks; ++n) {
       float s[Consumer::kNTiles][4];
-      float alpha[2];
-      wait(Slots::kKFull, n_block);
-      wait(Slots::kVFull, n_block - 1);
+      wait(Slots::kKFull, block + n);
+      wait(Slots::kVFull, block + n - 1);
       wgmma_fence();
       issue_begin();
-      consumer.qk_issue(s, q_wg_addr, k_addr(n_block));       // group: S(n)
-      consumer.pv_issue(p_frag, v_addr(n_block - 1));         // group: O += P(n-1) V(n-1)
+      consumer.qk_issue(s, q_wg_addr, k_addr(block + n));      // group: S(n)
+      if (n > 1) rescale_early();                              // alpha(n-1); after block 0, O is still 0
+      consumer.pv_issue(p_frag, v_addr(block + n - 1));        // group: O += P(n-1) V(n-1)
       issue_end();
       wgmma_wait<1>();                                         // S(n) done, P V may still run
       fence_operands(reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s));
-      release(Slots::kKEmpty, n_block);
-      scores(s, n_block, alpha);
+      release(Slots::kKEmpty, block + n);
+      if (n == n_blocks - 1) q_done();
+      scores(s, n, alpha);
       wgmma_wait<0>();                                         // P V done
       consumer.fence_o();
-      release(Slots::kVEmpty, n_block - 1);
-      consumer.rescale_o(alpha);
+      release(Slots::kVEmpty, block + n - 1);
+      if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
       Consumer::pack_p(s, p_frag);
     }
     if (n_blocks > 0) {
-      wait(Slots::kVFull, n_blocks - 1);
+      wait(Slots::kVFull, block + n_blocks - 1);
       wgmma_fence();
       issue_begin();
-      consumer.pv_issue(p_frag, v_addr(n_blocks - 1));
+      if (n_blocks > 1) rescale_early();
+      consumer.pv_issue(p_frag, v_addr(block + n_blocks - 1));
       issue_end();
       wgmma_wait<0>();
       consumer.fence_o();
-      release(Slots::kVEmpty, n_blocks - 1);
+      release(Slots::kVEmpty, block + n_blocks - 1);
     }
+    block += n_blocks;
+
+    // Epilogue.
+    const TileCoord c = tile_coord(p, tile);
+    const ThreadRows rows = thread_rows(p, c, kv, tile_row0, lane);
     float inv_l[2], lse[2];
     consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
     const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;
     if constexpr (kSplit) {
-      write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, batch, split, rows, lane, skip_first_row);
+      write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, c.batch, c.split, rows, lane, skip_first_row);
+    } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow) {
+      // Packed rows span several heads (no single TMA box); the planted skip-row fault needs per-row stores.
+      write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, c.batch, rows, lane, skip_first_row);
     } else {
-      write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, rows, lane, skip_first_row);
+      // This warpgroup's 64 rows are staged in its own slot of the O buffer, or, where O overlaps V, in the V stage
+      // of ring block b = block - kConsumerWGs + consumer_wg (the last blocks read: a different stage per
+      // warpgroup). Staging waits until the slot is free: the stage's kVEmpty phase (every warpgroup's P V that read
+      // it is done; no later phase can complete before kOEmpty lets the producer load V again), or this
+      // warpgroup's previous store has been read (its thread 0 waited before this barrier).
+      uint8_t* wg_o;
+      if constexpr (Cfg::kOAliasV) {
+        const int b = block - Cfg::kConsumerWGs + consumer_wg;
+        if (b >= 0) wait(Slots::kVEmpty, b);
+        wg_o = v_smem + ((b + Cfg::kStages) % Cfg::kStages) * Cfg::kKVBytes;  // b >= -kStages
+      } else {
+        named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
+        wg_o = o_own + consumer_wg * Cfg::kOWgBytes;
+      }
+      stage_output<Element>(smem_addr(wg_o), consumer.o_reg, inv_l, fault_bias(p), warp_in_wg * 16, lane);
+      fence_proxy_async_shared();  // the TMA store (async proxy) reads what these generic stores wrote
+      named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
+      const int wg_row0 = c.m_block * Cfg::kBlockM + consumer_wg * 64;
+      if (thread == 0 && wg_row0 < p.seqlen_q) {
+#pragma unroll
+        for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+          tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, wg_row0, c.head, c.batch);  // rows past seqlen_q clip
+        }
+        bulk_commit_group();
+        bulk_wait_group_read_all();
+      }
+      write_lse(p, lse, c.batch, rows, lane);
     }
+    if (thread == 0) mbarrier_arrive(&bars[Slots::kOEmpty]);  // every tile, so the producer's parity stays in step
   }
 }
 

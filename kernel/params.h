@@ -28,6 +28,14 @@ struct KernelParams {
   int64_t accum_rows;  // batch * heads_q * seqlen_q: rows of one split's partials
   float* o_accum;
   float* lse_accum;
+  // Persistent scheduling (kernel/tile_scheduler.h): total_tiles = m_tiles * num_splits * grid_heads * batch tiles,
+  // taken section_heads (batch, head) pairs at a time; tile_counter (workspace, zeroed per launch) makes the
+  // order dynamic, nullptr static.
+  int m_tiles;      // query tiles per head (1 when packed)
+  int grid_heads;   // heads_q, or heads_kv when packed
+  int total_tiles;
+  int section_heads;
+  int* tile_counter;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

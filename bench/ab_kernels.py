@@ -1,0 +1,226 @@
+"""A/B timing of FlashCore builds side by side with FA3 and cuDNN, for kernel development (docs/perf-notes.md).
+
+    python3 bench/ab_kernels.py NAME=build_a/libflashcore.so NAME2=build_b/libflashcore.so [--shapes a,b] [--rounds N]
+
+Each build is loaded with ctypes (its own handle, so several builds run in one process), checked against an fp32
+reference on fresh random inputs (error <= 2 x SDPA's error + 1e-5 on a sample of heads, every element written),
+then every backend of a shape is timed in the same interleaved rounds (CUDA events around a batch of calls).
+Prints per-call times and paired ratios (median over rounds of the per-round ratio) against the first build.
+The gates judge speed with the benchmark suite (make bench / gate-phase4); this is the quick loop between steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from flashcore import _lib  # noqa: E402
+from harness.bench.backends import Unavailable, import_fa3  # noqa: E402
+
+# name: (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, dtype)
+SHAPES = {
+    "d128": (4, 16, 16, 8192, 8192, 128, False, "bf16"),
+    "d128-causal": (4, 16, 16, 8192, 8192, 128, True, "bf16"),
+    "d64": (4, 16, 16, 8192, 8192, 64, False, "bf16"),
+    "d256": (4, 16, 16, 8192, 8192, 256, False, "bf16"),
+    "d128-fp16": (8, 16, 16, 4096, 4096, 128, False, "fp16"),
+    "s1k-causal": (16, 16, 16, 1024, 1024, 128, True, "bf16"),
+    "s2k": (16, 16, 16, 2048, 2048, 128, False, "bf16"),
+    "s2k-causal": (16, 16, 16, 2048, 2048, 128, True, "bf16"),
+    "s2k-d64-causal": (16, 16, 16, 2048, 2048, 64, True, "bf16"),
+    "gqa-causal": (2, 32, 8, 2048, 2048, 128, True, "bf16"),
+    "odd-heads": (3, 7, 7, 4097, 4097, 128, False, "bf16"),
+    "decode": (64, 32, 32, 1, 8192, 128, False, "bf16"),
+    "decode-b1-gqa": (1, 32, 8, 1, 65536, 128, False, "bf16"),
+}
+
+
+class Build:
+    def __init__(self, name: str, path: str) -> None:
+        self.name = name
+        self.lib = ctypes.CDLL(path)
+        self.lib.fc_attention_forward.argtypes = [ctypes.POINTER(_lib.FcParams), ctypes.c_void_p]
+        self.lib.fc_plan.argtypes = [ctypes.POINTER(_lib.FcParams), ctypes.POINTER(_lib.FcPlanInfo)]
+        self.lib.fc_last_error.restype = ctypes.c_char_p
+
+    def prepare(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                causal: bool):
+        def strides(t: torch.Tensor) -> _lib.Strides:
+            return _lib.Strides(t.stride(0), t.stride(1), t.stride(2))
+
+        p = _lib.FcParams(
+            q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
+            batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
+            head_dim=q.shape[3], q_stride=strides(q), k_stride=strides(k), v_stride=strides(v),
+            o_stride=strides(out), softmax_scale=q.shape[3] ** -0.5, causal=int(causal),
+            dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16,
+        )  # fmt: skip
+        info = _lib.FcPlanInfo()
+        if self.lib.fc_plan(p, info) != 0:
+            raise RuntimeError(f"{self.name}: fc_plan: {self.lib.fc_last_error().decode()}")
+        ws = torch.empty(max(info.workspace_bytes, 16), dtype=torch.uint8, device=q.device)
+        p.workspace, p.workspace_bytes = ws.data_ptr(), info.workspace_bytes
+        stream = torch.cuda.current_stream().cuda_stream
+
+        def call() -> None:
+            if self.lib.fc_attention_forward(p, stream) != 0:
+                raise RuntimeError(f"{self.name}: {self.lib.fc_last_error().decode()}")
+
+        call.keep = (ws, p)  # type: ignore[attr-defined]
+        return call, info
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, upcast: bool = False) -> torch.Tensor:
+    """[B, S, H, D] attention through SDPA (bottom-right causal, GQA by repeating K/V heads)."""
+    group = q.shape[2] // k.shape[2]
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    if upcast:
+        qt, kt, vt = qt.float(), kt.float(), vt.float()
+    kt, vt = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
+    mask = None
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(sk - sq)
+    return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
+
+
+def check(name: str, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> str:
+    """Error against an fp32 reference on at most 2 (batch, kv-group) slices, judged as the correctness gate does."""
+    if not torch.isfinite(out).all():
+        return f"{name}: NaN/Inf or unwritten (poison) elements"
+    group = q.shape[2] // k.shape[2]
+    worst = ""
+    for b in sorted({0, q.shape[0] - 1}):
+        for h in sorted({0, k.shape[2] - 1}):
+            qs = q[b:b + 1, :, h * group:(h + 1) * group]
+            ks, vs = k[b:b + 1, :, h:h + 1], v[b:b + 1, :, h:h + 1]
+            ref = sdpa(qs, ks, vs, causal, upcast=True)
+            ours = (out[b:b + 1, :, h * group:(h + 1) * group].float() - ref).abs().max().item()
+            base = (sdpa(qs, ks, vs, causal).float() - ref).abs().max().item()
+            if not ours <= 2 * base + 1e-5:
+                worst = f"{name}: error {ours:.2e} > 2 x SDPA's {base:.2e} + 1e-5 (batch {b}, kv head {h})"
+    return worst
+
+
+def time_rounds(calls: dict[str, object], rounds: int, batch_ms: float = 20.0) -> dict[str, list[float]]:
+    """Per-call ms per round for every backend, backends interleaved (rotated order) inside each round."""
+    reps = {}
+    for name, fn in calls.items():
+        for _ in range(3):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        reps[name] = max(1, min(200, int(batch_ms / max(start.elapsed_time(end), 1e-3))))
+    times: dict[str, list[float]] = {n: [] for n in calls}
+    names = list(calls)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = calls[name]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps[name]):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            times[name].append(start.elapsed_time(end) / reps[name])
+    return times
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("builds", nargs="+", help="NAME=path/to/libflashcore.so (the first is the reference)")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--no-check", action="store_true")
+    args = ap.parse_args()
+    builds = [Build(*b.split("=", 1)) for b in args.builds]
+    try:
+        fa3, fa3_where, fa3_dtypes = import_fa3()
+    except Unavailable as e:
+        print(f"FA3 not available: {e}")
+        fa3, fa3_dtypes = None, frozenset()
+    failures = 0
+    rows = []
+    vs: dict[str, dict[str, dict[str, float]]] = {}
+    for shape in args.shapes.split(","):
+        b, hq, hkv, sq, sk, d, causal, dt = SHAPES[shape]
+        dtype = torch.bfloat16 if dt == "bf16" else torch.float16
+        torch.manual_seed(hash(shape) % 1000)
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+        calls: dict[str, object] = {}
+        for build in builds:
+            out = torch.full_like(q, float("nan"))
+            lse = torch.empty(b, hq, sq, device="cuda")
+            fn, info = build.prepare(q, k, v, out, lse, causal)
+            fn()
+            torch.cuda.synchronize()
+            if not args.no_check:
+                msg = check(build.name, out, q, k, v, causal)
+                if msg:
+                    failures += 1
+                    print(f"FAIL {shape}: {msg}")
+            calls[build.name] = fn
+        if fa3 is not None and dt in fa3_dtypes:
+            calls["fa3"] = lambda q=q, k=k, v=v, c=causal: fa3(q, k, v, causal=c, num_splits=0)
+        if hq == hkv:
+            qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def cudnn(qt=qt, kt=kt, vt=vt, c=causal) -> None:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=c)
+
+            try:
+                cudnn()
+                calls["cudnn"] = cudnn
+            except RuntimeError:
+                pass
+        times = time_rounds(calls, args.rounds)
+        flops = 4 * b * hq * sq * sk * d * (0.5 if causal and sq == sk else 1.0)
+        ref = builds[0].name
+        med = {n: statistics.median(t) for n, t in times.items()}
+        ratios = {n: statistics.median(a / o for a, o in zip(times[n], times[ref], strict=True))
+                  for n in times if n != ref}
+        cells = [f"{n} {med[n]:.3f}ms {flops / med[n] / 1e9:.0f}TF" for n in times]
+        print(f"{shape:<15} " + " | ".join(cells))
+        print(f"{'':<15} t(x)/t({ref}): " + " ".join(f"{n} {r:.3f}" for n, r in ratios.items()))
+        for base in ("fa3", "cudnn"):
+            if base in times:
+                speed = {bd.name: statistics.median(x / o for x, o in zip(times[base], times[bd.name], strict=True))
+                         for bd in builds}
+                print(f"{'':<15} speed vs {base} (paired): " + " ".join(f"{n} {r:.3f}" for n, r in speed.items()))
+                vs.setdefault(base, {})[shape] = speed
+        rows.append((shape, med, ratios, flops))
+    print("\nsummary (TFLOPS; ratio = time of backend / time of first build; >1: first build faster)")
+    names = list(dict.fromkeys(n for r in rows for n in r[1]))
+    print(f"{'shape':<15}" + "".join(f"{n:>12}" for n in names))
+    for shape, med, _ratios, flops in rows:
+        print(f"{shape:<15}" + "".join(f"{flops / med[n] / 1e9:>12.0f}" if n in med else f"{'-':>12}" for n in names))
+    geo = {n: math.exp(statistics.mean(math.log(r[2][n]) for r in rows if n in r[2])) for n in names[1:]}
+    print("geomean ratio vs first: " + " ".join(f"{n} {g:.3f}" for n, g in geo.items()))
+    for base, per_shape in vs.items():
+        print(f"speed vs {base} (paired; >1: the build is faster)")
+        for shape, speed in per_shape.items():
+            print(f"  {shape:<15}" + "".join(f"{n} {r:6.3f}  " for n, r in speed.items()))
+        geo_b = {bd.name: math.exp(statistics.mean(math.log(sp[bd.name]) for sp in per_shape.values()))
+                 for bd in builds}
+        print("  geomean        " + "".join(f"{n} {g:6.3f}  " for n, g in geo_b.items()))
+    print(f"check failures: {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

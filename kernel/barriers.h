@@ -54,6 +54,24 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// As mbarrier_wait, but a thread that finds the phase incomplete is suspended until it completes (the hint caps the
+// sleep at 1 ms per try) instead of polling. For the producer thread: its polling loop on the empty slots ran ~200
+// times per V stage on the H100 (ncu, hdim 128: 9 % of the kernel's instructions), issue slots taken from the
+// consumer warps that share its SM sub-partition.
+__device__ __forceinline__ void mbarrier_wait_sleep(uint64_t* bar, uint32_t parity) {
+  constexpr uint32_t kSuspendHintNs = 1000000;
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2, %3;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity), "r"(kSuspendHintNs)
+        : "memory");
+  } while (!done);
+}
+
 // Named barriers: bar.sync waits until `threads` threads have arrived (itself included); bar.arrive
 // counts this thread without waiting.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

@@ -40,7 +40,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       const uint32_t empty_parity = (((block + n) / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
       uint64_t* full = &bars[slot_full + stage];
       if (p.fault == kFaultSlow && slot_full == Slots::kKFull) __nanosleep(20000);  // test-only: 20 us per block
-      mbarrier_wait(&bars[slot_empty + stage], empty_parity);
+      mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
       mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
 #pragma unroll
       for (int ch = 0; ch < Cfg::kChunks; ++ch) {
@@ -49,7 +49,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       }
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
-    if (k > 0) mbarrier_wait(&bars[Slots::kQEmpty], (k - 1) & 1);
+    if (k > 0) mbarrier_wait_sleep(&bars[Slots::kQEmpty], (k - 1) & 1);
     store_tile_slot(tile_slot, valid ? tile : -1);
     if (!valid) {
       mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave
@@ -67,7 +67,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     if (n_blocks > 0) {
       // Waiting (for tile k - 1's epilogue) only on tiles that load V keeps the parity right: tile k's own epilogue
       // cannot finish before this V(0) lands, so kOEmpty is never two phases ahead of this wait.
-      if (Cfg::kOAliasV && k > 0) mbarrier_wait(&bars[Slots::kOEmpty], (k - 1) & 1);
+      if (Cfg::kOAliasV && k > 0) mbarrier_wait_sleep(&bars[Slots::kOEmpty], (k - 1) & 1);
       load(Slots::kVFull, Slots::kVEmpty, v_smem, &tma.v, 0);
       for (int n = 1; n < n_blocks; ++n) {
         load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, n);
@@ -96,29 +96,34 @@ struct WgmmaConsumer {
   }
 
   // Issues S[64 x kBlockN] = Q[64 rows of this warpgroup] K^T (both K-major) as one wgmma group; no wait.
-  __device__ __forceinline__ void qk_issue(float (&s)[kNTiles][4], uint32_t q_wg_addr, uint32_t k_addr) {
+  __device__ __forceinline__ void qk_issue(float (&s)[kNTiles][4], const SmemDesc& q_desc, const SmemDesc& k_desc) {
     auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       // k-step kk: 64-column chunk kk / 4, 32 bytes (16 columns) per step inside the 128-byte swizzled row.
       const uint32_t q_off = (kk / 4) * Cfg::kBlockM * 128 + (kk % 4) * 32;
       const uint32_t k_off = (kk / 4) * Cfg::kBlockN * 128 + (kk % 4) * 32;
-      wgmma_ss<Cfg::kBlockN, Element>(s_flat, smem_descriptor(q_wg_addr + q_off, 16, 1024),
-                                      smem_descriptor(k_addr + k_off, 16, 1024), kk > 0);
+      wgmma_ss<Cfg::kBlockN, Element>(s_flat, q_desc.at(q_off), k_desc.at(k_off), kk > 0);
     }
     wgmma_commit();
   }
 
-  // Issues O += P V (P from registers, V MN-major) as one wgmma group; no wait.
-  __device__ __forceinline__ void pv_issue(const uint32_t (&p_frag)[Cfg::kBlockN / 16][4], uint32_t v_addr) {
+  // Issues O += P V (P from registers, V MN-major: LBO = bytes between 64-column chunks) as one wgmma group.
+  __device__ __forceinline__ void pv_issue(const uint32_t (&p_frag)[Cfg::kBlockN / 16][4], const SmemDesc& v_desc) {
     auto& o_flat = reinterpret_cast<float(&)[kHeadDim / 2]>(o_reg);
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-      // Keys 16kk..16kk+15: two 8-key groups of 128-byte rows (SBO 1024); 64-column chunks LBO apart.
-      wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk],
-                                  smem_descriptor(v_addr + kk * 16 * 128, Cfg::kBlockN * 128, 1024));
+      // Keys 16kk..16kk+15: two 8-key groups of 128-byte rows (SBO 1024).
+      wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk], v_desc.at(kk * 16 * 128));
     }
     wgmma_commit();
+  }
+
+  // Descriptors of Q (this warpgroup's rows), and of K and V in ring stage 0; stage s adds s * kKVBytes.
+  static __device__ __forceinline__ SmemDesc q_desc(uint32_t q_wg_addr) { return SmemDesc::make(q_wg_addr, 16, 1024); }
+  static __device__ __forceinline__ SmemDesc k_desc(uint32_t k_addr) { return SmemDesc::make(k_addr, 16, 1024); }
+  static __device__ __forceinline__ SmemDesc v_desc(uint32_t v_addr) {
+    return SmemDesc::make(v_addr, Cfg::kBlockN * 128, 1024);
   }
 
   __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {

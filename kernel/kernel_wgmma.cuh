@@ -6,6 +6,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "barriers.h"
 #include "epilogue.h"
 #include "hopper_config.h"
@@ -54,7 +56,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
   uint8_t* o_own = v_smem + Cfg::kStages * Cfg::kKVBytes;         // [wg][kChunks][64][64] unless O overlaps V
   auto* bars = reinterpret_cast<uint64_t*>(o_own + (Cfg::kOAliasV ? 0 : Cfg::kOBytes));
   int* tile_slot = reinterpret_cast<int*>(bars + Slots::kCount);
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0 so the compiler knows the index is warp-uniform: values derived from it (this warpgroup's
+  // Q descriptor, barrier ids) then live in uniform registers instead of being rebuilt per wgmma (FA3 does the same).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
   if (threadIdx.x == 0) {
     mbarrier_init(&bars[Slots::kQFull], 1);  // the producer's arrive.expect_tx; TMA completes the bytes
@@ -87,8 +91,13 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
 
   using Consumer = WgmmaConsumer<kHeadDim, kBlockN, Element>;
   Consumer consumer;
-  auto k_addr = [&](int b) { return smem_addr(k_smem + (b % Cfg::kStages) * Cfg::kKVBytes); };
-  auto v_addr = [&](int b) { return smem_addr(v_smem + (b % Cfg::kStages) * Cfg::kKVBytes); };
+  const SmemDesc q_desc = Consumer::q_desc(q_wg_addr);
+  const SmemDesc k_desc0 = Consumer::k_desc(smem_addr(k_smem)), v_desc0 = Consumer::v_desc(smem_addr(v_smem));
+  auto stage_desc = [&](const SmemDesc& d0, int b) {
+    return SmemDesc{d0.lo + (b % Cfg::kStages) * (Cfg::kKVBytes >> 4), d0.hi};
+  };
+  auto k_desc = [&](int b) { return stage_desc(k_desc0, b); };
+  auto v_desc = [&](int b) { return stage_desc(v_desc0, b); };
   auto wait = [&](int slot, int b) { mbarrier_wait(&bars[slot + b % Cfg::kStages], (b / Cfg::kStages) & 1); };
   auto release = [&](int slot, int b) {
     if (thread == 0) mbarrier_arrive(&bars[slot + b % Cfg::kStages]);
@@ -120,9 +129,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
     const ThreadRows mask_rows = thread_rows(p, tile_coord(p, tile), kv, tile_row0, lane);  // only .row is used
     consumer.init();
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
-    auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2]) {
-      const int key0 = (kv.n_begin + n) * Cfg::kBlockN;
-      if (block_needs_mask(p, key0, Cfg::kBlockN, kv.row_first)) mask_scores(s, p, mask_rows, key0, lane);
+    // Blocks [0, kv.n_unmasked) need no mask; the rest run the masked copy of the loop (no mask code in the hot one).
+    auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2], auto masked) {
+      if constexpr (decltype(masked)::value) mask_scores(s, p, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
       consumer.softmax.update(s, p.softmax_scale_log2, alpha);
     };
     // Q (and the tile index) are free for the producer once this thread's last S GEMM has completed.
@@ -143,44 +152,51 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
       wait(Slots::kKFull, block);
       wgmma_fence();
       issue_begin();
-      consumer.qk_issue(s, q_wg_addr, k_addr(block));
+      consumer.qk_issue(s, q_desc, k_desc(block));
       issue_end();
       wgmma_wait<0>();
       fence_operands(reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s));
       release(Slots::kKEmpty, block);
       if (n_blocks == 1) q_done();
-      scores(s, 0, alpha);  // O is still 0: alpha needs no rescale
+      // O is still 0: alpha needs no rescale.
+      if (kv.n_unmasked > 0) {
+        scores(s, 0, alpha, std::false_type{});
+      } else {
+        scores(s, 0, alpha, std::true_type{});
+      }
       Consumer::pack_p(s, p_frag);
     }
     // Block n: issue S(n) = Q K(n)^T and O += P(n-1) V(n-1) together; softmax(n) runs while P V is on the
     // tensor cores; K(n) is released once S(n) is done, V(n-1) once P V is; then O *= alpha(n), keep P(n).
-    for (int n = 1; n < n_blocks; ++n) {
+    auto step = [&](int n, auto masked) {
       float s[Consumer::kNTiles][4];
       wait(Slots::kKFull, block + n);
       wait(Slots::kVFull, block + n - 1);
       wgmma_fence();
       issue_begin();
-      consumer.qk_issue(s, q_wg_addr, k_addr(block + n));      // group: S(n)
+      consumer.qk_issue(s, q_desc, k_desc(block + n));         // group: S(n)
       if (n > 1) rescale_early();                              // alpha(n-1); after block 0, O is still 0
-      consumer.pv_issue(p_frag, v_addr(block + n - 1));        // group: O += P(n-1) V(n-1)
+      consumer.pv_issue(p_frag, v_desc(block + n - 1));        // group: O += P(n-1) V(n-1)
       issue_end();
       wgmma_wait<1>();                                         // S(n) done, P V may still run
       fence_operands(reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s));
       release(Slots::kKEmpty, block + n);
       if (n == n_blocks - 1) q_done();
-      scores(s, n, alpha);
+      scores(s, n, alpha, masked);
       wgmma_wait<0>();                                         // P V done
       consumer.fence_o();
       release(Slots::kVEmpty, block + n - 1);
       if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
       Consumer::pack_p(s, p_frag);
-    }
+    };
+    for (int n = 1; n < kv.n_unmasked; ++n) step(n, std::false_type{});
+    for (int n = max(1, kv.n_unmasked); n < n_blocks; ++n) step(n, std::true_type{});
     if (n_blocks > 0) {
       wait(Slots::kVFull, block + n_blocks - 1);
       wgmma_fence();
       issue_begin();
       if (n_blocks > 1) rescale_early();
-      consumer.pv_issue(p_frag, v_addr(block + n_blocks - 1));
+      consumer.pv_issue(p_frag, v_desc(block + n_blocks - 1));
       issue_end();
       wgmma_wait<0>();
       consumer.fence_o();
@@ -204,13 +220,14 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
       // of ring block b = block - kConsumerWGs + consumer_wg (the last blocks read: a different stage per
       // warpgroup). Staging waits until the slot is free: the stage's kVEmpty phase (every warpgroup's P V that read
       // it is done; no later phase can complete before kOEmpty lets the producer load V again), or this
-      // warpgroup's previous store has been read (its thread 0 waited before this barrier).
+      // warpgroup's previous store has been read (its thread 0 waits for that before the barrier).
       uint8_t* wg_o;
       if constexpr (Cfg::kOAliasV) {
         const int b = block - Cfg::kConsumerWGs + consumer_wg;
         if (b >= 0) wait(Slots::kVEmpty, b);
         wg_o = v_smem + ((b + Cfg::kStages) % Cfg::kStages) * Cfg::kKVBytes;  // b >= -kStages
       } else {
+        if (thread == 0) bulk_wait_group_read_all();  // this slot's previous store (a tile ago: done by now)
         named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
         wg_o = o_own + consumer_wg * Cfg::kOWgBytes;
       }
@@ -224,12 +241,15 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
           tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, wg_row0, c.head, c.batch);  // rows past seqlen_q clip
         }
         bulk_commit_group();
-        bulk_wait_group_read_all();
+        // Over V, kOEmpty (below) must follow the read; an own buffer is waited for at the next epilogue, so this
+        // warpgroup's next GEMMs (which need its thread 0) do not wait for the store.
+        if constexpr (Cfg::kOAliasV) bulk_wait_group_read_all();
       }
       write_lse(p, lse, c.batch, rows, lane);
     }
     if (thread == 0) mbarrier_arrive(&bars[Slots::kOEmpty]);  // every tile, so the producer's parity stays in step
   }
+  if (thread == 0) bulk_wait_group_all();  // the CTA's shared memory must outlive its last store's reads
 }
 
 }  // namespace flashcore

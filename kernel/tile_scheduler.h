@@ -6,6 +6,7 @@
 //            workspace, zeroed before the launch) under causal masking, so an SM that drew short tiles takes more.
 // The producer thread fetches; the consumers read the index it stores next to Q (kernel_wgmma.cuh).
 #pragma once
+#include "config.h"
 #include "params.h"
 
 namespace flashcore {
@@ -57,9 +58,10 @@ __device__ __forceinline__ int next_tile(const KernelParams& p, int tile) {
 // The K/V blocks [n_begin, n_begin + n_blocks) of a tile: every block its rows can see (causal: up to the
 // diagonal), or its split's even share of them (possibly none).
 struct KvRange {
-  int row_first;  // first query row of the tile (0 when packed)
+  int row_first;   // first query row of the tile (0 when packed)
   int n_begin;
   int n_blocks;
+  int n_unmasked;  // blocks [0, n_unmasked) of the range need no mask: every key < seqlen_k and visible to every row
 };
 
 template <int kBlockM, int kBlockN, bool kSplit>
@@ -77,6 +79,12 @@ __device__ __forceinline__ KvRange kv_range(const KernelParams& p, const TileCoo
     r.n_begin = 0;
     r.n_blocks = n_total;
   }
+  // Keys below key_limit are visible to every row of the tile (causal: the first row sees keys <= row + offset);
+  // the planted tail-mask fault takes the masked path everywhere, as block_needs_mask says.
+  int key_limit = p.seqlen_k;
+  if (p.causal) key_limit = min(key_limit, max(0, r.row_first + p.diag_offset + 1));
+  if (p.fault == kFaultTailMaskOffByOne) key_limit = 0;
+  r.n_unmasked = min(max(key_limit / kBlockN - r.n_begin, 0), r.n_blocks);
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include "config.h"
+#include "tile_scheduler.h"
 
 namespace flashcore {
 
@@ -102,8 +103,8 @@ struct HopperTileConfig {
   // O is staged per consumer warpgroup for the TMA store: [kChunks][64 rows][64] 16-bit, swizzled as Q.
   static constexpr int kOWgBytes = 64 * kHeadDim * 2;
   static constexpr int kOBytes = kOWgBytes * kConsumerWGs;
-  static constexpr int kBarrierBytes = 8 * HopperSlots<kStages>::kCount;
-  static constexpr int kTileSlotBytes = 16;  // the tile index the producer hands to the consumers
+  static constexpr int kBarrierBytes = (8 * HopperSlots<kStages>::kCount + 15) / 16 * 16;
+  static constexpr int kTileSlotBytes = 2 * kTileInfoBytes;  // TileInfo slots (tile_scheduler.h), 16-byte aligned
   static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries
   static constexpr int kBaseBytes = kAlign + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + kTileSlotBytes;
   // O gets its own buffer when it fits; otherwise each warpgroup stages its rows in one of V's stages (FA3 overlaps

@@ -18,7 +18,7 @@ namespace flashcore {
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
 template <int kHeadDim, int kBlockN, bool kSplit>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
-                             uint8_t* v_smem, uint64_t* bars, int* tile_slot) {
+                             uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
   using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
   using Slots = HopperSlots<Cfg::kStages>;
   tma_prefetch_descriptor(&tma.q);
@@ -50,7 +50,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
     if (k > 0) mbarrier_wait_sleep(&bars[Slots::kQEmpty], (k - 1) & 1);
-    store_tile_slot(tile_slot, valid ? tile : -1);
+    store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv});
     if (!valid) {
       mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave
       break;

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
   uint8_t* v_smem = k_smem + Cfg::kStages * Cfg::kKVBytes;        // [kStages][kChunks][kBlockN][64]
   uint8_t* o_own = v_smem + Cfg::kStages * Cfg::kKVBytes;         // [wg][kChunks][64][64] unless O overlaps V
   auto* bars = reinterpret_cast<uint64_t*>(o_own + (Cfg::kOAliasV ? 0 : Cfg::kOBytes));
-  int* tile_slot = reinterpret_cast<int*>(bars + Slots::kCount);
+  void* tile_slots = reinterpret_cast<uint8_t*>(bars) + Cfg::kBarrierBytes;  // 2 x TileInfo (tile_scheduler.h)
   // Broadcast from lane 0 so the compiler knows the index is warp-uniform: values derived from it (this warpgroup's
   // Q descriptor, barrier ids) then live in uniform registers instead of being rebuilt per wgmma (FA3 does the same).
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
 
   if (warpgroup == 0) {
     setmaxnreg_dec<Cfg::Registers::kProducer>();
-    if (threadIdx.x == 0) tma_producer<kHeadDim, kBlockN, kSplit>(p, tma, q_smem, k_smem, v_smem, bars, tile_slot);
+    if (threadIdx.x == 0) tma_producer<kHeadDim, kBlockN, kSplit>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
     return;
   }
   setmaxnreg_inc<Cfg::Registers::kConsumer>();
@@ -120,13 +120,11 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
   int block = 0;  // K/V blocks consumed so far by this CTA (ring stage and parity, as the producer counts them)
   for (int k = 0;; ++k) {
     mbarrier_wait(&bars[Slots::kQFull], k & 1);
-    const int tile = load_tile_slot(tile_slot);
-    if (tile < 0) break;
-    // Coordinates, key range and rows are recomputed for the epilogue rather than kept live across the mainloop:
-    // registers are what the hdim-256 and split instantiations run short of.
-    const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, tile_coord(p, tile));
+    const TileInfo info = load_tile_info(tile_slots, k, p.pack_gqa ? 0 : Cfg::kBlockM);
+    if (info.tile < 0) break;
+    const KvRange kv = info.kv;
     const int n_blocks = kv.n_blocks;
-    const ThreadRows mask_rows = thread_rows(p, tile_coord(p, tile), kv, tile_row0, lane);  // only .row is used
+    const ThreadRows mask_rows = thread_rows(p, info.coord, kv, tile_row0, lane);  // only .row is used
     consumer.init();
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
     // Blocks [0, kv.n_unmasked) need no mask; the rest run the masked copy of the loop (no mask code in the hot one).
@@ -204,8 +202,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
     }
     block += n_blocks;
 
-    // Epilogue.
-    const TileCoord c = tile_coord(p, tile);
+    // Epilogue. The tile's coordinates are read again from its slot rather than kept live across the mainloop
+    // (registers are what the hdim-256 and split instantiations run short of).
+    const TileCoord c = load_tile_info(tile_slots, k, Cfg::kBlockM).coord;
     const ThreadRows rows = thread_rows(p, c, kv, tile_row0, lane);
     float inv_l[2], lse[2];
     consumer.softmax.finalize(p.softmax_scale, inv_l, lse);

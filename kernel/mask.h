@@ -10,18 +10,24 @@
 namespace flashcore {
 
 // `rows.row` are the query indices of the thread's two fragment rows; `key0` the block's first key.
+// Key j is visible to row i iff j <= limit(i) = min(seqlen_k - 1, causal ? i + diag_offset : inf), so each score
+// costs one compare of a compile-time column offset against limit(i) - (this thread's first column), and a select.
 template <int kNTiles>
 __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const KernelParams& p, const ThreadRows& rows,
                                             int key0, int lane) {
   const int key_end = p.fault == kFaultTailMaskOffByOne ? p.seqlen_k + 1 : p.seqlen_k;
+  const int first_col = key0 + 2 * (lane % 4);
+  int threshold[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int limit = p.causal ? min(key_end - 1, rows.row[r] + p.diag_offset) : key_end - 1;
+    threshold[r] = limit - first_col;
+  }
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int key = key0 + nt * 8 + 2 * (lane % 4) + (e % 2);
-      const int row = rows.row[e / 2];
-      const bool hidden = key >= key_end || (p.causal && key > row + p.diag_offset);
-      if (hidden) s[nt][e] = -INFINITY;
+      if (nt * 8 + (e % 2) > threshold[e / 2]) s[nt][e] = -INFINITY;
     }
   }
 }

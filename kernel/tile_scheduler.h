@@ -35,18 +35,6 @@ __device__ __forceinline__ TileCoord tile_coord(const KernelParams& p, int tile)
   return c;
 }
 
-// The tile index the producer hands over next to Q (kQFull's arrive releases it, the consumers' wait acquires it).
-__device__ __forceinline__ void store_tile_slot(int* slot, int tile) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(slot))), "r"(tile)
-               : "memory");
-}
-__device__ __forceinline__ int load_tile_slot(const int* slot) {
-  int tile;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(tile) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(slot)))
-               : "memory");
-  return tile;
-}
-
 __device__ __forceinline__ int first_tile() { return static_cast<int>(blockIdx.x); }
 
 // Called by the producer thread only, once per tile; the k-th dynamic fetch of the launch returns gridDim.x + k.
@@ -86,6 +74,44 @@ __device__ __forceinline__ KvRange kv_range(const KernelParams& p, const TileCoo
   if (p.fault == kFaultTailMaskOffByOne) key_limit = 0;
   r.n_unmasked = min(max(key_limit / kBlockN - r.n_begin, 0), r.n_blocks);
   return r;
+}
+
+// What the producer hands the consumers with each tile (kQFull's arrive releases it, their wait acquires it): the
+// decoded tile, so the consumers never divide by runtime values (three decodes per tile cost ~150-200 instructions
+// per thread, against ~500 per K/V block). tile < 0: no tile is left. Stored as two 16-byte vectors (row_first is
+// recomputed), in slot k % 2 for the CTA's k-th tile: the producer writes slot k % 2 again only for tile k + 2, after
+// every consumer released tile k + 1's Q, so the consumers may read their slot until the end of tile k's epilogue.
+struct TileInfo {
+  int tile;
+  TileCoord coord;
+  KvRange kv;
+};
+constexpr int kTileInfoBytes = 32;
+
+// `slots`: the two kTileInfoBytes slots (16-byte aligned); `k`: the CTA's tile count, which picks slot k % 2.
+__device__ __forceinline__ void store_tile_info(void* slots, int k, const TileInfo& t) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + (k & 1) * kTileInfoBytes;
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(t.tile), "r"(t.coord.m_block),
+               "r"(t.coord.head), "r"(t.coord.batch)
+               : "memory");
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr + 16), "r"(t.coord.split), "r"(t.kv.n_begin),
+               "r"(t.kv.n_blocks), "r"(t.kv.n_unmasked)
+               : "memory");
+}
+
+__device__ __forceinline__ TileInfo load_tile_info(const void* slots, int k, int block_m) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + (k & 1) * kTileInfoBytes;
+  TileInfo t;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(t.tile), "=r"(t.coord.m_block), "=r"(t.coord.head), "=r"(t.coord.batch)
+               : "r"(addr)
+               : "memory");
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(t.coord.split), "=r"(t.kv.n_begin), "=r"(t.kv.n_blocks), "=r"(t.kv.n_unmasked)
+               : "r"(addr + 16)
+               : "memory");
+  t.kv.row_first = t.coord.m_block * block_m;  // packed tiles have m_block 0
+  return t;
 }
 
 }  // namespace flashcore

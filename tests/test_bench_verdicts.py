@@ -116,6 +116,33 @@ def test_a_failure_shown_by_nearly_every_round_is_a_fail_despite_the_spread() ->
 # ---- regression against the stored run (relative to the reference backend) ------------------------------
 
 
+# ---- geometric mean over workloads -------------------------------------------------------------------------
+
+
+def test_geomean_of_paired_ratios_names_the_worst_workload() -> None:
+    other = workload("prefill-d64", b=4, hq=16, hkv=16, sq=8192, sk=8192, d=64)
+    pairs = [pair(4.0, 4.4, base="fa3"), pair(4.0, 3.6, base="fa3", wl=other)]  # 1.1x and 0.9x
+    check = pv.verdict_geomean("all", pairs, 0.99, 0.02)
+    assert (check.status, check.metric) == (Status.PASS, "geomean_speed_vs_fa3")
+    assert check.measured == pytest.approx((1.1 * 0.9) ** 0.5, rel=0.005)
+    assert "worst prefill-d64 0.9" in check.message
+    assert pv.verdict_geomean("all", pairs, 1.0, 0.02).status is Status.FAIL
+
+
+def test_geomean_without_every_workload_is_an_error() -> None:
+    gone = not_available(PREFILL, "fa3", "FA3 not importable: No module named 'fa3_fwd_interface' (install it ...)")
+    check = pv.verdict_geomean("all", [(pair(4.0, 6.0)[0], gone)], 0.95, 0.02)
+    assert check.status is Status.ERROR and "install it" in check.message
+    assert pv.verdict_geomean("all", [], 0.95, 0.02).status is Status.ERROR
+
+
+def test_geomean_of_noisy_ratios_is_not_judged_unless_even_the_p80s_fail() -> None:
+    noisy = pair(4.0, 6.0, base="fa3", burst=on_ours(0, 25, 1.3))
+    assert pv.verdict_geomean("all", [noisy], 1.0, 0.02).status is Status.NOT_RUN
+    slow = pair(12.0, 6.0, base="fa3", burst=on_ours(0, 20))  # 2x slower in every round, bursts on top
+    assert pv.verdict_geomean("all", [slow], 1.0, 0.02).status is Status.FAIL
+
+
 def stored_run(ours: Measurement, ref: Measurement, gpu: str = GPU, torch: str = "2.11.0") -> Run:
     return Run("stored.json", {"gpu": gpu, "git_commit": "abc", "torch": torch},
                {(m.workload, m.backend): m for m in (ours, ref)})

@@ -14,7 +14,8 @@ import yaml
 from harness.config import ConfigError, Workload, load_config
 
 EXPECTED_WORKLOADS = [
-    "prefill-d128", "prefill-d128-causal", "prefill-d64", "prefill-d256", "prefill-d128-fp16", "decode", "decode-gqa",
+    "prefill-d128", "prefill-d128-causal", "prefill-d64", "prefill-d256", "prefill-d128-fp16", "prefill-s1k-causal",
+    "prefill-s2k-causal", "prefill-s2k-d64-causal", "prefill-gqa-causal", "prefill-odd-heads", "decode", "decode-gqa",
     "decode-b1-gqa",
     "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
     "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode", "san-split",
@@ -32,6 +33,24 @@ def test_repository_config_loads(gates_dir: Path) -> None:
     assert config.workloads["sq1000-sk300-causal"].dtype == "fp16"
     assert [p.number for p in config.phases] == [1, 2, 3, 4, 5, 6, 7]
     assert [g.name for g in config.phase(1).gates] == ["build", "correctness", "determinism", "sanitizer"]
+    assert [g.name for g in config.phase(4).gates] == ["ncu-stalls", "perf-cudnn", "perf-fa3", "ncu-sm-pipeline"]
+
+
+def test_phase4_speed_targets_come_from_yaml(gates_dir: Path) -> None:
+    """Issue 12's targets: >= 1.0x cuDNN on every prefill workload; FA3 geomean >= 0.95x and none below 0.90x, over
+    the prefill workloads FA3 can run (no fp16 in the wheel); SM throughput >= 80 % on the compute-bound one."""
+    config = load_config(gates_dir)
+    gates = {g.name: g.params for g in config.phase(4).gates}
+    cudnn, fa3, sm = gates["perf-cudnn"], gates["perf-fa3"], gates["ncu-sm-pipeline"]
+    assert (cudnn.gated, cudnn.min_ratio, cudnn.min_geomean) == (("cudnn",), 1.0, 1.0)
+    assert set(cudnn.workloads) == set(config.sets["prefill"]) and "decode" in cudnn.report_workloads
+    assert (fa3.gated, fa3.min_ratio, fa3.min_geomean) == (("fa3",), 0.90, 0.95)
+    assert all(config.workloads[n].dtype == "bf16" for n in fa3.workloads)
+    assert set(fa3.workloads) == {n for n in config.sets["prefill"] if config.workloads[n].dtype == "bf16"}
+    assert {config.workloads[n].head_dim for n in fa3.workloads} == {64, 128, 256}
+    assert any(config.workloads[n].heads_q != config.workloads[n].heads_kv and config.workloads[n].causal
+               for n in fa3.workloads)
+    assert (sm.min_pct, sm.metric) == (80.0, "sm__throughput.avg.pct_of_peak_sustained_elapsed")
 
 
 def test_phase1_thresholds_come_from_yaml(gates_dir: Path) -> None:

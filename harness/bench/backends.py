@@ -94,6 +94,10 @@ def _sdpa(backend: str, wl: Workload, q: torch.Tensor, k: torch.Tensor, v: torch
 # ---- FA3 ----------------------------------------------------------------------------------------------
 
 
+FA3_INSTALL_HINT = ("install it on the H100 host: pip install fa3-fwd (FlashAttention-3's forward kernels, bf16 and "
+                    "FP8), or build flash-attention's hopper/ (python setup.py install), which adds fp16")
+
+
 @functools.cache
 def import_fa3() -> tuple[Callable[..., Any], str, frozenset[str]]:
     """(flash_attn_func, module description, dtypes it was built for); raises Unavailable."""
@@ -113,7 +117,7 @@ def import_fa3() -> tuple[Callable[..., Any], str, frozenset[str]]:
         return mod.flash_attn_func, f"fa3_fwd_interface (fa3-fwd {version})", frozenset(dtypes)
     except Exception as e:  # noqa: BLE001
         errors.append(f"fa3_fwd_interface: {_first_line(e)}")
-    raise Unavailable("FA3 not importable: " + "; ".join(errors))
+    raise Unavailable("FA3 not importable: " + "; ".join(errors) + f" ({FA3_INSTALL_HINT})")
 
 
 def _dist_version(name: str) -> str:

@@ -134,3 +134,8 @@ class NcuDramGate(NcuThroughputGate):
 @register("ncu-sm")
 class NcuSmGate(NcuThroughputGate):
     """Phase 3: SM throughput on the compute-bound workloads."""
+
+
+@register("ncu-sm-pipeline")
+class NcuSmPipelineGate(NcuThroughputGate):
+    """Phase 4: SM throughput on the compute-bound workloads with the pipelined kernel (ROADMAP: >= 80 %)."""

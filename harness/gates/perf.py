@@ -1,6 +1,6 @@
 """Perf gates: FlashCore's speed against the baselines, its spread, and a regression check.
 
-`perf-fa2` (phase 3) and `perf-cudnn` (phase 4) are the same gate with different YAML: per workload
+`perf-fa2` (phase 3), `perf-cudnn` and `perf-fa3` (phase 4) are the same gate with different YAML: per workload
 (and, with `sweep: true`, every point of the scaling sweep of gates/bench.yaml) it times FlashCore and each
 listed baseline in interleaved rounds (harness/bench, timing settings from gates/bench.yaml: every backend of a
 workload in the same rounds, so clock drift hits them alike) and checks, per gated baseline b:
@@ -12,7 +12,10 @@ workload in the same rounds, so clock drift hits them alike) and checks, per gat
   reference backend (gates/bench.yaml `stored_run.reference_backend`, measured here too) against the same ratio in
   the committed stored run (`stored_run.file`, written by `make bench-baseline`), judged when today's ratio spread
   (rel_std[speed_vs_<ref>], checked too) passed. No stored run (or one from another GPU, without this workload,
-  or whose reference changed: other implementation, kernels or torch) is an ERROR: fail closed.
+  or whose reference changed: other implementation, kernels or torch) is an ERROR: fail closed;
+- with `min_geomean` > 0, per gated baseline: the geometric mean of the paired ratios over `workloads` (the
+  sweep's points excluded) >= min_geomean, the worst workload named (perf_verdict.verdict_geomean).
+`report_workloads` are measured with the same backends and shown, never judged (e.g. batch-1 long context).
 Absolute medians and TFLOPS, with their drift-sensitive spread and the SM clocks, are reported, not judged;
 the other baselines (FA3 always) are measured and reported. Verdicts: harness/gates/perf_verdict.py.
 """
@@ -50,6 +53,10 @@ class PerfParams:
     max_rel_std: float = param(gt=0)  # run-to-run relative std of each judged paired ratio (0.02 = 2 %)
     regression: bool = param()  # compare with the stored run (one perf gate per phase suffices)
     regression_margin: float = param(ge=0)  # fail when slower relative to the reference by more than this (0.05)
+    # per gated baseline, the geometric mean of the paired ratios over `workloads` (not the sweep) >= this; 0: off
+    min_geomean: float = param(default=0.0, ge=0)
+    # measured and shown beside the judged ones (same backends, same rounds per workload), never judged
+    report_workloads: tuple[str, ...] = param(default=(), workloads=True)
 
 
 def load_stored(settings: BenchSettings, repo_root: Path, override: Path | None = None) -> tuple[Run | None, str]:
@@ -159,19 +166,28 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
     except (ConfigError, gpu.FlashcoreUnavailable) as e:
         return ctx.verdict_only(Status.ERROR, str(e))
     workloads = list({w.name: w for w in (*ctx.workloads(), *(settings.sweep_workloads if p.sweep else ()))}.values())
+    reported = [ctx.config.workloads[n] for n in p.report_workloads if n not in {w.name for w in workloads}]
     refs = references(settings, workloads) if p.regression else {}
     backends = [OURS, *dict.fromkeys((*p.gated, *p.baselines, *refs.values()))]
     from harness.bench.runner import Options, shared
 
     stored, stored_why = load_stored(settings, ctx.repo_root, stored_path) if p.regression else (None, "")
     measurer = shared(ctx.run_dir, Options(settings.timing, ctx.seed, ctx.fault, noisy))
-    by_wl = measure_all(ctx, measurer, settings, workloads, backends)
+    by_wl = measure_all(ctx, measurer, settings, [*workloads, *reported], backends)
     measurer.release()  # free the inputs and the flush buffer for the next gate; the results stay cached
     env_now = {"gpu": _gpu_name(), "torch": _torch_version()}
     checks = [c for wl in workloads
               for c in perf_checks(wl, by_wl[wl.name], p, refs.get(wl.name), stored, stored_why, env_now)]
+    if p.min_geomean > 0:
+        judged = ctx.workloads()
+        checks += [pv.verdict_geomean(f"geomean over {len(judged)} workloads",
+                                      [(by_wl[w.name][OURS], by_wl[w.name][b]) for w in judged], p.min_geomean,
+                                      p.max_rel_std)
+                   for b in p.gated]
     log_json = write_measurements(ctx, settings, by_wl)
-    details = perf_details(ctx, settings, workloads, backends, by_wl, stored, stored_why, log_json, refs)
+    details = perf_details(ctx, settings, [*workloads, *reported], backends, by_wl, stored, stored_why, log_json,
+                           refs)
+    details["report_only"] = [w.name for w in reported]
     return ctx.result(checks, details=details, logs=[log_json])
 
 
@@ -227,3 +243,9 @@ class PerfFa2Gate(PerfGate):
 @register("perf-cudnn")
 class PerfCudnnGate(PerfGate):
     """Phase 4: at least as fast as cuDNN (torch SDPA's cuDNN backend)."""
+
+
+@register("perf-fa3")
+class PerfFa3Gate(PerfGate):
+    """Phase 4: paired speed against FlashAttention-3 per workload and as a geometric mean. Without FA3 on the
+    host the gate is an ERROR that says how to install it (harness/bench/backends.py), never a pass."""

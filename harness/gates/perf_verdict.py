@@ -22,6 +22,7 @@ Scaling: FlashCore's TFLOPS at a long S / at a peak S, per round of the same swe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -121,6 +122,44 @@ def verdict_ratio(subject: str, ours: Measurement, base: Measurement, min_ratio:
                  message=f"{_label(base.backend)} time / FlashCore's, paired: {r.value:.4g} ({ratio_detail(r)}); "
                  f"medians {ours.median_ms:.4g} vs {base.median_ms:.4g} ms, {ours.throughput:.4g} vs "
                  f"{base.throughput:.4g} {ours.unit} (absolute: drift with the clock, not judged)")
+
+
+def verdict_geomean(subject: str, pairs: Sequence[tuple[Measurement, Measurement]], min_geomean: float,
+                    max_rel_std: float) -> Check:
+    """The geometric mean over workloads of FlashCore's paired speed ratio to one baseline >= min_geomean; the
+    message names the worst workload. Every pair must be available and paired (else ERROR, naming them) and every
+    ratio's spread within the limit (else not judged, unless even the geomean of the ratios' p80s fails)."""
+    backend = pairs[0][1].backend if pairs else "?"
+    metric = f"geomean_speed_vs_{backend}"
+    if not pairs:
+        return Check(subject, metric, min_geomean, None, Status.ERROR, ">=", message="no workload to average")
+    ratios: list[tuple[str, PairedRatio]] = []
+    missing: list[str] = []
+    for ours, base in pairs:
+        gap = _missing(ours.workload, metric, min_geomean, ">=", ours, base)
+        r = paired.speed_ratio(ours, base)
+        if gap is not None or r is None:
+            missing.append(f"{ours.workload} ({gap.message if gap else UNPAIRED})")
+        else:
+            ratios.append((ours.workload, r))
+    if missing:
+        return Check(subject, metric, min_geomean, None, Status.ERROR, ">=",
+                     message=f"no geometric mean without every workload: {'; '.join(missing)}")
+    value = math.exp(sum(math.log(r.value) for _, r in ratios) / len(ratios))
+    worst_name, worst = min(ratios, key=lambda x: x[1].value)
+    text = (f"{value:.4g} over {len(ratios)} workloads ({_label(backend)} time / FlashCore's, paired medians); "
+            f"worst {worst_name} {worst.value:.4g}, best {max(r.value for _, r in ratios):.4g}")
+    noisy = [name for name, r in ratios if r.rel_std > max_rel_std]
+    if noisy:
+        p80 = math.exp(sum(math.log(r.summary.p80) for _, r in ratios) / len(ratios))
+        if p80 >= min_geomean:
+            return Check(subject, metric, min_geomean, value, Status.NOT_RUN, ">=",
+                         message=f"{NOT_JUDGED} ({', '.join(noisy)}); {text}")
+        return Check(subject, metric, min_geomean, value, Status.FAIL, ">=", margin=value - min_geomean,
+                     message=f"{text}: even the geometric mean of the ratios' p80s ({p80:.4g}) fails")
+    ok = value >= min_geomean
+    return Check(subject, metric, min_geomean, value, Status.PASS if ok else Status.FAIL, ">=",
+                 margin=value - min_geomean, message=text)
 
 
 # ---- regression against the stored run --------------------------------------------------------------------

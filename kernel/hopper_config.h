@@ -30,9 +30,9 @@ struct RegisterSplit {
 };
 
 // mbarrier slots. K and V have their own full/empty barriers, so K(n) is released as soon as S(n) is done while
-// V(n) stays until P(n) V(n) is. Per tile of a persistent CTA: kQFull (Q and the tile index landed), kQEmpty (every
-// consumer thread is done with Q and the index: the producer may load the next tile's), kOEmpty (the O staging
-// buffer was read by the TMA store: where it overlaps V, the next tile's V may be loaded).
+// V(n) stays until P(n) V(n) is. Per tile of a persistent CTA: kQFull (Q and the tile info landed), kQEmpty (every
+// consumer thread is done with Q: the producer may load the next tile's), kOEmpty (only where O is staged over V:
+// the stores of the last tile with K/V blocks have read their staging, so the next tile's V may be loaded).
 template <int kStages>
 struct HopperSlots {
   static constexpr int kQFull = 0;

@@ -28,6 +28,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
   // Only tile, k and block live across tiles: the producer has 24 registers (setmaxnreg), so everything else is
   // recomputed per tile from the parameters.
   int block = 0;  // K/V blocks this CTA has loaded so far: ring stage block % kStages, pass block / kStages
+  int o_tiles = 0;  // O over V: tiles with K/V blocks so far, one kOEmpty phase each
   int tile = first_tile();
   for (int k = 0;; ++k) {
     const bool valid = tile < p.total_tiles;
@@ -65,9 +66,13 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     }
     const int next = next_tile(p, tile);  // a dynamic fetch's latency hides behind the loads below
     if (n_blocks > 0) {
-      // Waiting (for tile k - 1's epilogue) only on tiles that load V keeps the parity right: tile k's own epilogue
-      // cannot finish before this V(0) lands, so kOEmpty is never two phases ahead of this wait.
-      if (Cfg::kOAliasV && k > 0) mbarrier_wait_sleep(&bars[Slots::kOEmpty], (k - 1) & 1);
+      // O over V: only tiles with blocks stage O there and arrive on kOEmpty, once their stores have read it; wait
+      // for the previous such tile's phase. Every phase is waited, and none can run ahead: this tile's epilogue
+      // cannot finish before this V(0) lands.
+      if constexpr (Cfg::kOAliasV) {
+        if (o_tiles > 0) mbarrier_wait_sleep(&bars[Slots::kOEmpty], (o_tiles - 1) & 1);
+        ++o_tiles;
+      }
       load(Slots::kVFull, Slots::kVEmpty, v_smem, &tma.v, 0);
       for (int n = 1; n < n_blocks; ++n) {
         load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, n);

@@ -211,8 +211,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
     const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;
     if constexpr (kSplit) {
       write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, c.batch, c.split, rows, lane, skip_first_row);
-    } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow) {
-      // Packed rows span several heads (no single TMA box); the planted skip-row fault needs per-row stores.
+    } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow || (Cfg::kOAliasV && n_blocks == 0)) {
+      // Packed rows span several heads (no single TMA box); the planted skip-row fault needs per-row stores; a tile
+      // without K/V blocks (O = 0) must not stage over V, which the producer may be refilling (no kOEmpty phase).
       write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, c.batch, rows, lane, skip_first_row);
     } else {
       // This warpgroup's 64 rows are staged in its own slot of the O buffer, or, where O overlaps V, in the V stage
@@ -246,7 +247,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
       }
       write_lse(p, lse, c.batch, rows, lane);
     }
-    if (thread == 0) mbarrier_arrive(&bars[Slots::kOEmpty]);  // every tile, so the producer's parity stays in step
+    // O over V: one arrival per warpgroup for each tile with blocks (the producer waits on each such phase before
+    // the next V(0)). With O in its own buffer nobody waits, so nobody arrives (synccheck: "missing wait").
+    if (Cfg::kOAliasV && n_blocks > 0 && thread == 0) mbarrier_arrive(&bars[Slots::kOEmpty]);
   }
   if (thread == 0) bulk_wait_group_all();  // the CTA's shared memory must outlive its last store's reads
 }

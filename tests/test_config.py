@@ -18,7 +18,7 @@ EXPECTED_WORKLOADS = [
     "prefill-s2k-causal", "prefill-s2k-d64-causal", "prefill-gqa-causal", "prefill-odd-heads", "decode", "decode-gqa",
     "decode-b1-gqa",
     "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
-    "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode", "san-split",
+    "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode", "san-split", "san-tiles-d128", "san-tiles-d256",
 ]  # fmt: skip
 
 

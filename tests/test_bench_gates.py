@@ -130,8 +130,8 @@ def test_faster_than_fa2_and_stable_passes(config: Config, tmp_path: Path, store
     workloads = {w["name"] for w in result.details["workloads"]}
     assert {"prefill-d128", "sweep-s2048", "sweep-s32768-causal"} <= workloads  # prefill set + the sweep
     assert "decode" not in workloads  # memory-bound: gated by ncu-dram, shown by perf-cudnn, not against FA2
-    # 10 prefill workloads + 10 sweep points, three of them the same shapes (8K non-causal and causal, 2K causal)
-    assert len(workloads) == 17
+    # the 5 prefill workloads of the stored run + 10 sweep points, two of them those workloads (S = 8K)
+    assert len(workloads) == 13
     per_workload = {c.metric for c in result.checks if c.workload == "prefill-d128"}
     assert per_workload == {"rel_std[speed_vs_fa2]", "speed_vs_fa2", "slowdown_vs_stored"}
     assert not any(c.metric.endswith("fa3") for c in result.checks)  # shown only
@@ -158,13 +158,13 @@ def test_sweep_points_of_one_causal_mode_share_their_rounds(config: Config, tmp_
     perf.run_perf(context(config, "perf-fa2", tmp_path / "run", regression=False))
     groups = made[0].groups
     assert ["sweep-s2048", "sweep-s4096", "prefill-d128", "sweep-s16384", "sweep-s32768"] in groups
-    assert ["prefill-d64"] in groups and len(groups) == 9  # 7 prefill workloads alone + 2 sweep modes
+    assert ["prefill-d64"] in groups and len(groups) == 5  # 3 prefill workloads alone + 2 sweep modes
 
 
 def test_report_section_has_tables_charts_and_the_missing(config: Config, tmp_path: Path, stored: Path) -> None:
     result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run"), stored_path=stored)
     text = html(result)
-    assert text.count('<table class="bench"') == 17 and 'data-workload="prefill-d64"' in text  # one per workload
+    assert text.count('<table class="bench"') == 13 and 'data-workload="prefill-d64"' in text  # one per workload
     row = text[text.index('data-workload="prefill-d128"'):]
     row = row[row.index('data-backend="fa3"'):row.index("</tr>", row.index('data-backend="fa3"'))]
     assert "625" in row and "0.640" in row  # FA3 at its anchor; FlashCore speed / FA3's = 400 / 625
@@ -320,7 +320,7 @@ def test_without_matplotlib_the_report_keeps_its_tables(config: Config, tmp_path
     assert result.status is Status.PASS and result.details["plots"]["ratio_svg"] is None
     text = html(result)
     assert "<svg" not in text and "no chart (matplotlib cannot be imported" in text
-    assert text.count('<table class="bench"') == 17
+    assert text.count('<table class="bench"') == 13
 
 
 def test_unknown_backend_in_yaml_is_an_error(config: Config, tmp_path: Path,

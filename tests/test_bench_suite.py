@@ -34,7 +34,7 @@ def test_suite_is_one_gpu_benchmark_per_workload_and_backend() -> None:
     settings = load_bench_settings(load_config(REPO / "gates"))
     expected = [f"{w.name}-{b}" for w in settings.suite_workloads for b in settings.suite.backends]
     assert [line.split("[", 1)[1].rstrip("]") for line in listed] == expected
-    assert len(expected) == 19 * 6  # perf set (12) + sweep points not in it (7), x 6 backends
+    assert len(expected) == 20 * 6  # perf set (12) + sweep points not in it (8), x 6 backends
     out = collect("bench", "-m", "not gpu")
     assert "::test_attention[" not in out and f"{len(expected)} deselected" in out  # every item is marked gpu
 
@@ -63,7 +63,7 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     assert s.stored_run.reference_for(config.workloads["decode"]) == "cudnn"
     groups = [[w.name for w in g] for g in s.pairing_groups(s.suite_workloads)]
     assert groups[0] == ["sweep-s2048", "sweep-s4096", "prefill-d128", "sweep-s16384", "sweep-s32768"]
-    assert ["decode"] in groups and ["decode-b1-gqa"] in groups and len(groups) == 11  # 9 alone + 2 sweep modes
+    assert ["decode"] in groups and ["decode-b1-gqa"] in groups and len(groups) == 12  # 10 alone + 2 sweep modes
     for phase in config.phases:
         for g in phase.gates:
             if g.name.startswith("perf-"):

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "combine.cuh"
 #include "flashcore.h"
@@ -161,22 +162,28 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   return report_cuda(launch_wgmma<kHeadDim, kBlockN, Element>(p, plan, tma, stream), "attention kernel");
 }
 
-// The BLOCK_N of kernel/tile_choice.h for this call (one instantiation when the short and long tiles agree).
-template <int kHeadDim, typename Element>
-int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+// Calls f(std::integral_constant<int, BLOCK_N>) with the BLOCK_N of kernel/tile_choice.h for this call (one
+// instantiation when the short and long tiles agree); the launch and fc_plan both choose through here.
+template <int kHeadDim, typename F>
+int with_block_n(const KernelParams& p, F&& f) {
   using Choice = BlockNChoice<kHeadDim>;
   if constexpr (Choice::kShort != Choice::kLong) {
-    if (use_short_block_n(p.causal != 0, p.seqlen_k)) return run_tiles<kHeadDim, Choice::kShort, Element>(in, p, stream);
+    if (use_short_block_n(p.causal != 0, p.seqlen_k)) return f(std::integral_constant<int, Choice::kShort>{});
   }
-  return run_tiles<kHeadDim, Choice::kLong, Element>(in, p, stream);
+  return f(std::integral_constant<int, Choice::kLong>{});
+}
+
+template <int kHeadDim, typename Element>
+int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+  return with_block_n<kHeadDim>(
+      p, [&](auto block_n) { return run_tiles<kHeadDim, decltype(block_n)::value, Element>(in, p, stream); });
 }
 
 template <int kHeadDim>
 int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
-  using Choice = BlockNChoice<kHeadDim>;
   LaunchPlan plan{};
-  const int status = use_short_block_n(p.causal != 0, p.seqlen_k) ? make_plan<kHeadDim, Choice::kShort>(in, p, &plan)
-                                                                  : make_plan<kHeadDim, Choice::kLong>(in, p, &plan);
+  const int status = with_block_n<kHeadDim>(
+      p, [&](auto block_n) { return make_plan<kHeadDim, decltype(block_n)::value>(in, p, &plan); });
   if (status != FC_OK) return status;
   out->num_splits = plan.num_splits;
   out->pack_gqa = plan.pack_gqa ? 1 : 0;

@@ -25,8 +25,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
   tma_prefetch_descriptor(&tma.k);
   tma_prefetch_descriptor(&tma.v);
   tma_prefetch_descriptor(&tma.o);
-  // Only tile, k and block live across tiles: the producer has 24 registers (setmaxnreg), so everything else is
-  // recomputed per tile from the parameters.
+  // Only tile, k, block and o_tiles live across tiles: the producer has 32 registers (setmaxnreg), so everything
+  // else is recomputed per tile from the parameters.
   int block = 0;  // K/V blocks this CTA has loaded so far: ring stage block % kStages, pass block / kStages
   int o_tiles = 0;  // O over V: tiles with K/V blocks so far, one kOEmpty phase each
   int tile = first_tile();

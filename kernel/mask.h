@@ -32,11 +32,16 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
   }
 }
 
+// Keys below this limit are visible to every row of a tile whose first query row is row_first (causal: the first
+// row sees keys <= row_first + diag_offset); 0 under the planted tail-mask fault, which masks every block.
+__device__ __forceinline__ int unmasked_key_limit(const KernelParams& p, int row_first) {
+  if (p.fault == kFaultTailMaskOffByOne) return 0;
+  return p.causal ? min(p.seqlen_k, max(0, row_first + p.diag_offset + 1)) : p.seqlen_k;
+}
+
 // Whether any score of the block [key0, key0 + block_n) x query rows [row_first, ...) needs masking.
 __device__ __forceinline__ bool block_needs_mask(const KernelParams& p, int key0, int block_n, int row_first) {
-  const bool tail = key0 + block_n > p.seqlen_k;
-  const bool diagonal = p.causal && key0 + block_n - 1 > row_first + p.diag_offset;
-  return tail || diagonal || p.fault == kFaultTailMaskOffByOne;
+  return key0 + block_n > unmasked_key_limit(p, row_first);
 }
 
 }  // namespace flashcore

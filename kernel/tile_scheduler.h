@@ -7,6 +7,7 @@
 // The producer thread fetches; the consumers read the index it stores next to Q (kernel_wgmma.cuh).
 #pragma once
 #include "config.h"
+#include "mask.h"
 #include "params.h"
 
 namespace flashcore {
@@ -67,12 +68,8 @@ __device__ __forceinline__ KvRange kv_range(const KernelParams& p, const TileCoo
     r.n_begin = 0;
     r.n_blocks = n_total;
   }
-  // Keys below key_limit are visible to every row of the tile (causal: the first row sees keys <= row + offset);
-  // the planted tail-mask fault takes the masked path everywhere, as block_needs_mask says.
-  int key_limit = p.seqlen_k;
-  if (p.causal) key_limit = min(key_limit, max(0, r.row_first + p.diag_offset + 1));
-  if (p.fault == kFaultTailMaskOffByOne) key_limit = 0;
-  r.n_unmasked = min(max(key_limit / kBlockN - r.n_begin, 0), r.n_blocks);
+  // The leading blocks whose keys all lie below the limit every row of the tile sees (mask.h).
+  r.n_unmasked = min(max(unmasked_key_limit(p, r.row_first) / kBlockN - r.n_begin, 0), r.n_blocks);
   return r;
 }
 

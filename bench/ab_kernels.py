@@ -1,6 +1,7 @@
 """A/B timing of FlashCore builds side by side with FA3 and cuDNN, for kernel development (docs/perf-notes.md).
 
     python3 bench/ab_kernels.py NAME=build_a/libflashcore.so NAME2=build_b/libflashcore.so [--shapes a,b] [--rounds N]
+        [--flush-mib 256]
 
 Each build is loaded with ctypes (its own handle, so several builds run in one process), checked against an fp32
 reference on fresh random inputs (error <= 2 x SDPA's error + 1e-5 on a sample of heads, every element written),
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from flashcore import _lib  # noqa: E402
 from harness.bench.backends import Unavailable, import_fa3  # noqa: E402
+from harness.bench.timing import L2Flusher, sleep_cycles  # noqa: E402
 
 # name: (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, dtype)
 SHAPES = {
@@ -117,8 +119,15 @@ def check(name: str, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: tor
     return worst
 
 
-def time_rounds(calls: dict[str, object], rounds: int, batch_ms: float = 20.0) -> dict[str, list[float]]:
-    """Per-call ms per round for every backend, backends interleaved (rotated order) inside each round."""
+def time_rounds(calls: dict[str, object], rounds: int, batch_ms: float = 20.0,
+                flush: L2Flusher | None = None) -> dict[str, list[float]]:
+    """Per-call ms per round for every backend, backends interleaved (rotated order) inside each round.
+
+    With `flush`, every timed call is a single call after an L2 flush and a 200 us sleep (the suite's method: cold
+    L2, the CPU ahead of the GPU); without it, a batch of back-to-back calls per round (warm L2).
+    """
+    if flush is not None:
+        return _time_flushed(calls, rounds, flush)
     reps = {}
     for name, fn in calls.items():
         for _ in range(3):
@@ -144,13 +153,39 @@ def time_rounds(calls: dict[str, object], rounds: int, batch_ms: float = 20.0) -
     return times
 
 
+def _time_flushed(calls: dict[str, object], rounds: int, flush: L2Flusher) -> dict[str, list[float]]:
+    for fn in calls.values():
+        for _ in range(3):
+            fn()
+    times: dict[str, list[float]] = {n: [] for n in calls}
+    names = list(calls)
+    cycles = sleep_cycles(0.2)
+    for r in range(rounds):
+        events = []
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush()
+            torch.cuda._sleep(cycles)  # the launches below are queued before the GPU reaches them
+            start.record()
+            calls[name]()
+            end.record()
+            events.append((name, start, end))
+        torch.cuda.synchronize()
+        for name, start, end in events:
+            times[name].append(start.elapsed_time(end))
+    return times
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("builds", nargs="+", help="NAME=path/to/libflashcore.so (the first is the reference)")
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help=f"from: {', '.join(SHAPES)}")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--flush-mib", type=int, default=0,
+                    help="time single calls after writing this many MiB (L2 cold, as the suite does); 0: warm batches")
     args = ap.parse_args()
+    flush = L2Flusher(args.flush_mib) if args.flush_mib else None
     builds = [Build(*b.split("=", 1)) for b in args.builds]
     try:
         fa3, fa3_where, fa3_dtypes = import_fa3()
@@ -195,7 +230,7 @@ def main() -> int:
                 calls["cudnn"] = cudnn
             except RuntimeError:
                 pass
-        times = time_rounds(calls, args.rounds)
+        times = time_rounds(calls, args.rounds, flush=flush)
         flops = 4 * b * hq * sq * sk * d * (0.5 if causal and sq == sk else 1.0)
         ref = builds[0].name
         med = {n: statistics.median(t) for n, t in times.items()}

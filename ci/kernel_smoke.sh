@@ -31,6 +31,12 @@ run ok --batch 1 --heads-q 4 --heads-kv 2 --seqlen-q 300 --seqlen-k 300 --head-d
 run ok --batch 3 --heads-q 16 --heads-kv 2 --seqlen-q 3 --seqlen-k 1000 --head-dim 64 --dtype bf16 --check --causal
 run ok --batch 2 --heads-q 4 --heads-kv 2 --seqlen-q 1 --seqlen-k 777 --head-dim 256 --dtype fp16 --check
 run ok --batch 2 --heads-q 32 --heads-kv 8 --seqlen-q 4 --seqlen-k 4 --head-dim 128 --dtype bf16 --check --causal
+# narrow last blocks (a warpgroup that sees <= 64 keys of its tile's last block): aligned diagonal, offset
+# diagonal, ragged seqlen_k, 3 consumer warpgroups
+run ok --batch 2 --heads-q 4 --heads-kv 4 --seqlen-q 1024 --seqlen-k 1024 --head-dim 128 --dtype bf16 --check --causal
+run ok --batch 1 --heads-q 4 --heads-kv 2 --seqlen-q 512 --seqlen-k 577 --head-dim 64 --dtype fp16 --check --causal
+run ok --batch 1 --heads-q 4 --heads-kv 4 --seqlen-q 640 --seqlen-k 4161 --head-dim 128 --dtype bf16 --check
+run ok --batch 1 --heads-q 4 --heads-kv 4 --seqlen-q 1000 --seqlen-k 1000 --head-dim 256 --dtype bf16 --check --causal
 # split-KV (kernel/split_plan.h): forced split counts on every head dim, dtype, causal offset and GQA packing;
 # the automatic choice on a batch-1 decode; deterministic mode and sm_margin.
 for d in 64 128 256; do

@@ -71,6 +71,9 @@ enum NamedBarrier : int {
 #ifndef FLASHCORE_D256_RESCALE_EARLY
 #define FLASHCORE_D256_RESCALE_EARLY 0
 #endif
+#ifndef FLASHCORE_NARROW_LAST
+#define FLASHCORE_NARROW_LAST 1
+#endif
 template <int kHeadDim>
 struct HeadDimTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim must be 64, 128 or 256");
@@ -115,6 +118,10 @@ struct HopperTileConfig {
   static_assert(!kOAliasV || (kOWgBytes <= kKVBytes && kConsumerWGs <= kStages),
                 "O staged over V needs one V stage per consumer warpgroup, each holding its 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N must be a valid wgmma N and a whole k-step of P V");
+  // A warpgroup whose rows see at most kNarrowN keys of a tile's last block (causal diagonal, ragged seqlen_k) runs
+  // that block's S and P V GEMMs on its first kNarrowN keys only (0: never). Causal 128 x 128 tiles: the first
+  // warpgroup's diagonal block is half the work.
+  static constexpr int kNarrowN = FLASHCORE_NARROW_LAST && kBlockN >= 128 ? 64 : 0;
   static_assert(kQBytes % kAlign == 0 && kKVBytes % kAlign == 0, "tiles must keep 1024-byte alignment");
 };
 

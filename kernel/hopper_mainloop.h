@@ -100,24 +100,41 @@ struct WgmmaConsumer {
     softmax.init();
   }
 
-  // Issues S[64 x kBlockN] = Q[64 rows of this warpgroup] K^T (both K-major) as one wgmma group; no wait.
-  __device__ __forceinline__ void qk_issue(float (&s)[kNTiles][4], const SmemDesc& q_desc, const SmemDesc& k_desc) {
-    auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
+  // Issues S[64 x kKeys] = Q[64 rows of this warpgroup] K^T (both K-major) as one wgmma group; no wait. kKeys is
+  // kBlockN, or kNarrowN for a block whose keys past the first kNarrowN no row of this warpgroup sees.
+  template <int kKeys>
+  __device__ __forceinline__ void qk_issue(float (&acc)[kKeys / 8][4], const SmemDesc& q_desc,
+                                           const SmemDesc& k_desc) {
+    static_assert(kKeys % 16 == 0 && kKeys <= Cfg::kBlockN, "a wgmma N within the block");
+    auto& acc_flat = reinterpret_cast<float(&)[kKeys / 2]>(acc);
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       // k-step kk: 64-column chunk kk / 4, 32 bytes (16 columns) per step inside the 128-byte swizzled row.
       const uint32_t q_off = (kk / 4) * Cfg::kBlockM * 128 + (kk % 4) * 32;
       const uint32_t k_off = (kk / 4) * Cfg::kBlockN * 128 + (kk % 4) * 32;
-      wgmma_ss<Cfg::kBlockN, Element>(s_flat, q_desc.at(q_off), k_desc.at(k_off), kk > 0);
+      wgmma_ss<kKeys, Element>(acc_flat, q_desc.at(q_off), k_desc.at(k_off), kk > 0);
     }
     wgmma_commit();
   }
 
-  // Issues O += P V (P from registers, V MN-major: LBO = bytes between 64-column chunks) as one wgmma group.
+  // The block's scores from a completed qk_issue<kKeys>: keys past kKeys are -inf. A narrow GEMM gets its own
+  // accumulator array: writing it into part of S made ptxas serialize every wgmma of the kernel (C7511).
+  template <int kKeys>
+  static __device__ __forceinline__ void scores_from(float (&s)[kNTiles][4], const float (&acc)[kKeys / 8][4]) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = nt < kKeys / 8 ? acc[nt < kKeys / 8 ? nt : 0][e] : -INFINITY;
+    }
+  }
+
+  // Issues O += P V over the block's first kKeys keys (P from registers, V MN-major: LBO = bytes between 64-column
+  // chunks) as one wgmma group.
+  template <int kKeys = Cfg::kBlockN>
   __device__ __forceinline__ void pv_issue(const uint32_t (&p_frag)[Cfg::kBlockN / 16][4], const SmemDesc& v_desc) {
     auto& o_flat = reinterpret_cast<float(&)[kHeadDim / 2]>(o_reg);
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
       // Keys 16kk..16kk+15: two 8-key groups of 128-byte rows (SBO 1024).
       wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk], v_desc.at(kk * 16 * 128));
     }

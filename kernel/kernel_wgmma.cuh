@@ -136,6 +136,17 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
     auto q_done = [&] { mbarrier_arrive(&bars[Slots::kQEmpty]); };
     if (n_blocks == 0) q_done();
 
+    // This warpgroup's share of the tile's last block: when its rows see at most kNarrowN of its keys, that block's
+    // GEMMs run narrow (packed GQA rows may be any query row: the last one bounds them).
+    bool narrow_last = false;
+    if constexpr (Cfg::kNarrowN > 0) {
+      const int last_row = p.pack_gqa ? p.seqlen_q - 1 : min(kv.row_first + consumer_wg * 64 + 63, p.seqlen_q - 1);
+      narrow_last = n_blocks > 0 &&
+                    visible_key_end(p, last_row) - (kv.n_begin + n_blocks - 1) * Cfg::kBlockN <= Cfg::kNarrowN;
+    }
+    using Full = std::integral_constant<int, Cfg::kBlockN>;
+    using Narrow = std::integral_constant<int, (Cfg::kNarrowN > 0 ? Cfg::kNarrowN : Cfg::kBlockN)>;
+
     // Block 0: S = Q K^T, softmax; P(0) waits in registers for the next iteration's P V.
     uint32_t p_frag[Cfg::kBlockN / 16][4];
     float alpha[2];  // kRescaleEarly: the factor of the last softmax, applied to O before the next P V
@@ -145,15 +156,18 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
         wgmma_fence();  // the P V GEMM reads the O registers just written
       }
     };
-    if (n_blocks > 0) {
-      float s[Consumer::kNTiles][4];
+    auto first = [&](auto keys) {
+      constexpr int kKeys = decltype(keys)::value;
+      float acc[kKeys / 8][4];
       wait(Slots::kKFull, block);
       wgmma_fence();
       issue_begin();
-      consumer.qk_issue(s, q_desc, k_desc(block));
+      consumer.template qk_issue<kKeys>(acc, q_desc, k_desc(block));
       issue_end();
       wgmma_wait<0>();
-      fence_operands(reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s));
+      fence_operands(reinterpret_cast<float(&)[kKeys / 2]>(acc));
+      float s[Consumer::kNTiles][4];
+      Consumer::template scores_from<kKeys>(s, acc);
       release(Slots::kKEmpty, block);
       if (n_blocks == 1) q_done();
       // O is still 0: alpha needs no rescale.
@@ -163,21 +177,29 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
         scores(s, 0, alpha, std::true_type{});
       }
       Consumer::pack_p(s, p_frag);
+    };
+    if (n_blocks == 1 && narrow_last) {
+      first(Narrow{});
+    } else if (n_blocks > 0) {
+      first(Full{});
     }
     // Block n: issue S(n) = Q K(n)^T and O += P(n-1) V(n-1) together; softmax(n) runs while P V is on the
     // tensor cores; K(n) is released once S(n) is done, V(n-1) once P V is; then O *= alpha(n), keep P(n).
-    auto step = [&](int n, auto masked) {
-      float s[Consumer::kNTiles][4];
+    auto step = [&](int n, auto masked, auto keys) {
+      constexpr int kKeys = decltype(keys)::value;
+      float acc[kKeys / 8][4];
       wait(Slots::kKFull, block + n);
       wait(Slots::kVFull, block + n - 1);
       wgmma_fence();
       issue_begin();
-      consumer.qk_issue(s, q_desc, k_desc(block + n));         // group: S(n)
+      consumer.template qk_issue<kKeys>(acc, q_desc, k_desc(block + n));  // group: S(n)
       if (n > 1) rescale_early();                              // alpha(n-1); after block 0, O is still 0
       consumer.pv_issue(p_frag, v_desc(block + n - 1));        // group: O += P(n-1) V(n-1)
       issue_end();
       wgmma_wait<1>();                                         // S(n) done, P V may still run
-      fence_operands(reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s));
+      fence_operands(reinterpret_cast<float(&)[kKeys / 2]>(acc));
+      float s[Consumer::kNTiles][4];
+      Consumer::template scores_from<kKeys>(s, acc);
       release(Slots::kKEmpty, block + n);
       if (n == n_blocks - 1) q_done();
       scores(s, n, alpha, masked);
@@ -187,18 +209,26 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
       if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
       Consumer::pack_p(s, p_frag);
     };
-    for (int n = 1; n < kv.n_unmasked; ++n) step(n, std::false_type{});
-    for (int n = max(1, kv.n_unmasked); n < n_blocks; ++n) step(n, std::true_type{});
-    if (n_blocks > 0) {
+    // A narrow last block is always masked (its keys past kNarrowN are): blocks < n_unmasked are full.
+    const int n_wide = narrow_last ? n_blocks - 1 : n_blocks;
+    for (int n = 1; n < kv.n_unmasked; ++n) step(n, std::false_type{}, Full{});
+    for (int n = max(1, kv.n_unmasked); n < n_wide; ++n) step(n, std::true_type{}, Full{});
+    if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
+    auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
       wgmma_fence();
       issue_begin();
       if (n_blocks > 1) rescale_early();
-      consumer.pv_issue(p_frag, v_desc(block + n_blocks - 1));
+      consumer.template pv_issue<decltype(keys)::value>(p_frag, v_desc(block + n_blocks - 1));
       issue_end();
       wgmma_wait<0>();
       consumer.fence_o();
       release(Slots::kVEmpty, block + n_blocks - 1);
+    };
+    if (narrow_last) {
+      last_pv(Narrow{});
+    } else if (n_blocks > 0) {
+      last_pv(Full{});
     }
     block += n_blocks;
 

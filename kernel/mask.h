@@ -32,6 +32,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
   }
 }
 
+// One past the last key that any query row <= last_row sees (widened by the planted tail fault, as mask_scores is).
+__device__ __forceinline__ int visible_key_end(const KernelParams& p, int last_row) {
+  const int key_end = p.fault == kFaultTailMaskOffByOne ? p.seqlen_k + 1 : p.seqlen_k;
+  return p.causal ? min(key_end, last_row + p.diag_offset + 1) : key_end;
+}
+
 // Keys below this limit are visible to every row of a tile whose first query row is row_first (causal: the first
 // row sees keys <= row_first + diag_offset); 0 under the planted tail-mask fault, which masks every block.
 __device__ __forceinline__ int unmasked_key_limit(const KernelParams& p, int row_first) {

@@ -29,12 +29,13 @@ struct KernelParams {
   float* o_accum;
   float* lse_accum;
   // Persistent scheduling (kernel/tile_scheduler.h): total_tiles = m_tiles * num_splits * grid_heads * batch tiles,
-  // taken section_heads (batch, head) pairs at a time; tile_counter (workspace, zeroed per launch) makes the
-  // order dynamic, nullptr static.
+  // taken section_heads + 1 (batch, head) pairs at a time for the first section_big sections, section_heads after;
+  // tile_counter (workspace, zeroed per launch) makes the order dynamic, nullptr static.
   int m_tiles;      // query tiles per head (1 when packed)
   int grid_heads;   // heads_q, or heads_kv when packed
   int total_tiles;
   int section_heads;
+  int section_big;
   int* tile_counter;
 };
 

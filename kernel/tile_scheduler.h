@@ -1,7 +1,8 @@
 // Persistent tile scheduler: one CTA per SM walks a linear list of tiles (query tile x split x head x batch).
-//   order  : (batch, head) pairs are taken `section_heads` at a time, so the K/V that the tiles in flight read stay
-//            in L2; inside a section the query tiles go longest-first (highest m_block first: under causal masking
-//            it has the most keys), the splits of one query tile side by side.
+//   order  : (batch, head) pairs are taken a section at a time (section_big sections of section_heads + 1, then
+//            sections of section_heads; kernel/flashcore.cu plan_sections), so the K/V that the tiles in flight read
+//            stay in L2; inside a section the query tiles go longest-first (highest m_block first: under causal
+//            masking it has the most keys), the splits of one query tile side by side.
 //   fetch  : static (tile += gridDim.x) when every tile costs the same; dynamic (an atomic counter in the
 //            workspace, zeroed before the launch) under causal masking, so an SM that drew short tiles takes more.
 // The producer thread fetches; the consumers read the index it stores next to Q (kernel_wgmma.cuh).
@@ -21,11 +22,14 @@ struct TileCoord {
 
 __device__ __forceinline__ TileCoord tile_coord(const KernelParams& p, int tile) {
   const int tiles_per_head = p.m_tiles * p.num_splits;
-  const int per_section = p.section_heads * tiles_per_head;
-  const int section = tile / per_section;
-  const int in_section = tile - section * per_section;
-  const int head_first = section * p.section_heads;
-  const int heads_here = min(p.section_heads, p.batch * p.grid_heads - head_first);  // the last section may be short
+  const int big_tiles = p.section_big * (p.section_heads + 1) * tiles_per_head;  // the sections of one more head
+  const bool big = tile < big_tiles;
+  const int heads_here = p.section_heads + (big ? 1 : 0);
+  const int t = big ? tile : tile - big_tiles;
+  const int per_section = heads_here * tiles_per_head;
+  const int section = t / per_section;
+  const int in_section = t - section * per_section;
+  const int head_first = (big ? 0 : p.section_big * (p.section_heads + 1)) + section * heads_here;
   const int rank = in_section / heads_here;  // longest-first rank of the (query tile, split) inside its head
   const int bh = head_first + (in_section - rank * heads_here);
   TileCoord c;

@@ -185,9 +185,10 @@ def test_phase7_yaml_entry_covers_every_workload(gates_dir: Path) -> None:
     p = spec.params
     assert isinstance(p, SanitizerAllParams) and p.budget_s > 0
     assert set(p.tools) == set(TOOLS) and p.tools[-1] == "racecheck"  # the slowest last: the budget drops it first
-    assert p.workloads == config.sets["all"] == tuple(config.workloads)
+    assert p.workloads == config.sets["all"]
     covered = {w for t in p.tools for w in p.workloads_for(t)}
-    assert covered == set(config.workloads)
+    # every workload but the batch-1 long-context pair (perf-fa3 reports them; minutes per sanitizer run each)
+    assert covered == {n for n, w in config.workloads.items() if w.kind != "long-context"}
     assert any(config.workloads[w].seqlen_q == 8192 and config.workloads[w].batch == 4 for w in p.workloads)
     phase1 = next(g for g in config.phase(1).gates if g.name == "sanitizer")
     assert (p.padding, p.suppressions, p.fail_on_warnings) == \

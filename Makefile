@@ -5,6 +5,7 @@ BUILD_DIR ?= build
 GATE_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+TUNE_ARGS ?=
 export PYTHON NVCC
 
 .DEFAULT_GOAL := help
@@ -14,7 +15,7 @@ TYPED := harness $(if $(wildcard flashcore/*.py),flashcore)
 
 include kernel/kernel.mk
 
-.PHONY: help test selftest bench bench-baseline clean distclean $(addprefix gate-phase,$(PHASES))
+.PHONY: help test selftest bench bench-baseline tune clean distclean $(addprefix gate-phase,$(PHASES))
 
 help:
 	@echo "make build          build $(BUILD_DIR)/libflashcore.so, flashcore_driver, ptxas.log (needs nvcc)"
@@ -23,6 +24,7 @@ help:
 	@echo "make selftest       GPU: plant one fault per gate and check that each gate fails"
 	@echo "make bench          GPU: the benchmark suite (bench/, gates/bench.yaml) with live progress and a table"
 	@echo "make bench-baseline GPU: the suite, then store FlashCore's times as the perf gates' regression reference"
+	@echo "make tune           GPU: time the kernel's tile configurations per shape bucket, write flashcore/tuned.yaml"
 	@echo "make test           CPU suite: set up .venv, ruff, mypy, pytest (GPU tests deselected and counted)"
 	@echo "make clean          remove $(BUILD_DIR)/ and tool caches; 'make distclean' also removes the venvs"
 	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' PYTEST_ARGS='$(PYTEST_ARGS)'"
@@ -39,6 +41,11 @@ selftest:
 # BENCH_ARGS passes options, e.g. BENCH_ARGS='--workloads prefill-d128 --backends flashcore,fa2'.
 bench:
 	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness bench $(BENCH_ARGS)
+
+# GPU host: the autotuner (gates/tune.yaml, harness/tune): writes flashcore/tuned.yaml; commit it.
+# TUNE_ARGS="--resume reports/tune-<time>" continues an interrupted run.
+tune:
+	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness tune $(TUNE_ARGS)
 
 # Rewrites the stored run (gates/bench.yaml stored_run.file); commit it. Refused when FlashCore's spread is too high.
 bench-baseline:

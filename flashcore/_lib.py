@@ -45,6 +45,9 @@ class FcParams(ctypes.Structure):
         ("sm_margin", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_int64),
+        ("block_n", ctypes.c_int32),
+        ("schedule", ctypes.c_int32),
+        ("l2_section_pct", ctypes.c_int32),
     ]
 
 
@@ -56,6 +59,9 @@ class FcPlanInfo(ctypes.Structure):
         ("pack_gqa", ctypes.c_int32),
         ("ctas", ctypes.c_int64),
         ("workspace_bytes", ctypes.c_int64),
+        ("block_n", ctypes.c_int32),
+        ("dynamic", ctypes.c_int32),
+        ("section_heads", ctypes.c_int32),
     ]
 
 
@@ -83,6 +89,10 @@ def load() -> ctypes.CDLL:
     lib.fc_device_supported.restype = ctypes.c_int
     lib.fc_version.argtypes = []
     lib.fc_version.restype = ctypes.c_char_p
+    lib.fc_kernel_id.argtypes = []
+    lib.fc_kernel_id.restype = ctypes.c_char_p
+    lib.fc_block_n_options.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
+    lib.fc_block_n_options.restype = ctypes.c_int
     return lib
 
 

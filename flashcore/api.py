@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NoReturn
 
-from flashcore import _lib, validate
+from flashcore import _lib, tuning, validate
 from flashcore import fallback as sdpa_fallback
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 
@@ -46,6 +46,7 @@ class Call:
     debug_fault: int
     num_splits: int = 0  # 0: automatic
     sm_margin: int = 0
+    tile: tuning.TileConfig | None = None  # None: the tuned table's entry (or the defaults)
 
     @property
     def empty(self) -> bool:
@@ -55,7 +56,7 @@ class Call:
 
 def check_call(q: object, k: object, v: object, *, causal: object = False, softmax_scale: object = None,
                out: object = None, lse: object = None, deterministic: object = False, fallback: object = "error",
-               debug_fault: object = 0, num_splits: object = None, sm_margin: object = 0,
+               debug_fault: object = 0, num_splits: object = None, sm_margin: object = 0, tile: object = None,
                device_type: str = "cuda") -> Call:
     """Every host-side check of `attention`, in order; raises FlashCoreError. `device_type` is "cuda" except in
     the CPU tests, which run the same checks on CPU tensors."""
@@ -94,6 +95,12 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
     splits = 0 if num_splits is None else validate.count("num_splits", num_splits, 1, MAX_SPLITS,
                                                          " or None (chosen from the shapes and the GPU)")
     margin = validate.count("sm_margin", sm_margin, 0, MAX_SM_MARGIN)
+    if tile is not None:
+        if not isinstance(tile, tuning.TileConfig):
+            raise FlashCoreError(f"tile is {type(tile).__name__}: expected a flashcore.TileConfig or None (the tuned "
+                                 "table's choice)")
+        if bad := tile.problems():
+            raise FlashCoreError("tile " + "; ".join(bad))
     inputs = {"q": q, "k": k, "v": v}
     if out is not None:
         out = validate.tensor("out", out, device_type, q.device)
@@ -114,7 +121,7 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
             raise FlashCoreError(f"lse has stride {lse.stride()}: it must be contiguous (written row-major "
                                  "[B, Hq, Sq])")
         validate.not_aliased("lse", lse, {**inputs, **({"out": out} if out is not None else {})})
-    call = Call(q, k, v, out, lse, causal, scale, deterministic, str(fallback), debug_fault, splits, margin)
+    call = Call(q, k, v, out, lse, causal, scale, deterministic, str(fallback), debug_fault, splits, margin, tile)
     if not call.empty:
         for name, t in {**inputs, **({"out": out} if out is not None else {})}.items():
             validate.layout(name, t)
@@ -126,6 +133,32 @@ def _device_info(index: int) -> tuple[tuple[int, int], str]:
     import torch
 
     return torch.cuda.get_device_capability(index), torch.cuda.get_device_name(index)
+
+
+@lru_cache(maxsize=16)
+def _sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@lru_cache(maxsize=1)
+def kernel_id() -> str:
+    """fc_kernel_id() of the loaded library: the hash of the kernel sources it was built from."""
+    raw = _lib.load().fc_kernel_id()
+    return raw.decode() if raw else ""
+
+
+def tile_config(call: Call, index: int, name: str) -> tuning.TileConfig:
+    """The call's tile configuration: its own, else the tuned table's for its bucket on this GPU and kernel. In
+    deterministic mode the table never picks block_n (the one knob that moves the last bits; tables differ per GPU)."""
+    if call.tile is not None:
+        return call.tile
+    q, k = call.q, call.k
+    dtype = "bf16" if str(q.dtype) == "torch.bfloat16" else "fp16"
+    key = tuning.shape_key(q.shape[3], dtype, call.causal, q.shape[2], k.shape[2], q.shape[1], k.shape[1])
+    config = tuning.config_for(key, name, _sm_count(index), kernel_id())
+    return replace(config, block_n=0) if call.deterministic else config
 
 
 def use_fallback(device: str, capability: tuple[int, int], name: str, fallback: str) -> bool:
@@ -152,6 +185,7 @@ def attention(
     fallback: str = "error",
     num_splits: int | None = None,
     sm_margin: int = 0,
+    tile: tuning.TileConfig | None = None,
     debug_fault: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """O = softmax(softmax_scale * Q K^T + mask) V, with the per-row log-sum-exp. Forward only (no autograd).
@@ -175,6 +209,10 @@ def attention(
         small batch), each tile's keys are divided among several CTAs and their fp32 partials are added in
         split order by a second kernel; 1: never split; N: N splits (at most one per K/V block, <= 128).
     sm_margin: SMs to leave to concurrent work (e.g. communication kernels) when choosing the split count.
+    tile: the kernel's tile configuration (flashcore.TileConfig: keys per K/V tile, tile order, L2 share of a
+        section). None (default): the entry of the tuned table (flashcore/tuning.py) for this shape's bucket on this
+        GPU and kernel, else the hand-tuned defaults (a TuningWarning says so once per process). Deterministic mode
+        takes the table's tile order but never its block_n.
     fallback: "error" (default): a GPU that is not SM 9.0 raises UnsupportedDeviceError. "sdpa": compute the
         same contract with torch SDPA there (warns once per device); an SM 9.0 GPU always runs the kernel.
     Empty inputs launch nothing: Sq = 0 (or B = 0, Hq = 0) gives empty outputs; Sk = 0 gives out = 0, lse = -inf.
@@ -187,9 +225,10 @@ def attention(
 
     call = check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                       deterministic=deterministic, fallback=fallback, debug_fault=debug_fault,
-                      num_splits=num_splits, sm_margin=sm_margin)
+                      num_splits=num_splits, sm_margin=sm_margin, tile=tile)
     q, k, v = call.q, call.k, call.v
-    capability, name = _device_info(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    capability, name = _device_info(index)
     sdpa = use_fallback(str(q.device), capability, name, call.fallback)
     out = torch.empty_like(q, memory_format=torch.contiguous_format) if call.out is None else call.out
     lse = call.lse
@@ -205,7 +244,7 @@ def attention(
             sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)
         return out, lse
 
-    params = _params(call, out, lse)
+    params = _params(call, out, lse, tile_config(call, index, name))
     lib = _lib.load()
     with torch.cuda.device(q.device):
         info = _plan(lib, params)
@@ -231,28 +270,35 @@ class Plan:
     pack_gqa: bool  # the query heads of a K/V head share one tile
     ctas: int  # CTAs of the attention kernel
     workspace_bytes: int
+    block_n: int = 0  # keys per K/V tile
+    dynamic: bool = False  # tiles taken from an atomic counter (else a static order)
+    section_heads: int = 0  # (batch, head) pairs per section of the tile order
+    tile: tuning.TileConfig = tuning.DEFAULT  # the configuration asked for (the tuned table's or the caller's)
 
 
 def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, deterministic: bool = False,
-         num_splits: int | None = None, sm_margin: int = 0) -> Plan:
+         num_splits: int | None = None, sm_margin: int = 0, tile: tuning.TileConfig | None = None) -> Plan:
     """The launch `attention` would make with these arguments (validated the same way); launches nothing."""
     import torch
 
     call = check_call(q, k, v, causal=causal, deterministic=deterministic, num_splits=num_splits,
-                      sm_margin=sm_margin)
+                      sm_margin=sm_margin, tile=tile)
     if call.empty:
         return Plan(0, False, 0, 0)
-    capability, name = _device_info(call.q.device.index if call.q.device.index is not None
-                                    else torch.cuda.current_device())
+    index = call.q.device.index if call.q.device.index is not None else torch.cuda.current_device()
+    capability, name = _device_info(index)
     use_fallback(str(call.q.device), capability, name, "error")
     lib = _lib.load()
+    config = tile_config(call, index, name)
     # fc_plan checks o like q; q itself stands in (nothing is written).
     with torch.cuda.device(call.q.device):
-        info = _plan(lib, _params(call, call.q, None))
-    return Plan(info.num_splits, bool(info.pack_gqa), info.ctas, info.workspace_bytes)
+        info = _plan(lib, _params(call, call.q, None, config))
+    return Plan(info.num_splits, bool(info.pack_gqa), info.ctas, info.workspace_bytes, info.block_n,
+                bool(info.dynamic), info.section_heads, config)
 
 
-def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None) -> _lib.FcParams:
+def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
+            config: tuning.TileConfig = tuning.DEFAULT) -> _lib.FcParams:
     import torch
 
     q, k, v = call.q, call.k, call.v
@@ -264,6 +310,7 @@ def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None) -> _lib.FcP
         o_stride=_strides(out), softmax_scale=call.scale, causal=int(call.causal),
         dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16, debug_fault=call.debug_fault,
         num_splits=call.num_splits, deterministic=int(call.deterministic), sm_margin=call.sm_margin,
+        **config.c_fields(),
     )  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""`python -m harness gate --phase N` and `python -m harness list`.
+"""`python -m harness gate --phase N`, `python -m harness list` and `python -m harness tune`.
 
 gate: load the YAML -> select phases 1..N -> run -> write the report directory -> print the table -> exit code
 (0 only when every gate passed; 1 otherwise; 2 for a bad gate file or bad arguments).
@@ -116,6 +116,10 @@ def parser() -> argparse.ArgumentParser:
     from harness.bench.cli import add_arguments as bench_arguments
 
     bench_arguments(bench)
+    tune = sub.add_parser("tune", help="GPU: time the tile configurations, write flashcore/tuned.yaml (make tune)",
+                          add_help=False)
+    tune.add_argument("--gates-dir", type=Path, default=Path("gates"))
+    tune.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of harness/tune/runner.py (--help there)")
     lst = sub.add_parser("list", help="print phases, gates, workloads and sets")
     lst.add_argument("--gates-dir", type=Path, default=Path("gates"))
     return ap
@@ -148,4 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "list":
         return cmd_list(config)
+    if args.command == "tune":
+        from harness.tune.runner import main as tune_main
+
+        try:
+            return tune_main(args.rest, config)
+        except ConfigError as e:
+            print(f"flashcore tune: bad tune file: {e}", file=sys.stderr)
+            return EXIT_CONFIG
     return cmd_gate(args, config)

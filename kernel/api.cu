@@ -90,6 +90,13 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
                         "num_splits = %d, sm_margin = %d, deterministic = %d: num_splits and sm_margin must be >= 0 "
                         "and deterministic 0 or 1", in->num_splits, in->sm_margin, in->deterministic);
   }
+  if (in->block_n < 0 || in->schedule < FC_SCHEDULE_DEFAULT || in->schedule > FC_SCHEDULE_DYNAMIC ||
+      in->l2_section_pct < 0 || in->l2_section_pct > 100) {
+    return report_error(FC_ERR_INVALID_ARGUMENT,
+                        "block_n = %d, schedule = %d, l2_section_pct = %d: block_n must be >= 0 (0: default), "
+                        "schedule 0 (default), 1 (static) or 2 (dynamic), l2_section_pct 0 (default) .. 100",
+                        in->block_n, in->schedule, in->l2_section_pct);
+  }
   if (in->workspace_bytes < 0) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "workspace_bytes = %lld must be >= 0",
                         static_cast<long long>(in->workspace_bytes));
@@ -157,3 +164,8 @@ extern "C" int fc_device_supported(int device) {
 }
 
 extern "C" const char* fc_version(void) { return "flashcore 0.1.0 phase1 sm_90a"; }
+
+#ifndef FLASHCORE_KERNEL_ID
+#define FLASHCORE_KERNEL_ID "unknown"
+#endif
+extern "C" const char* fc_kernel_id(void) { return FLASHCORE_KERNEL_ID; }

@@ -4,6 +4,7 @@
 //       --head-dim 64 --dtype bf16 [--causal] [--iters 1] [--seed 1] [--check] [--fault N] [--tol X]
 //       [--kernel wgmma|phase1]   (phase1: the mma.sync kernel of phase 1, for comparisons)
 //       [--splits N] [--sm-margin N] [--deterministic]   (split-KV: fc_params fields of the same names)
+//       [--block-n N] [--schedule 0|1|2] [--l2-pct N]      (tile configuration: fc_params fields, 0 = default)
 // Prints one line "RESULT status=ok|fail ..." and exits 0 (ok), 1 (check failed), 2 (bad usage), 3 (error).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -55,7 +56,8 @@ int usage(const char* msg) {
   std::fprintf(stderr, "flashcore_driver: %s\n"
                "usage: flashcore_driver --batch B --heads-q H --heads-kv H --seqlen-q S --seqlen-k S --head-dim D\n"
                "       --dtype bf16|fp16 [--causal] [--iters N] [--seed N] [--check] [--fault N] [--tol X]\n"
-               "       [--kernel wgmma|phase1] [--splits N] [--sm-margin N] [--deterministic]\n", msg);
+               "       [--kernel wgmma|phase1] [--splits N] [--sm-margin N] [--deterministic]\n"
+               "       [--block-n N] [--schedule 0|1|2] [--l2-pct N]\n", msg);
   std::printf("RESULT status=error reason=usage\n");
   return 2;
 }
@@ -71,6 +73,9 @@ bool parse(int argc, char** argv, Args* a) {
     else if (!std::strcmp(f, "--deterministic")) a->p.deterministic = 1;
     else if (!std::strcmp(f, "--splits")) { if (!next(&tmp)) return false; a->p.num_splits = static_cast<int32_t>(tmp); }
     else if (!std::strcmp(f, "--sm-margin")) { if (!next(&tmp)) return false; a->p.sm_margin = static_cast<int32_t>(tmp); }
+    else if (!std::strcmp(f, "--block-n")) { if (!next(&tmp)) return false; a->p.block_n = static_cast<int32_t>(tmp); }
+    else if (!std::strcmp(f, "--schedule")) { if (!next(&tmp)) return false; a->p.schedule = static_cast<int32_t>(tmp); }
+    else if (!std::strcmp(f, "--l2-pct")) { if (!next(&tmp)) return false; a->p.l2_section_pct = static_cast<int32_t>(tmp); }
     else if (!std::strcmp(f, "--kernel")) {
       if (i + 1 >= argc) return false;
       const char* k = argv[++i];

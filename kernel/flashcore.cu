@@ -56,15 +56,13 @@ struct LaunchPlan {
   int64_t workspace_bytes;
 };
 
-// Bytes of L2 the K/V of the (batch, head) pairs in flight may take (a fraction, so Q, O and the other traffic
-// keep their share). FLASHCORE_L2_SECTION_DIV overrides the fraction for experiments.
-#ifndef FLASHCORE_L2_SECTION_DIV
-#define FLASHCORE_L2_SECTION_DIV 3
-#endif
-int64_t l2_budget_bytes(int device) {
+// Bytes of L2 the K/V of the (batch, head) pairs in flight may take: `pct` percent of it, 0 = a third (step 4.12
+// of docs/perf-notes.md: S = 1K causal 0.970 / 1.023 / 1.020x FA3 at a half / third / quarter), so Q, O and the
+// other traffic keep their share.
+int64_t l2_budget_bytes(int device, int pct) {
   int l2 = 0;
   if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess || l2 <= 0) l2 = 50 << 20;
-  return l2 / FLASHCORE_L2_SECTION_DIV;
+  return pct > 0 ? int64_t{l2} * pct / 100 : l2 / 3;
 }
 
 // The sections of the tile order (kernel/tile_scheduler.h). Equal-cost tiles (static order) go one head at a time, query tiles side by side: the CTAs
@@ -118,8 +116,9 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   // K/V bytes one (batch, head) pair of the tile list reads: query heads of one GQA group share theirs.
   const int64_t kv_bytes = int64_t{4} * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
   const int64_t bh = static_cast<int64_t>(plan->grid_heads) * p.batch;
-  plan->dynamic = p.causal && plan->tiles > plan->ctas;
-  plan->sections = plan_sections(bh, kv_bytes, l2_budget_bytes(device), plan->dynamic);
+  const bool uneven = in->schedule == FC_SCHEDULE_DEFAULT ? p.causal : in->schedule == FC_SCHEDULE_DYNAMIC;
+  plan->dynamic = uneven && plan->tiles > plan->ctas;
+  plan->sections = plan_sections(bh, kv_bytes, l2_budget_bytes(device, in->l2_section_pct), plan->dynamic);
   const int64_t partial_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
   plan->counter_offset = partial_bytes;
   plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);
@@ -187,31 +186,59 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
 
 // Calls f(std::integral_constant<int, BLOCK_N>) with the BLOCK_N of kernel/tile_choice.h for this call (one
 // instantiation when the short and long tiles agree); the launch and fc_plan both choose through here.
+// fc_params.block_n, when not 0, picks one of the compiled pair instead.
 template <int kHeadDim, typename F>
-int with_block_n(const KernelParams& p, F&& f) {
+int with_block_n(const fc_params* in, const KernelParams& p, F&& f) {
   using Choice = BlockNChoice<kHeadDim>;
+  if (in->block_n != 0) {
+    if (in->block_n == Choice::kShort) return f(std::integral_constant<int, Choice::kShort>{});
+    if (in->block_n == Choice::kLong) return f(std::integral_constant<int, Choice::kLong>{});
+    if (Choice::kShort == Choice::kLong) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "block_n = %d: head dim %d is built for %d keys per tile only "
+                          "(0: the default)", in->block_n, kHeadDim, Choice::kShort);
+    }
+    return report_error(FC_ERR_INVALID_ARGUMENT, "block_n = %d: head dim %d is built for %d or %d keys per tile "
+                        "(0: the default choice)", in->block_n, kHeadDim, Choice::kShort, Choice::kLong);
+  }
   if constexpr (Choice::kShort != Choice::kLong) {
     if (use_short_block_n(p.causal != 0, p.seqlen_k)) return f(std::integral_constant<int, Choice::kShort>{});
   }
   return f(std::integral_constant<int, Choice::kLong>{});
 }
 
+template <int kHeadDim>
+int block_n_options(int32_t* out, int max) {
+  using Choice = BlockNChoice<kHeadDim>;
+  constexpr int kLow = Choice::kShort < Choice::kLong ? Choice::kShort : Choice::kLong;
+  constexpr int kHigh = Choice::kShort < Choice::kLong ? Choice::kLong : Choice::kShort;
+  const int n = kLow == kHigh ? 1 : 2;
+  if (out != nullptr && max > 0) out[0] = kLow;
+  if (out != nullptr && max > 1 && n == 2) out[1] = kHigh;
+  return n;
+}
+
 template <int kHeadDim, typename Element>
 int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
   return with_block_n<kHeadDim>(
-      p, [&](auto block_n) { return run_tiles<kHeadDim, decltype(block_n)::value, Element>(in, p, stream); });
+      in, p, [&](auto block_n) { return run_tiles<kHeadDim, decltype(block_n)::value, Element>(in, p, stream); });
 }
 
 template <int kHeadDim>
 int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
   LaunchPlan plan{};
-  const int status = with_block_n<kHeadDim>(
-      p, [&](auto block_n) { return make_plan<kHeadDim, decltype(block_n)::value>(in, p, &plan); });
+  int block_n = 0;
+  const int status = with_block_n<kHeadDim>(in, p, [&](auto bn) {
+    block_n = decltype(bn)::value;
+    return make_plan<kHeadDim, decltype(bn)::value>(in, p, &plan);
+  });
   if (status != FC_OK) return status;
   out->num_splits = plan.num_splits;
   out->pack_gqa = plan.pack_gqa ? 1 : 0;
   out->ctas = plan.ctas;
   out->workspace_bytes = plan.workspace_bytes;
+  out->block_n = block_n;
+  out->dynamic = plan.dynamic ? 1 : 0;
+  out->section_heads = plan.sections.heads;
   return FC_OK;
 }
 
@@ -263,4 +290,13 @@ extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream
   const int status = flashcore::validate_and_convert(params, &kp);
   if (status != FC_OK) return status;
   return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream), true);
+}
+
+extern "C" int fc_block_n_options(int head_dim, int32_t* out, int max) {
+  switch (head_dim) {
+    case 64: return flashcore::block_n_options<64>(out, max);
+    case 128: return flashcore::block_n_options<128>(out, max);
+    case 256: return flashcore::block_n_options<256>(out, max);
+    default: return 0;
+  }
 }

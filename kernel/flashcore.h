@@ -45,14 +45,27 @@ typedef struct fc_params {
   int32_t sm_margin;      // SMs to leave to concurrent work when choosing the split count (>= 0)
   void* workspace;        // >= fc_plan's workspace_bytes, 16-byte aligned; may be NULL when that is 0
   int64_t workspace_bytes;
+  // Tile configuration: the autotuner's knobs (harness/tune). 0 everywhere: the hand-tuned defaults. A value that
+  // is not valid or not compiled is rejected with FC_ERR_INVALID_ARGUMENT; none of them changes the arithmetic of a
+  // tile except block_n (which keys share a tile: the last bits may differ between block_n values).
+  int32_t block_n;         // keys per K/V tile: 0 = kernel/tile_choice.h's choice; else one of
+                           // fc_block_n_options(head_dim) (hdim 64: 128; 128: 128, 176; 256: 80)
+  int32_t schedule;        // tile order: FC_SCHEDULE_DEFAULT (static for equal tiles, dynamic under causal
+                           // masking), FC_SCHEDULE_STATIC or FC_SCHEDULE_DYNAMIC (an atomic tile counter)
+  int32_t l2_section_pct;  // dynamic order: % of the L2 that the K/V of one section of (batch, head) pairs may
+                           // take, 1..100; 0 = the default (a third)
 } fc_params;
+enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2 };
 
 // What a call with these params will launch (nothing is launched by fc_plan itself).
 typedef struct fc_plan_info {
   int32_t num_splits;       // K/V splits per tile (1: no split, no combine kernel)
   int32_t pack_gqa;         // 1: the query heads of a K/V head share one tile (short queries with GQA)
   int64_t ctas;             // CTAs of the attention kernel
-  int64_t workspace_bytes;  // fp32 partial O and LSE of every split (0 without split)
+  int64_t workspace_bytes;  // fp32 partial O and LSE of every split (0 without split), and the tile counter
+  int32_t block_n;          // keys per K/V tile
+  int32_t dynamic;          // 1: tiles taken from an atomic counter; 0: static order
+  int32_t section_heads;    // (batch, head) pairs per section of the tile order (some sections take one more)
 } fc_plan_info;
 
 // Launches the forward kernel on `stream` (a cudaStream_t, NULL for the default stream).
@@ -75,6 +88,12 @@ int fc_device_supported(int device);
 
 // Version string of this build, e.g. "flashcore 0.1.0 phase1 sm_90a".
 const char* fc_version(void);
+// Content hash of the kernel sources this library was built from (kernel/*.h, *.cuh, *.cu): a tuned table
+// (harness/tune) is valid for the kernel it was measured on only.
+const char* fc_kernel_id(void);
+// The compiled BLOCK_N values for `head_dim` (ascending) into out[0 .. max); returns how many there are (0 for an
+// unsupported head dim).
+int fc_block_n_options(int head_dim, int32_t* out, int max);
 
 #ifdef __cplusplus
 }

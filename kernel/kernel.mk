@@ -9,8 +9,15 @@ NVCC_EXTRA ?=
 NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall $(NVCC_EXTRA)
 KERNEL_HEADERS := $(wildcard kernel/*.h kernel/*.cuh)
 LIB_SOURCES := kernel/flashcore.cu kernel/api.cu kernel/tensor_maps.cu
+# fc_kernel_id(): a content hash of every kernel source, so a tuned table (harness/tune) knows the kernel it was
+# measured on (tests/test_tuning.py recomputes it from the same files).
+KERNEL_SOURCES := $(sort $(wildcard kernel/*.h kernel/*.cuh kernel/*.cu))
+KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
 
-.PHONY: build ptx sass
+.PHONY: build ptx sass kernel-id
+
+kernel-id:
+	@echo $(KERNEL_ID)
 
 build: $(BUILD_DIR)/libflashcore.so $(BUILD_DIR)/flashcore_driver
 
@@ -20,9 +27,9 @@ $(BUILD_DIR)/flashcore.o: kernel/flashcore.cu $(KERNEL_HEADERS)
 	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(BUILD_DIR)/ptxas.log || { cat $(BUILD_DIR)/ptxas.log; exit 1; }
 	@grep -E "error|warning" $(BUILD_DIR)/ptxas.log || true
 
-$(BUILD_DIR)/api.o: kernel/api.cu $(KERNEL_HEADERS)
+$(BUILD_DIR)/api.o: kernel/api.cu $(KERNEL_SOURCES)
 	@mkdir -p $(BUILD_DIR)
-	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -DFLASHCORE_KERNEL_ID='"$(KERNEL_ID)"' -c $< -o $@
 
 $(BUILD_DIR)/tensor_maps.o: kernel/tensor_maps.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)

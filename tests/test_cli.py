@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from harness import cli
 from harness.gates import gpu, registry
@@ -63,9 +64,14 @@ def test_gate_exits_0_only_when_every_gate_passes(in_tmp: Path, monkeypatch: pyt
     assert re.fullmatch(r"\d{8}T\d{6}Z-phase1-[0-9a-z]+(-dirty)?", run_dir.name)
     assert json.loads((run_dir / "results.json").read_text())["status"] == "pass"
     assert "verdict: PASS" in capsys.readouterr().out
-    # phase 5 has no gates written in gates/phases.yaml yet: it cannot pass on the earlier phases' gates
+    # a phase without gates in gates/phases.yaml cannot pass on the earlier phases' gates
     for name in registry.names():
         _stand_in(monkeypatch, name, needs_gpu=False)
+    assert cli.main(["gate", "--phase", "5", "--out", "p5-all"]) == 0
+    phases = in_tmp / "gates/phases.yaml"
+    data = yaml.safe_load(phases.read_text())
+    data["phases"][5]["gates"] = {}
+    phases.write_text(yaml.safe_dump(data))
     assert cli.main(["gate", "--phase", "5", "--out", "p5"]) == 1
     statuses = {g["name"]: g["status"] for g in json.loads((in_tmp / "p5/results.json").read_text())["gates"]}
     assert statuses.pop("phase5-gates") == "error"

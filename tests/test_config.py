@@ -16,8 +16,9 @@ from harness.config import ConfigError, Workload, load_config
 
 EXPECTED_WORKLOADS = [
     "prefill-d128", "prefill-d128-causal", "prefill-d64", "prefill-d256", "prefill-d128-fp16", "prefill-s1k-causal",
-    "prefill-s2k-causal", "prefill-s2k-d64-causal", "prefill-gqa-causal", "prefill-odd-heads", "long-64k-causal",
-    "long-128k-causal", "decode", "decode-gqa",
+    "prefill-s2k-causal", "prefill-s2k-d64-causal", "prefill-gqa-causal", "prefill-odd-heads",
+    "check-d128", "check-d128-causal", "check-d64", "check-d256", "check-fp16", "check-s1k-causal", "check-s2k-causal",
+    "check-s2k-d64-causal", "check-gqa-causal", "long-64k-causal", "long-128k-causal", "decode", "decode-gqa",
     "decode-b1-gqa",
     "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
     "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode", "san-split", "san-tiles-d128", "san-tiles-d256",

@@ -1,6 +1,7 @@
 """Gates: one module per gate, each registered by name. Importing this package registers the built-ins."""
 
 from harness.gates import api as api
+from harness.gates import autotune_table as autotune_table
 from harness.gates import build as build
 from harness.gates import correctness as correctness
 from harness.gates import determinism as determinism
@@ -15,6 +16,7 @@ from harness.gates import structure as structure
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import get, names, register
 
-__all__ = ["Gate", "GateContext", "api", "build", "correctness", "determinism", "determinism_strict", "get", "names",
+__all__ = ["Gate", "GateContext", "api", "autotune_table", "build", "correctness", "determinism", "determinism_strict",
+           "get", "names",
            "ncu", "ncu_stalls", "perf", "register", "sanitizer", "sanitizer_all",
            "scaling", "structure"]

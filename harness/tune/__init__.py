@@ -1,0 +1,1 @@
+"""`make tune`: the autotuner over the kernel's run-time tile knobs (gates/tune.yaml, flashcore/tuning.py)."""

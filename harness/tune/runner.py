@@ -1,0 +1,199 @@
+"""`make tune` (GPU): time every candidate tile configuration of each tuning shape against the default, paired in
+interleaved rounds (the benchmark's timer, gates/bench.yaml), and write the table flashcore.attention reads.
+
+Per shape: the candidates of harness/tune/space.py, less those whose launch plan (fc_plan: BLOCK_N, static or
+dynamic order, section size) equals the default's or an earlier candidate's; each must reproduce the default's
+output (bit for bit at the same BLOCK_N: the tile order never changes a tile's arithmetic) before it is timed.
+The best candidate replaces the default when it is at least `adopt_min_speedup` faster (paired median).
+Progress goes to stdout and, one line per finished shape, to OUT/progress.jsonl; `--resume OUT` skips those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from flashcore.tuning import DEFAULT, Entry, Table, TableError, TileConfig, dump_tables, parse_tables, shape_key
+from harness.config import Config, Workload
+from harness.tune.settings import TuneSettings
+from harness.tune.space import candidates
+
+PROGRESS = "progress.jsonl"
+
+
+def _say(msg: str) -> None:
+    print(f"[tune] {msg}", flush=True)
+
+
+def done_shapes(out: Path) -> dict[str, dict[str, Any]]:
+    """The finished shapes of an earlier (interrupted) run: workload name -> its progress record."""
+    path = out / PROGRESS
+    if not path.is_file():
+        return {}
+    records = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the interruption: that shape runs again
+            records[rec["workload"]] = rec
+    return records
+
+
+def plan_key(fc: Any, q: Any, k: Any, v: Any, causal: bool, tile: TileConfig) -> tuple[int, bool, int]:
+    p = fc.plan(q, k, v, causal=causal, tile=tile)
+    return p.block_n, p.dynamic, p.section_heads
+
+
+def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush: Any, seed: int) -> dict[str, Any]:
+    """One shape: its candidates checked, deduplicated by plan, timed against the default; the progress record."""
+    import torch
+
+    from harness.bench.timing import Call, time_rounds
+    from harness.gates import gpu
+
+    q, k, v = gpu.make_inputs(wl, seed, "cuda")
+    lib = fc._lib.load()
+    import ctypes
+
+    buf = (ctypes.c_int32 * 4)()
+    compiled = tuple(buf[i] for i in range(lib.fc_block_n_options(wl.head_dim, buf, 4)))
+    valid, rejected = candidates(settings.space, compiled)
+    default_plan = plan_key(fc, q, k, v, wl.causal, DEFAULT)
+    seen = {default_plan}
+    distinct = []
+    for cand in valid:
+        pk = plan_key(fc, q, k, v, wl.causal, cand)
+        if pk not in seen:
+            seen.add(pk)
+            distinct.append(cand)
+    ref, _ = fc.attention(q, k, v, causal=wl.causal, tile=DEFAULT)
+    checked: list[TileConfig] = []
+    wrong: list[TileConfig] = []
+    for cand in distinct:
+        out, _ = fc.attention(q, k, v, causal=wl.causal, tile=cand)
+        same_tiles = plan_key(fc, q, k, v, wl.causal, cand)[0] == default_plan[0]
+        ok = torch.equal(out, ref) if same_tiles else bool((out.float() - ref.float()).abs().max() <= 2e-2)
+        (checked if ok else wrong).append(cand)
+    outs = {c.label: gpu.poisoned_outputs(wl, "cuda") for c in [DEFAULT, *checked]}
+    calls = [Call((wl.name, c.label), _call(fc, q, k, v, wl.causal, c, *outs[c.label])) for c in [DEFAULT, *checked]]
+    rounds = time_rounds(calls, timing, flush)
+    base = rounds.times_ms.get((wl.name, DEFAULT.label), [])
+    base_round = dict(zip(rounds.round_index.get((wl.name, DEFAULT.label), []), base, strict=True))
+    results: list[dict[str, Any]] = []
+    for c in checked:
+        key = (wl.name, c.label)
+        if key not in rounds.times_ms:
+            results.append({"config": dataclasses.asdict(c), "speedup": None,
+                            "why": rounds.crashed.get(key, "not timed")})
+            continue
+        pairs = [base_round[r] / t for r, t in zip(rounds.round_index[key], rounds.times_ms[key], strict=True)
+                 if r in base_round and t > 0]
+        results.append({"config": dataclasses.asdict(c), "speedup": statistics.median(pairs) if pairs else None,
+                        "rounds": len(pairs), "median_ms": statistics.median(rounds.times_ms[key])})
+    timed = [r for r in results if r["speedup"] is not None]
+    best = max(timed, key=lambda r: r["speedup"], default=None)
+    adopt = best is not None and best["speedup"] >= settings.adopt_min_speedup
+    chosen = TileConfig(**best["config"]) if adopt and best else DEFAULT
+    return {
+        "workload": wl.name, "shape": wl.label, "key": dataclasses.asdict(shape_key(
+            wl.head_dim, wl.dtype, wl.causal, wl.heads_q, wl.heads_kv, wl.seqlen_q, wl.seqlen_k)),
+        "compiled_block_n": list(compiled), "default_plan": list(default_plan),
+        "default_median_ms": statistics.median(base) if base else None,
+        "rejected": [{"config": dataclasses.asdict(c), "why": why} for c, why in rejected],
+        "same_plan_as_default_or_earlier": len(valid) - len(distinct),
+        "wrong_output": [dataclasses.asdict(c) for c in wrong],
+        "results": results, "chosen": dataclasses.asdict(chosen),
+        "speedup": best["speedup"] if adopt and best else 1.0,
+    }
+
+
+def _call(fc: Any, q: Any, k: Any, v: Any, causal: bool, tile: TileConfig, out: Any, lse: Any) -> Any:
+    return lambda: fc.attention(q, k, v, causal=causal, tile=tile, out=out, lse=lse)
+
+
+def merge_table(path: Path, table: Table) -> None:
+    """Write `table` into the file at `path`, replacing the one for the same GPU and SM count (others are kept)."""
+    tables = []
+    if path.is_file():
+        try:
+            tables = [t for t in parse_tables(path.read_text(), str(path)) if not t.matches(table.gpu, table.sm_count)]
+        except TableError as e:
+            _say(f"the existing table does not parse ({e}); writing a new file")
+    path.write_text(dump_tables([*tables, table]))
+
+
+def main(argv: list[str] | None, config: Config) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness tune", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="progress directory (default reports/tune-<UTC time>)")
+    ap.add_argument("--resume", help="an interrupted run's progress directory: its finished shapes are kept")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-write", action="store_true", help="measure and report, leave the table file alone")
+    args = ap.parse_args(argv)
+    from harness import env
+    from harness.bench.settings import load_bench_settings
+    from harness.bench.timing import L2Flusher
+    from harness.gates import gpu
+    from harness.tune.settings import load_tune_settings
+
+    settings = load_tune_settings(config)
+    bench = load_bench_settings(config)
+    if why := gpu.cuda_unavailable_reason():
+        print(f"flashcore tune: {why}", file=sys.stderr)
+        return 1
+    import torch
+
+    name = torch.cuda.get_device_name()
+    if why := gpu.not_hopper_reason(torch.cuda.get_device_capability(), name):
+        print(f"flashcore tune: {why}", file=sys.stderr)
+        return 1
+    fc = gpu.load_flashcore()
+    out = Path(args.resume or args.out or f"reports/tune-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}")
+    out.mkdir(parents=True, exist_ok=True)
+    done = done_shapes(out) if args.resume else {}
+    kernel_id = fc.api.kernel_id()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    _say(f"{name}, {sms} SMs, kernel {kernel_id}: {len(settings.workloads)} shapes, {len(done)} already done "
+         f"(progress: {out / PROGRESS})")
+    flush = L2Flusher(bench.timing.flush_mib)
+    records = dict(done)
+    t0 = time.monotonic()
+    for i, wl in enumerate(settings.workloads, 1):
+        if wl.name in done:
+            _say(f"{i}/{len(settings.workloads)} {wl.name}: done in the earlier run, kept")
+            continue
+        rec = tune_shape(fc, wl, settings, bench.timing, flush, gpu.workload_seed(args.seed, "tune", wl.name))
+        records[wl.name] = rec
+        with (out / PROGRESS).open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+        chosen = TileConfig(**rec["chosen"])
+        tried = ", ".join(f"{TileConfig(**r['config']).label} {r['speedup']:.3f}x" if r["speedup"] else
+                          f"{TileConfig(**r['config']).label} failed" for r in rec["results"])
+        _say(f"{i}/{len(settings.workloads)} {wl.name} ({wl.label}) {time.monotonic() - t0:.0f}s: "
+             f"{tried or 'no candidate with another plan'} -> {chosen.label}"
+             + (f" ({len(rec['wrong_output'])} rejected for a wrong output)" if rec["wrong_output"] else ""))
+    if any(r["wrong_output"] for r in records.values()):
+        _say("some candidates changed the output: the kernel has a bug (see progress.jsonl); no table written")
+        return 1
+    environment = env.collect(Path.cwd())
+    table = Table(name, sms, kernel_id, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  str(environment.get("git_commit") or ""))
+    from flashcore.tuning import ShapeKey
+
+    for rec in records.values():
+        key = ShapeKey(**rec["key"])
+        table.entries[key] = Entry(key, TileConfig(**rec["chosen"]), rec["speedup"])
+    if args.no_write:
+        _say("--no-write: table not written")
+        return 0
+    merge_table(Path(settings.table), table)
+    _say(f"table written: {settings.table} ({len(table.entries)} entries for {name}, kernel {kernel_id})")
+    return 0

@@ -1,0 +1,68 @@
+"""gates/tune.yaml, parsed with the gate files' strictness (harness.config): the search space, the shapes tuned,
+the adoption margin and the table's path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flashcore.tuning import SCHEDULES
+from harness.bench.settings import expand
+from harness.config import Config, ConfigError, Workload, _read_yaml
+
+TUNE_FILE = "tune.yaml"
+
+
+@dataclass(frozen=True)
+class Space:
+    block_n: str | tuple[int, ...]  # "compiled" or explicit values (each still checked against the library)
+    schedule: tuple[str, ...]
+    l2_section_pct: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    file: Path
+    space: Space
+    workloads: tuple[Workload, ...]
+    adopt_min_speedup: float
+    table: str
+
+
+def load_tune_settings(config: Config, file: Path | None = None) -> TuneSettings:
+    file = file or config.gates_dir / TUNE_FILE
+    data = _read_yaml(file, ("space", "workloads", "adopt_min_speedup", "table"))
+    if unknown := set(data) - {"space", "workloads", "adopt_min_speedup", "table"}:
+        name = sorted(unknown)[0]
+        raise ConfigError(file, name, data[name], "unknown key")
+    space = _space(file, data.get("space"))
+    names = data.get("workloads")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(file, "workloads", names, "a non-empty list of workload or set names")
+    workloads = expand(file, "workloads", tuple(names), config)
+    adopt = data.get("adopt_min_speedup")
+    if isinstance(adopt, bool) or not isinstance(adopt, int | float) or adopt < 1.0:
+        raise ConfigError(file, "adopt_min_speedup", adopt, "a number >= 1.0")
+    table = data.get("table")
+    if not isinstance(table, str) or not table.endswith((".yaml", ".yml")):
+        raise ConfigError(file, "table", table, "a repository-relative .yaml path")
+    return TuneSettings(file, space, workloads, float(adopt), table)
+
+
+def _space(file: Path, raw: Any) -> Space:
+    if not isinstance(raw, dict) or set(raw) != {"block_n", "schedule", "l2_section_pct"}:
+        raise ConfigError(file, "space", raw, "a mapping with block_n, schedule and l2_section_pct")
+    block_n = raw["block_n"]
+    if block_n != "compiled" and not (isinstance(block_n, list) and block_n
+                                      and all(isinstance(b, int) and not isinstance(b, bool) and b > 0
+                                              for b in block_n)):
+        raise ConfigError(file, "space.block_n", block_n, "'compiled' or a list of ints > 0")
+    schedule = raw["schedule"]
+    if not isinstance(schedule, list) or not schedule or any(s not in SCHEDULES or s == "default" for s in schedule):
+        raise ConfigError(file, "space.schedule", schedule, "a list of static / dynamic")
+    pct = raw["l2_section_pct"]
+    if not isinstance(pct, list) or not pct or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 100
+                                                   for x in pct):
+        raise ConfigError(file, "space.l2_section_pct", pct, "a list of ints in 1..100")
+    return Space(block_n if block_n == "compiled" else tuple(block_n), tuple(schedule), tuple(pct))

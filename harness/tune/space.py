@@ -1,0 +1,25 @@
+"""The candidates of one bucket: every point of the search space that the library can run, each checked first."""
+
+from __future__ import annotations
+
+from flashcore.tuning import DEFAULT, TileConfig
+from harness.tune.settings import Space
+
+
+def candidates(space: Space, compiled: tuple[int, ...]) -> tuple[list[TileConfig], list[tuple[TileConfig, str]]]:
+    """(valid points, [(rejected point, the rules it breaks)]). DEFAULT is not among them: it is the reference.
+    `compiled`: fc_block_n_options for the bucket's head dim."""
+    widths: tuple[int, ...] = compiled if isinstance(space.block_n, str) else space.block_n
+    points = []
+    for bn in widths:
+        for schedule in space.schedule:
+            for pct in (space.l2_section_pct if schedule == "dynamic" else (0,)):
+                points.append(TileConfig(bn, schedule, pct))
+    valid, rejected = [], []
+    for p in points:
+        bad = p.problems(compiled)
+        if bad:
+            rejected.append((p, "; ".join(bad)))
+        elif p != DEFAULT:
+            valid.append(p)
+    return valid, rejected

@@ -1,0 +1,130 @@
+"""Phase 5 on the CPU: gates/tune.yaml, the candidates of a bucket, the tuner's resume file and table merge, and the
+autotune-table gate's verdicts, each of which must turn red on its planted fault (stale kernel, other GPU, invalid
+entry, missing bucket, broken file)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flashcore.tuning import DEFAULT, Entry, Table, TileConfig, dump_tables, parse_tables
+from harness.config import ConfigError, load_config
+from harness.gates.autotune_table import Host, bucket, verdict_table
+from harness.results import Status
+from harness.tune import runner
+from harness.tune.settings import Space, load_tune_settings
+from harness.tune.space import candidates
+
+HOST = Host("NVIDIA H100 80GB HBM3", 132, "k1", {64: (128,), 128: (128, 176), 256: (80,)})
+
+
+def test_the_repository_tune_file_loads(gates_dir: Path) -> None:
+    config = load_config(gates_dir)
+    s = load_tune_settings(config)
+    assert s.space == Space("compiled", ("static", "dynamic"), (20, 33, 50))
+    assert s.adopt_min_speedup >= 1.0 and s.table == "flashcore/tuned.yaml"
+    tuned = {bucket(w) for w in s.workloads}
+    assert len(tuned) == len(s.workloads), "two tuning shapes in one bucket: the second would overwrite the first"
+    checks = [config.workloads[n] for n in config.sets["tune-check"]]
+    assert {bucket(w) for w in checks} <= tuned, "autotune-gain shapes must fall in tuned buckets"
+    shapes = {(w.batch, w.heads_q, w.heads_kv, w.seqlen_q, w.seqlen_k, w.head_dim, w.dtype, w.causal)
+              for w in s.workloads}
+    assert not any((w.batch, w.heads_q, w.heads_kv, w.seqlen_q, w.seqlen_k, w.head_dim, w.dtype, w.causal) in shapes
+                   for w in checks), "autotune-gain must judge shapes the tuner never ran"
+    phase5 = {g.name: g.params for g in config.phase(5).gates}
+    assert phase5["autotune-gain"].min_ratio == 0.97 and phase5["autotune-gain"].min_geomean == 1.0
+    assert phase5["autotune-gain"].gated == ("flashcore-default",)
+
+
+@pytest.mark.parametrize("edit, key", [
+    ("adopt_min_speedup: 0.9", "adopt_min_speedup"),
+    ("table: flashcore/tuned.txt", "table"),
+    ("workloads: [no-such-shape]", "workloads"),
+])  # fmt: skip
+def test_a_bad_tune_file_names_the_key(gates_dir: Path, edit: str, key: str) -> None:
+    path = gates_dir / "tune.yaml"
+    lines = path.read_text().splitlines()
+    field = edit.split(":")[0]
+    path.write_text("\n".join(edit if line.startswith(field + ":") else line for line in lines) + "\n")
+    with pytest.raises(ConfigError, match=key):
+        load_tune_settings(load_config(gates_dir))
+
+
+def test_candidates_are_checked_before_they_are_run() -> None:
+    valid, rejected = candidates(Space("compiled", ("static", "dynamic"), (20, 50)), (128, 176))
+    assert TileConfig(176, "dynamic", 20) in valid and TileConfig(128, "static") in valid
+    assert DEFAULT not in valid and len(valid) == 2 * 3 and not rejected
+    valid, rejected = candidates(Space((128, 160), ("static",), (33,)), (128, 176))
+    assert valid == [TileConfig(128, "static")]
+    assert [(c.block_n, "not compiled" in why) for c, why in rejected] == [(160, True)]
+
+
+def test_resume_keeps_finished_shapes_and_drops_a_cut_line(tmp_path: Path) -> None:
+    (tmp_path / runner.PROGRESS).write_text(json.dumps({"workload": "a", "x": 1}) + "\n" + '{"workload": "b", "x')
+    assert list(runner.done_shapes(tmp_path)) == ["a"]
+    assert runner.done_shapes(tmp_path / "nothing") == {}
+
+
+def test_merge_replaces_this_gpus_table_and_keeps_the_others(tmp_path: Path) -> None:
+    path = tmp_path / "tuned.yaml"
+    path.write_text(dump_tables([Table("A", 132, "old"), Table("B", 114, "b")]))
+    runner.merge_table(path, Table("A", 132, "new"))
+    assert sorted((t.gpu, t.kernel_id) for t in parse_tables(path.read_text())) == [("A", "new"), ("B", "b")]
+
+
+# ---- autotune-table verdicts ----------------------------------------------------------------------------------------
+
+
+def _good_table(gates_dir: Path, **changes: object) -> str:
+    config = load_config(gates_dir)
+    t = Table(changes.get("gpu", HOST.gpu), changes.get("sms", HOST.sm_count),  # type: ignore[arg-type]
+              changes.get("kid", HOST.kernel_id))  # type: ignore[arg-type]
+    for w in load_tune_settings(config).workloads:
+        t.entries[bucket(w)] = Entry(bucket(w), TileConfig(128, "dynamic") if w.head_dim == 128 else DEFAULT, 1.01)
+    return dump_tables([t])
+
+
+def _checks(gates_dir: Path, text: str | None) -> dict[str, Status]:
+    config = load_config(gates_dir)
+    wls = [config.workloads[n] for n in config.sets["tune-check"]]
+    out: dict[str, Status] = {}
+    for c in verdict_table("flashcore/tuned.yaml", text, HOST, wls):
+        out[f"{c.workload}:{c.metric}"] = c.status
+    return out
+
+
+def test_a_good_table_passes(gates_dir: Path) -> None:
+    got = _checks(gates_dir, _good_table(gates_dir))
+    assert got and all(s is Status.PASS for s in got.values())
+
+
+@pytest.mark.parametrize("fault, metric", [
+    ({"kid": "k0"}, "(table):kernel_id"),
+    ({"gpu": "NVIDIA H200"}, "(table):table_for_gpu"),
+    ({"sms": 114}, "(table):table_for_gpu"),
+])  # fmt: skip
+def test_a_stale_or_foreign_table_fails(gates_dir: Path, fault: dict, metric: str) -> None:  # type: ignore[type-arg]
+    got = _checks(gates_dir, _good_table(gates_dir, **fault))
+    assert got[metric] is Status.FAIL
+
+
+def test_an_invalid_entry_fails(gates_dir: Path) -> None:
+    text = _good_table(gates_dir).replace("block_n: 128", "block_n: 96", 1)  # a wgmma width, but not compiled
+    assert _checks(gates_dir, text)["(table):invalid_entries"] is Status.FAIL
+
+
+def test_a_missing_bucket_fails(gates_dir: Path) -> None:
+    tables = parse_tables(_good_table(gates_dir))
+    dropped = next(k for k in tables[0].entries if k.head_dim == 256)
+    del tables[0].entries[dropped]
+    got = _checks(gates_dir, dump_tables(tables))
+    assert got["check-d256:bucket_entry"] is Status.FAIL
+    assert got["check-d128:bucket_entry"] is Status.PASS
+
+
+@pytest.mark.parametrize("text", [None, "version: 1\ntables: {}\n", "::"])
+def test_a_missing_or_broken_file_fails(gates_dir: Path, text: str | None) -> None:
+    got = _checks(gates_dir, text)
+    assert list(got.values()) == [Status.FAIL]

@@ -116,10 +116,9 @@ def parser() -> argparse.ArgumentParser:
     from harness.bench.cli import add_arguments as bench_arguments
 
     bench_arguments(bench)
-    tune = sub.add_parser("tune", help="GPU: time the tile configurations, write flashcore/tuned.yaml (make tune)",
-                          add_help=False)
-    tune.add_argument("--gates-dir", type=Path, default=Path("gates"))
-    tune.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of harness/tune/runner.py (--help there)")
+    # `tune` takes its own arguments (harness/tune/runner.py); main() hands them over before this parser runs.
+    sub.add_parser("tune", help="GPU: time the tile configurations, write flashcore/tuned.yaml (make tune; "
+                                "python -m harness tune --help)")
     lst = sub.add_parser("list", help="print phases, gates, workloads and sets")
     lst.add_argument("--gates-dir", type=Path, default=Path("gates"))
     return ap
@@ -134,6 +133,11 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tune"]:
+        from harness.tune.runner import main as tune_main
+
+        return tune_main(argv[1:])
     args = parser().parse_args(argv)
     if args.command == "parse":
         return cmd_parse(args)
@@ -152,12 +156,4 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "list":
         return cmd_list(config)
-    if args.command == "tune":
-        from harness.tune.runner import main as tune_main
-
-        try:
-            return tune_main(args.rest, config)
-        except ConfigError as e:
-            print(f"flashcore tune: bad tune file: {e}", file=sys.stderr)
-            return EXIT_CONFIG
     return cmd_gate(args, config)

@@ -128,3 +128,14 @@ def test_a_missing_bucket_fails(gates_dir: Path) -> None:
 def test_a_missing_or_broken_file_fails(gates_dir: Path, text: str | None) -> None:
     got = _checks(gates_dir, text)
     assert list(got.values()) == [Status.FAIL]
+
+
+def test_make_tune_arguments_reach_the_tuner_and_a_cpu_host_is_refused(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import torch
+
+    from harness import cli
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["tune", "--out", str(tmp_path / "t"), "--resume", str(tmp_path / "t")]) == 1
+    assert "no CUDA GPU" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcore.tuning import DEFAULT, Entry, Table, TableError, TileConfig, dump_tables, parse_tables, shape_key
-from harness.config import Config, Workload
+from harness.config import Workload
 from harness.tune.settings import TuneSettings
 from harness.tune.space import candidates
 
@@ -131,8 +131,9 @@ def merge_table(path: Path, table: Table) -> None:
     path.write_text(dump_tables([*tables, table]))
 
 
-def main(argv: list[str] | None, config: Config) -> int:
+def main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness tune", description=__doc__.splitlines()[0])
+    ap.add_argument("--gates-dir", type=Path, default=Path("gates"), help="directory of the YAML (default gates)")
     ap.add_argument("--out", help="progress directory (default reports/tune-<UTC time>)")
     ap.add_argument("--resume", help="an interrupted run's progress directory: its finished shapes are kept")
     ap.add_argument("--seed", type=int, default=0)
@@ -141,11 +142,17 @@ def main(argv: list[str] | None, config: Config) -> int:
     from harness import env
     from harness.bench.settings import load_bench_settings
     from harness.bench.timing import L2Flusher
+    from harness.config import ConfigError, load_config
     from harness.gates import gpu
     from harness.tune.settings import load_tune_settings
 
-    settings = load_tune_settings(config)
-    bench = load_bench_settings(config)
+    try:
+        config = load_config(args.gates_dir)
+        settings = load_tune_settings(config)
+        bench = load_bench_settings(config)
+    except ConfigError as e:
+        print(f"flashcore tune: bad gate file: {e}", file=sys.stderr)
+        return 2
     if why := gpu.cuda_unavailable_reason():
         print(f"flashcore tune: {why}", file=sys.stderr)
         return 1

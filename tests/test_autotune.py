@@ -139,3 +139,21 @@ def test_make_tune_arguments_reach_the_tuner_and_a_cpu_host_is_refused(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.main(["tune", "--out", str(tmp_path / "t"), "--resume", str(tmp_path / "t")]) == 1
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_autotune_gain_judges_only_buckets_the_table_changes(gates_dir: Path) -> None:
+    from harness.gates.autotune_gain import same_launch_check, split_same_launch
+
+    config = load_config(gates_dir)
+    wls = [config.workloads[n] for n in config.sets["tune-check"]]
+    tuned = TileConfig(176, "dynamic", 50)
+
+    def config_of(w):  # type: ignore[no-untyped-def]
+        return tuned if w.name == "check-d128-causal" else DEFAULT
+
+    judged, same = split_same_launch(wls, config_of, planted=False)
+    assert [w.name for w in judged] == ["check-d128-causal"] and len(same) == len(wls) - 1
+    assert same_launch_check(same[0]).status is Status.PASS
+    # a planted (slow-kernel) fault makes every launch differ from the default: all are judged, so it turns red
+    judged, same = split_same_launch(wls, config_of, planted=True)
+    assert len(judged) == len(wls) and same == []

@@ -1,6 +1,7 @@
 """Gates: one module per gate, each registered by name. Importing this package registers the built-ins."""
 
 from harness.gates import api as api
+from harness.gates import autotune_gain as autotune_gain
 from harness.gates import autotune_table as autotune_table
 from harness.gates import build as build
 from harness.gates import correctness as correctness
@@ -16,7 +17,8 @@ from harness.gates import structure as structure
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import get, names, register
 
-__all__ = ["Gate", "GateContext", "api", "autotune_table", "build", "correctness", "determinism", "determinism_strict",
+__all__ = ["Gate", "GateContext", "api", "autotune_gain", "autotune_table", "build", "correctness", "determinism",
+           "determinism_strict",
            "get", "names",
            "ncu", "ncu_stalls", "perf", "register", "sanitizer", "sanitizer_all",
            "scaling", "structure"]

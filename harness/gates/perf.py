@@ -250,8 +250,3 @@ class PerfFa3Gate(PerfGate):
     """Phase 4: paired speed against FlashAttention-3 per workload and as a geometric mean. Without FA3 on the
     host the gate is an ERROR that says how to install it (harness/bench/backends.py), never a pass."""
 
-
-@register("autotune-gain")
-class AutotuneGainGate(PerfGate):
-    """Phase 5: the tuned table (flashcore/tuned.yaml) against the hand-tuned defaults, paired per workload and as a
-    geometric mean, on shapes the tuner never saw (workloads.yaml `tune-check`)."""

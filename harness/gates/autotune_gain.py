@@ -1,0 +1,74 @@
+"""autotune-gain gate (phase 5): the tuned table against the hand-tuned defaults, on held-out shapes.
+
+A perf gate (harness/gates/perf.py) with the backend flashcore-default as the gated baseline, with one rule of its
+own: a workload whose bucket the table leaves at the default makes the same launch with and without the table, so
+its ratio is 1 by construction. It is timed and shown (report-only) but not judged, and the geometric mean is taken
+over the workloads whose entry differs: otherwise timing noise on identical launches (+-0.4 % per shape on the H100)
+decides a geomean >= 1.0. Under a planted fault (which slows FlashCore, never the baseline) every workload is judged.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from flashcore.tuning import TileConfig
+from harness.config import Workload
+from harness.gates import gpu
+from harness.gates.autotune_table import bucket
+from harness.gates.base import GateContext
+from harness.gates.perf import PerfGate, run_perf
+from harness.gates.registry import register
+from harness.results import Check, GateResult, Status
+
+
+def split_same_launch(workloads: Sequence[Workload], config_of: Callable[[Workload], TileConfig],
+                      planted: bool) -> tuple[list[Workload], list[Workload]]:
+    """(judged, same launch as the default). With a planted fault nothing is "the same launch"."""
+    if planted:
+        return list(workloads), []
+    judged = [w for w in workloads if not config_of(w).is_default]
+    return judged, [w for w in workloads if w not in judged]
+
+
+def same_launch_check(wl: Workload) -> Check:
+    return Check(wl.name, "same_launch_as_default", None, None, Status.PASS, "==",
+                 message=f"the table keeps the default for {bucket(wl).label}: the same launch with and without "
+                         "it (gain 1 by construction); timed and shown, not judged")
+
+
+@register("autotune-gain")
+class AutotuneGainGate(PerfGate):
+    def run(self, ctx: GateContext) -> GateResult:
+        reason = gpu.cuda_unavailable_reason()
+        if reason is not None:
+            return ctx.verdict_only(Status.NOT_RUN, reason)
+        fc = gpu.flashcore_for(ctx)
+        if isinstance(fc, GateResult):
+            return fc
+        import torch
+
+        from flashcore import tuning
+
+        props = torch.cuda.get_device_properties(0)
+        kernel_id = fc.api.kernel_id()
+
+        def config_of(wl: Workload) -> TileConfig:
+            with warnings.catch_warnings():  # the table gate reports a missing or stale table
+                warnings.simplefilter("ignore", tuning.TuningWarning)
+                return tuning.config_for(bucket(wl), props.name, props.multi_processor_count, kernel_id)
+
+        judged, same = split_same_launch(ctx.workloads(), config_of, planted=bool(ctx.fault))
+        if not judged:
+            return ctx.result([same_launch_check(w) for w in same],
+                              message="the table keeps the default on every bucket of these workloads: no gain to "
+                                      "judge (1.0 by construction)")
+        p = ctx.params
+        params = replace(p, workloads=tuple(w.name for w in judged),
+                         report_workloads=(*p.report_workloads, *(w.name for w in same)))
+        result = run_perf(replace(ctx, spec=replace(ctx.spec, params=params)))
+        if not result.checks:
+            return result
+        return ctx.result([*result.checks, *(same_launch_check(w) for w in same)], details=result.details,
+                          logs=result.logs)

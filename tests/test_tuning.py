@@ -131,7 +131,7 @@ def test_the_packaged_table_parses_when_present() -> None:
 
 
 def _c_struct_fields(header: str, name: str) -> list[str]:
-    body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (name, name), header, re.S)
+    body = re.search(r"typedef struct " + name + r" \{(.*?)\} " + name + ";", header, re.S)
     assert body, name
     fields = []
     for line in body.group(1).splitlines():

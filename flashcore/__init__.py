@@ -7,9 +7,10 @@ lse [B, Hq, Sq] float32. See flashcore.api.attention for the full contract.
 """
 
 from flashcore._lib import library_path
+from flashcore._version import __version__
 from flashcore.api import Plan, attention, plan
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 from flashcore.tuning import TileConfig, TuningWarning
 
-__all__ = ["attention", "plan", "Plan", "TileConfig", "TuningWarning", "library_path", "FlashCoreError",
+__all__ = ["__version__", "attention", "plan", "Plan", "TileConfig", "TuningWarning", "library_path", "FlashCoreError",
            "UnsupportedDeviceError", "KernelLaunchError"]

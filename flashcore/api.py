@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 from dataclasses import dataclass, replace
@@ -65,6 +66,7 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
     v = validate.tensor("v", v, device_type, q.device)
     for name, t in (("q", q), ("k", k), ("v", v)):
         validate.rank(name, t, 4, BSHD)
+    validate.no_grad_needed({"q": q, "k": k, "v": v})
     validate.dtype16("q", q)
     validate.same("k", "dtype", k.dtype, q.dtype, "q, k and v must have one dtype")
     validate.same("v", "dtype", v.dtype, q.dtype, "q, k and v must have one dtype")
@@ -214,7 +216,10 @@ def attention(
         GPU and kernel, else the hand-tuned defaults (a TuningWarning says so once per process). Deterministic mode
         takes the table's tile order but never its block_n.
     fallback: "error" (default): a GPU that is not SM 9.0 raises UnsupportedDeviceError. "sdpa": compute the
-        same contract with torch SDPA there (warns once per device); an SM 9.0 GPU always runs the kernel.
+        same contract with torch SDPA there and on CPU tensors (warns once per device); an SM 9.0 GPU always runs
+        the kernel.
+    Forward only: an input that requires grad while grad mode is on raises FlashCoreError (use torch.no_grad() or
+        torch.inference_mode()); nothing is detached silently.
     Empty inputs launch nothing: Sq = 0 (or B = 0, Hq = 0) gives empty outputs; Sk = 0 gives out = 0, lse = -inf.
     Returns (out, lse). A row that sees no key gets out = 0 and lse = -inf.
     debug_fault: test-only planted fault (0 = none); see docs/design.md.
@@ -223,13 +228,18 @@ def attention(
     global _entry_calls
     import torch
 
+    # fallback="sdpa" takes CPU tensors too: torch SDPA computes the same contract there (testable without a GPU).
+    on_cpu = fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu"
     call = check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                       deterministic=deterministic, fallback=fallback, debug_fault=debug_fault,
-                      num_splits=num_splits, sm_margin=sm_margin, tile=tile)
+                      num_splits=num_splits, sm_margin=sm_margin, tile=tile, device_type="cpu" if on_cpu else "cuda")
     q, k, v = call.q, call.k, call.v
-    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    capability, name = _device_info(index)
-    sdpa = use_fallback(str(q.device), capability, name, call.fallback)
+    if on_cpu:
+        index, name, sdpa = -1, "CPU", True
+    else:
+        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        capability, name = _device_info(index)
+        sdpa = use_fallback(str(q.device), capability, name, call.fallback)
     out = torch.empty_like(q, memory_format=torch.contiguous_format) if call.out is None else call.out
     lse = call.lse
     if lse is None:
@@ -240,7 +250,7 @@ def attention(
         return out, lse
     if sdpa:
         sdpa_fallback.warn_once(f"{q.device} ({name})")
-        with torch.cuda.device(q.device):
+        with torch.cuda.device(q.device) if not on_cpu else contextlib.nullcontext():
             sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)
         return out, lse
 

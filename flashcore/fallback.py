@@ -1,4 +1,4 @@
-"""torch SDPA fallback for GPUs that are not SM 9.0 (`flashcore.attention(..., fallback="sdpa")`).
+"""torch SDPA fallback for GPUs that are not SM 9.0 and for CPU tensors (`flashcore.attention(..., fallback="sdpa")`).
 
 Same contract as the kernel: q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D], out like q, lse [B,Hq,Sq] float32; causal is
 bottom-right aligned (row i sees key j iff j <= i + Sk - Sq); GQA: query head h reads K/V head h // (Hq // Hkv);
@@ -25,7 +25,7 @@ def warn_once(device: str) -> bool:
     if device in _warned:
         return False
     _warned.add(device)
-    warnings.warn(f"flashcore: {device} is not SM 9.0; fallback='sdpa' computes attention with torch SDPA, "
+    warnings.warn(f"flashcore: {device} is not an SM 9.0 GPU; fallback='sdpa' computes attention with torch SDPA, "
                   "not FlashCore's kernel", RuntimeWarning, stacklevel=3)
     return True
 

@@ -34,7 +34,9 @@ def tensor(name: str, t: object, device_type: str, device: torch.device | None) 
     if t.layout != torch.strided:
         raise FlashCoreError(f"{name} has layout {t.layout}: FlashCore needs dense (torch.strided) tensors")
     if t.device.type != device_type:
-        raise FlashCoreError(f"{name} is on {t.device}: FlashCore needs {device_type.upper()} tensors")
+        hint = " (fallback='sdpa' also takes CPU tensors: torch SDPA computes the same contract there)" \
+            if device_type == "cuda" and t.device.type == "cpu" else ""
+        raise FlashCoreError(f"{name} is on {t.device}: FlashCore needs {device_type.upper()} tensors{hint}")
     if device is not None and t.device != device:
         raise FlashCoreError(f"{name} is on {t.device} but q is on {device}: all tensors must be on one device")
     return t
@@ -153,3 +155,17 @@ def layout(name: str, t: torch.Tensor) -> None:
         raise FlashCoreError(f"{name}.data_ptr() is {t.data_ptr():#x}, {t.data_ptr() % ALIGN_BYTES} bytes past a "
                              f"{ALIGN_BYTES}-byte boundary: TMA needs {ALIGN_BYTES}-byte aligned base addresses; "
                              "call .clone() first")
+
+
+def no_grad_needed(tensors: dict[str, torch.Tensor]) -> None:
+    """FlashCore is forward-only: an input that requires grad while grad mode is on is refused, never detached."""
+    import torch
+
+    if not torch.is_grad_enabled():
+        return
+    needing = [n for n, t in tensors.items() if t.requires_grad]
+    if needing:
+        raise FlashCoreError(f"{', '.join(needing)} require{'s' if len(needing) == 1 else ''} grad and grad mode is "
+                             "on, but FlashCore is forward-only (no backward kernel): its output would carry no "
+                             "gradient. Call it under torch.no_grad() or torch.inference_mode(), or pass detached "
+                             "tensors")

@@ -35,7 +35,8 @@ def check(q: object, k: object, v: object, **kw: object) -> api.Call:
 def test_cpu_tensors_are_refused_before_anything_else() -> None:
     q, k, v = qkv(dtype=torch.float32)  # wrong dtype too: the device is reported first
     calls = api.entry_calls()
-    with pytest.raises(flashcore.FlashCoreError, match=r"^q is on cpu: FlashCore needs CUDA tensors$"):
+    with pytest.raises(flashcore.FlashCoreError,
+                       match=r"^q is on cpu: FlashCore needs CUDA tensors \(fallback=.sdpa. also takes CPU"):
         flashcore.attention(q, k, v)
     assert api.entry_calls() == calls
 
@@ -187,7 +188,7 @@ def test_fallback_scale_chunks_and_deterministic_mode(monkeypatch: pytest.Monkey
 
 def test_fallback_warns_once_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fallback, "_warned", set())
-    with pytest.warns(RuntimeWarning, match=r"cuda:0 \(A100\) is not SM 9\.0; fallback='sdpa'"):
+    with pytest.warns(RuntimeWarning, match=r"cuda:0 \(A100\) is not an SM 9\.0 GPU; fallback='sdpa'"):
         assert fallback.warn_once("cuda:0 (A100)")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -1,0 +1,56 @@
+"""torch.ops.flashcore.attention on the CPU (through fallback="sdpa"): the op's schema, fake implementation and
+autograd registration pass torch.library.opcheck, and torch.compile(fullgraph=True) traces it without a break."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import flashcore  # noqa: E402
+import flashcore.ops  # noqa: E402,F401  (registers the op)
+
+
+def _inputs(sq: int = 9, sk: int = 13, hq: int = 4, hkv: int = 2) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, sq, hq, 64, generator=g).bfloat16()
+    k = torch.randn(2, sk, hkv, 64, generator=g).bfloat16()
+    v = torch.randn(2, sk, hkv, 64, generator=g).bfloat16()
+    return q, k, v
+
+
+def test_the_op_is_registered_and_matches_the_function() -> None:
+    q, k, v = _inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the fallback's once-per-device notice
+        out, lse = torch.ops.flashcore.attention(q, k, v, causal=True, fallback="sdpa")
+        ref_out, ref_lse = flashcore.attention(q, k, v, causal=True, fallback="sdpa")
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+def test_opcheck_passes_on_the_fallback() -> None:
+    q, k, v = _inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        torch.library.opcheck(torch.ops.flashcore.attention.default, (q, k, v),
+                              {"causal": True, "fallback": "sdpa"})
+
+
+def test_torch_compile_fullgraph_traces_the_op() -> None:
+    q, k, v = _inputs()
+
+    def layer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out, lse = torch.ops.flashcore.attention(q, k, v, causal=True, fallback="sdpa")
+        return out.float().sum(-1) + lse.transpose(1, 2)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+        assert torch.allclose(compiled(q, k, v), layer(q, k, v))
+
+
+def test_bad_input_through_the_op_is_the_same_flashcore_error() -> None:
+    q, k, v = _inputs()
+    with pytest.raises(flashcore.FlashCoreError, match="they must match"):
+        torch.ops.flashcore.attention(q, k[..., :32].contiguous(), v, fallback="sdpa")

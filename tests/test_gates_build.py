@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 from conftest import make_context
 
+from harness.config import load_config
 from harness.gates import build
 from harness.gates.build import BuildParams, verdict_kernels, verdict_library
 from harness.gates.ptxas import list_elf_archs, parse_ptxas
@@ -56,8 +58,10 @@ DEVICE_FN_SPILL = CLEAN + (
 
 NO_KERNELS = "ptxas info    : 0 bytes gmem\n"
 
-PARAMS = BuildParams(arch="sm_90a", max_spill_bytes=0, ptxas_log="build/ptxas.log",
-                     library="build/libflashcore.so", timeout_s=60)
+# The repository's phase-1 build params (serialization codes and all: the code has no defaults of its own).
+PARAMS = dataclasses.replace(
+    next(g for g in load_config(Path(__file__).resolve().parent.parent / "gates").phase(1).gates
+         if g.name == "build").params, timeout_s=60)
 
 
 def _by_metric(checks: list, metric: str) -> list:
@@ -234,3 +238,12 @@ def test_gate_errors_when_no_ptxas_report(tmp_path: Path, repo: Path) -> None:
     result, _ = _run(tmp_path, repo)
     assert result.status is Status.ERROR
     assert "no kernel entry" in result.message
+
+
+def test_the_c7511_serialization_of_session_4_fails_the_gate() -> None:
+    """ptxas's message when part of an accumulator array fed a narrower wgmma (issue 12, step 4.11): the codes
+    come from gates/phases.yaml alone, and that list has it."""
+    text = CLEAN + ("ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized "
+                    f"due to insufficient register resources for the wgmma pipeline in the function '{K128}'\n")
+    (warn,) = _by_metric(verdict_kernels(parse_ptxas(text), PARAMS), "serialization_warnings")
+    assert warn.status is Status.FAIL and "C7511" in warn.message

@@ -5,18 +5,21 @@ makes ptxas spill and the gate fail."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from harness.gates.build import BuildParams, verdict_kernels
+from harness.config import load_config
+from harness.gates.build import verdict_kernels
 from harness.gates.ptxas import parse_ptxas
 from harness.results import Status, combine
 
 REPO = Path(__file__).resolve().parent.parent
-PARAMS = BuildParams(arch="sm_90a", max_spill_bytes=0, ptxas_log="", library="", timeout_s=600)
+PARAMS = dataclasses.replace(next(g for g in load_config(REPO / "gates").phase(1).gates if g.name == "build").params,
+                             ptxas_log="", library="", timeout_s=600)
 
 
 def build(tmp_path: Path, extra: str = "") -> str:

@@ -15,7 +15,8 @@ from conftest import make_context, workload
 from test_sanitizer_parser import FIXTURES
 
 from harness.config import ConfigError, load_config
-from harness.gates.sanitizer import SanitizerGate, SanitizerParams, driver_args, excerpt
+from harness.driver_args import driver_args
+from harness.gates.sanitizer import SanitizerGate, SanitizerParams, excerpt
 from harness.results import GateResult, Status
 from harness.sanitizer.model import TOOLS
 
@@ -166,7 +167,7 @@ def test_suppressed_finding_passes_and_is_marked(fake: Path) -> None:
 
 def test_driver_args() -> None:
     wl = workload("w", b=2, hq=8, hkv=2, sq=77, sk=130, d=256, dtype="fp16", causal=True)
-    assert driver_args(wl, 7, fault=3) == [
+    assert driver_args(wl, seed=7, fault=3) == [
         "--batch", "2", "--heads-q", "8", "--heads-kv", "2", "--seqlen-q", "77", "--seqlen-k", "130",
         "--head-dim", "256", "--dtype", "fp16", "--iters", "1", "--seed", "7", "--causal", "--fault", "3"]
 
@@ -200,3 +201,12 @@ def test_bad_params_are_config_errors(gates_dir: Path, key: str, value: object, 
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=why):
         load_config(gates_dir)
+
+
+def test_ncu_and_the_sanitizer_build_driver_flags_the_same_way() -> None:
+    from harness.ncu.runner import driver_command
+
+    wl = workload("w", b=2, hq=8, hkv=2, sq=77, sk=130, d=256, dtype="fp16", causal=True)
+    assert driver_command("drv", wl, 4, fault=4, extra=("--seed", "7")) == [
+        "drv", "--batch", "2", "--heads-q", "8", "--heads-kv", "2", "--seqlen-q", "77", "--seqlen-k", "130",
+        "--head-dim", "256", "--dtype", "fp16", "--iters", "4", "--causal", "--fault", "4", "--seed", "7"]

@@ -32,8 +32,8 @@ class BuildParams:
     ptxas_log: str = param()  # relative to the repository root
     library: str = param()
     timeout_s: int = param(gt=0)  # for `make build`
-    forbid_serialization_warnings: bool = param(default=True)
-    serialization_codes: tuple[str, ...] = param(default=("C7515", "C7517", "C7519"))
+    forbid_serialization_warnings: bool = param()
+    serialization_codes: tuple[str, ...] = param()  # "wgmma ... serialized" ptxas codes (gates/phases.yaml)
 
 
 def _short(name: str, width: int = 60) -> str:

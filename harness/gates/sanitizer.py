@@ -14,7 +14,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from harness.config import PHASES_FILE, ConfigError, Workload, param
+from harness.config import PHASES_FILE, ConfigError, param
+from harness.driver_args import driver_args
 from harness.env import find_cuda_tool
 from harness.gates import gpu
 from harness.gates.base import Gate, GateContext
@@ -68,13 +69,6 @@ class SanitizerParams:
     def plan(self) -> list[tuple[str, str]]:
         """(tool, workload) of every run, in order: tool by tool as `tools` lists them."""
         return [(tool, wl) for tool in self.tools for wl in self.workloads_for(tool)]
-
-
-def driver_args(wl: Workload, seed: int, fault: int = 0) -> list[str]:
-    """build/flashcore_driver flags for one workload (kernel/driver.cu); one iteration, no reference check."""
-    args = ["--batch", wl.batch, "--heads-q", wl.heads_q, "--heads-kv", wl.heads_kv, "--seqlen-q", wl.seqlen_q,
-            "--seqlen-k", wl.seqlen_k, "--head-dim", wl.head_dim, "--dtype", wl.dtype, "--iters", 1, "--seed", seed]
-    return [str(a) for a in args] + (["--causal"] if wl.causal else []) + (["--fault", str(fault)] if fault else [])
 
 
 def excerpt(text: str, limit: int) -> str:
@@ -165,7 +159,7 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None) -> GateResult:
                               fail_on_warnings=p.fail_on_warnings, suppressions=s.suppressions)
         seed = gpu.workload_seed(ctx.seed, ctx.spec.name, name)
         log_rel = f"{LOG_DIR}/{ctx.spec.name}/{tool}-{name}.log"
-        o = runner.check(s.sanitizer, tool, [str(driver), *driver_args(wl, seed, ctx.fault)],
+        o = runner.check(s.sanitizer, tool, [str(driver), *driver_args(wl, iters=1, seed=seed, fault=ctx.fault)],
                          ctx.run_dir / log_rel, opts, completion=COMPLETION)
         check, view = outcome_check(o, name), outcome_view(o, name, log_rel, p.report_log_chars)
         if budget is not None and by_budget and o.timed_out:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.config import Workload, param
+from harness.driver_args import driver_args
 from harness.env import find_cuda_tool
 from harness.ncu.diagnose import explain, no_kernels_profiled, profiler_errors
 from harness.ncu.parse import NcuCsv, NcuParseError, parse_csv
@@ -60,14 +61,7 @@ class Profile:
 
 
 def driver_command(driver: str, wl: Workload, iters: int, fault: int = 0, extra: Sequence[str] = ()) -> list[str]:
-    cmd = [driver, "--batch", str(wl.batch), "--heads-q", str(wl.heads_q), "--heads-kv", str(wl.heads_kv),
-           "--seqlen-q", str(wl.seqlen_q), "--seqlen-k", str(wl.seqlen_k), "--head-dim", str(wl.head_dim),
-           "--dtype", wl.dtype, "--iters", str(iters)]
-    if wl.causal:
-        cmd.append("--causal")
-    if fault:
-        cmd += ["--fault", str(fault)]  # test-only planted kernel fault (selftest)
-    return cmd + list(extra)
+    return [driver, *driver_args(wl, iters=iters, fault=fault, extra=extra)]  # fault: test-only (selftest)
 
 
 def profile_command(ncu: str, p: NcuParams, metrics: Sequence[str], export: Path, program: Sequence[str]) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from harness.bench import paired
 from harness.bench.record import Measurement
 from harness.bench.settings import OURS, BenchSettings
-from harness.config import Config, Workload
+from harness.schema import Config, Workload
 
 PROGRESS = "bench-progress"  # user_properties key of a test's one-line result
 

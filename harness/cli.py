@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.config import PHASES, Config, ConfigError, load_config
+from harness.config import load_config
 from harness.results import RunResult
+from harness.schema import PHASES, Config, ConfigError
 
 EXIT_CONFIG = 2
 # Test-only kernel faults (flashcore.attention's debug_fault): each must turn a gate red (make selftest).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.config import Workload
+from harness.schema import Workload
 
 
 def driver_args(wl: Workload, iters: int = 1, seed: int | None = None, fault: int = 0,

@@ -14,8 +14,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import Config, load_config
+from harness.config import load_config
 from harness.results import Status
+from harness.schema import Config
 
 Runner = Callable[[Config, Path], dict[str, Status]]
 

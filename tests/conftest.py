@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from harness.config import Config, GateSpec, Workload
 from harness.gates.base import GateContext
 from harness.gates.gpu import cuda_unavailable_reason
+from harness.schema import Config, GateSpec, Workload
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_SKIP_REASON = "needs an H100"

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from flashcore.tuning import DEFAULT, Entry, Table, TileConfig, dump_tables, parse_tables
-from harness.config import ConfigError, load_config
+from harness.config import load_config
 from harness.gates.autotune_table import Host, bucket, verdict_table
 from harness.results import Status
+from harness.schema import ConfigError
 from harness.tune import runner
 from harness.tune.settings import Space, load_tune_settings
 from harness.tune.space import candidates

@@ -11,7 +11,7 @@ from harness.bench import flops as fl
 from harness.bench.record import Measurement
 from harness.bench.settings import TimingParams
 from harness.bench.stats import percentile, summarize
-from harness.config import Workload
+from harness.schema import Workload
 
 
 def test_prefill_flops_match_the_anchor_convention() -> None:

@@ -13,7 +13,8 @@ import pytest
 from conftest import REPO
 
 from harness.bench.settings import BACKENDS, BASELINES, load_bench_settings
-from harness.config import ConfigError, load_config
+from harness.config import load_config
+from harness.schema import ConfigError
 from harness.selftest import CASES
 
 

@@ -12,9 +12,9 @@ from conftest import workload
 from fixtures.bench.synthesize import paired_rounds
 
 from harness.bench.record import Measurement, Run, not_available
-from harness.config import Workload
 from harness.gates import perf_verdict as pv
 from harness.results import Status
+from harness.schema import Workload
 
 PREFILL = workload("prefill-d128", b=4, hq=16, hkv=16, sq=8192, sk=8192, d=128)
 GPU = "NVIDIA H100 80GB HBM3"

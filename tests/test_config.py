@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.config import ConfigError, Workload, load_config
+from harness.config import load_config
+from harness.schema import ConfigError, Workload
 
 EXPECTED_WORKLOADS = [
     "prefill-d128", "prefill-d128-causal", "prefill-d64", "prefill-d256", "prefill-d128-fp16", "prefill-s1k-causal",

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import REPO, make_context
 
-from harness.config import Workload, load_config
+from harness.config import load_config
 from harness.gates import ncu as ncu_gate
 from harness.gates.base import GateContext
 from harness.gates.ncu import NcuThroughputParams, verdict_profile
 from harness.ncu.parse import parse_csv
 from harness.render import render_html
 from harness.results import GateResult, RunResult, Status
+from harness.schema import Workload
 from harness.selftest import CASES
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"

@@ -14,7 +14,7 @@ from conftest import make_context, workload
 from test_render_samples import gate, run_of
 from test_sanitizer_gate import install_fake, params
 
-from harness.config import ConfigError, load_config
+from harness.config import load_config
 from harness.gates import registry
 from harness.gates.sanitizer import SanitizerGate, run_sanitizer
 from harness.gates.sanitizer_all import SanitizerAllGate, SanitizerAllParams
@@ -22,6 +22,7 @@ from harness.render import render_html
 from harness.results import GateResult, Status
 from harness.sanitizer.budget import SUBJECT, Budget, budget_check
 from harness.sanitizer.model import TOOLS
+from harness.schema import ConfigError
 
 
 @pytest.fixture

@@ -14,11 +14,12 @@ import yaml
 from conftest import make_context, workload
 from test_sanitizer_parser import FIXTURES
 
-from harness.config import ConfigError, load_config
+from harness.config import load_config
 from harness.driver_args import driver_args
 from harness.gates.sanitizer import SanitizerGate, SanitizerParams, excerpt
 from harness.results import GateResult, Status
 from harness.sanitizer.model import TOOLS
+from harness.schema import ConfigError
 
 FAKE = """#!/bin/sh
 # Stand-in compute-sanitizer: replays $FAKE_DIR/<tool>.log and exits with $FAKE_DIR/<tool>.rc.

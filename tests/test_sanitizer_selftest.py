@@ -9,9 +9,9 @@ from types import MappingProxyType
 import pytest
 from test_sanitizer_gate import install_fake, params, replay
 
-from harness.config import Config, GateSpec, PhaseSpec
 from harness.results import Status
 from harness.sanitizer.model import TOOLS
+from harness.schema import Config, GateSpec, PhaseSpec
 from harness.selftest import CASES, _planted_sanitizer, judge
 
 BUGS = {"memcheck": ("oob", "leak"), "racecheck": ("race",), "synccheck": ("divergent", "mbar"),

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from test_sanitizer_parser import load
 
-from harness.config import ConfigError
 from harness.sanitizer.suppressions import Suppression, apply, load_suppressions
+from harness.schema import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 

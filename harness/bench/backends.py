@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.config import Workload
 from harness.gates import gpu
+from harness.schema import Workload
 
 if TYPE_CHECKING:
     import torch

@@ -25,7 +25,8 @@ from pathlib import Path
 from harness.bench import paired, report
 from harness.bench.record import Measurement, RecordError, Run, read_run, run_dict
 from harness.bench.settings import BACKENDS, OURS, BenchSettings, load_bench_settings
-from harness.config import ConfigError, Workload, load_config
+from harness.config import load_config
+from harness.schema import ConfigError, Workload
 
 EXIT_CONFIG = 2
 

@@ -8,7 +8,7 @@ Decode (memory-bound) is judged by the K and V bytes read: 2·B·Sk·Hkv·D·byt
 
 from __future__ import annotations
 
-from harness.config import Workload
+from harness.schema import Workload
 
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from harness.bench import flops as fl
 from harness.bench.stats import Summary, summarize
-from harness.config import Workload
+from harness.schema import Workload
 
 RUN_SCHEMA = "flashcore.bench-run/1"
 MEASUREMENT_SCHEMA = "flashcore.measurement/2"  # /1 (no rounds) still reads

@@ -14,7 +14,7 @@ from typing import Any
 from harness.bench import paired, plots
 from harness.bench.record import Measurement
 from harness.bench.settings import BACKENDS, OURS, Anchor
-from harness.config import Workload
+from harness.schema import Workload
 
 
 def _r(x: float | None, digits: int = 4) -> float | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from harness.config import DTYPES, HEAD_DIMS, Config, ConfigError, Workload, _read_yaml, param, parse_dataclass
+from harness.schema import DTYPES, HEAD_DIMS, Config, ConfigError, Workload, param, parse_dataclass, read_yaml
 
 BENCH_FILE = "bench.yaml"
 # Backend ids, in report order: FlashCore first, then the baselines.
@@ -189,7 +189,7 @@ def check_backends(file: Path | str, key: str, names: tuple[str, ...], allowed: 
             raise ConfigError(file, f"{key}[{i}]", n, f"unknown backend; known: {', '.join(allowed)}")
 
 
-def _mapping(file: Path, key: str, value: Any) -> Mapping[str, Any]:
+def mapping(file: Path, key: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(file, key, value, "must be a mapping (key: value lines)")
     return value
@@ -198,7 +198,7 @@ def _mapping(file: Path, key: str, value: Any) -> Mapping[str, Any]:
 def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettings:
     """Parse `<gates_dir>/bench.yaml` (or `file`) against the already loaded workloads."""
     file = Path(file) if file is not None else config.gates_dir / BENCH_FILE
-    data = _read_yaml(file, ("timing", "suite", "sweep", "stored_run", "anchors"))
+    data = read_yaml(file, ("timing", "suite", "sweep", "stored_run", "anchors"))
     for key in ("timing", "suite", "sweep", "stored_run"):
         if key not in data:
             raise ConfigError(file, key, None, "required")
@@ -214,7 +214,7 @@ def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettin
     stored = parse_dataclass(StoredRunParams, data["stored_run"], file, "stored_run")
     anchors = {
         str(name): parse_dataclass(Anchor, raw, file, f"anchors.{name}")
-        for name, raw in _mapping(file, "anchors", data.get("anchors") or {}).items()
+        for name, raw in mapping(file, "anchors", data.get("anchors") or {}).items()
     }
     swept = sweep_workloads(file, sweep, config.workloads)
     listed = expand(file, "suite.workloads", suite.workloads, config)

@@ -16,8 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from harness.config import ConfigError, _mapping, _read_yaml, param, parse_dataclass
 from harness.gates import gpu
+from harness.schema import ConfigError, mapping, param, parse_dataclass, read_yaml
 
 if TYPE_CHECKING:
     import torch
@@ -72,11 +72,11 @@ class Case:
 
 def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any]) -> Case:
     key = f"{kind}.{name}"
-    raw = dict(_mapping(file, key, raw))
+    raw = dict(mapping(file, key, raw))
     dim_keys = [k for k in raw if k in Dims.__dataclass_fields__]
     dims = parse_dataclass(Dims, {**defaults, **{k: raw.pop(k) for k in dim_keys}}, file, key)
     tensors = {t: parse_dataclass(TensorSpec, raw.pop(t), file, f"{key}.{t}") for t in TENSORS if t in raw}
-    call = dict(_mapping(file, f"{key}.call", raw.pop("call", None)))
+    call = dict(mapping(file, f"{key}.call", raw.pop("call", None)))
     for k in call:
         if k not in CALL_KEYS:
             raise ConfigError(file, f"{key}.call.{k}", call[k], f"unknown argument; allowed: {', '.join(CALL_KEYS)}")
@@ -124,12 +124,12 @@ class CaseTable:
 
 def load_cases(file: Path) -> CaseTable:
     """Every case of the file, rejects first; ConfigError names the file, key and value of any problem."""
-    data = _read_yaml(file, ("defaults", "reject", "accept"))
-    defaults = _mapping(file, "defaults", data.get("defaults"))
+    data = read_yaml(file, ("defaults", "reject", "accept"))
+    defaults = mapping(file, "defaults", data.get("defaults"))
     default_dims = parse_dataclass(Dims, defaults, file, "defaults")
     cases: list[Case] = []
     for kind in ("reject", "accept"):
-        for name, raw in _mapping(file, kind, data.get(kind)).items():
+        for name, raw in mapping(file, kind, data.get(kind)).items():
             if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
                 raise ConfigError(file, f"{kind}.{name}", name, "a case name is [a-z0-9._-]+")
             if any(c.name == name for c in cases):

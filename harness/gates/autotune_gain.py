@@ -14,13 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from flashcore.tuning import TileConfig
-from harness.config import Workload
 from harness.gates import gpu
 from harness.gates.autotune_table import bucket
 from harness.gates.base import GateContext
 from harness.gates.perf import PerfGate, run_perf
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
+from harness.schema import Workload
 
 
 def split_same_launch(workloads: Sequence[Workload], config_of: Callable[[Workload], TileConfig],

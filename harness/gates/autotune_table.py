@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashcore.tuning import ShapeKey, Table, TableError, parse_tables, shape_key
-from harness.config import Workload, param
 from harness.gates import gpu
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
+from harness.schema import Workload, param
 
 RETUNE = "re-run `make tune` on this GPU and commit the table"
 

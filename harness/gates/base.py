@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.config import Config, GateSpec, Workload
 from harness.results import Check, GateResult, Status, combine
+from harness.schema import Config, GateSpec, Workload
 
 
 def _no_step(_: str) -> None:

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.config import param
 from harness.env import find_cuda_tool
 from harness.gates.base import Gate, GateContext, margin_le
 from harness.gates.ptxas import PtxasReport, list_elf_archs, parse_ptxas
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
+from harness.schema import param
 
 LOG = "logs/build.log"
 CUOBJDUMP_LOG = "logs/cuobjdump.log"

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.config import Workload, param
 from harness.gates import gpu, reference
 from harness.gates.base import Gate, GateContext, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
+from harness.schema import Workload, param
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
-from harness.config import Workload, param
 from harness.gates import gpu
 from harness.gates.base import Gate, GateContext, finite_or_none
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
+from harness.schema import Workload, param
 
 
 @dataclass(frozen=True)

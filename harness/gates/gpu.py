@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.config import Workload
 from harness.results import Check, Status
+from harness.schema import Workload
 
 if TYPE_CHECKING:
     import torch

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.config import KINDS, param
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
 from harness.ncu import runner
 from harness.ncu.parse import Kernel, NcuCsv, group_kernels
 from harness.results import Check, GateResult, Status
+from harness.schema import KINDS, param
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.config import param
 from harness.gates.base import Gate, GateContext, summarize
 from harness.gates.ncu import short_name
 from harness.gates.registry import register
@@ -24,6 +23,7 @@ from harness.ncu import runner
 from harness.ncu.parse import NcuCsv, group_kernels
 from harness.ncu.stalls import Baseline, Stall, read_baseline, stall_columns, stall_table, total
 from harness.results import Check, GateResult, Status
+from harness.schema import param
 
 
 @dataclass(frozen=True, kw_only=True)

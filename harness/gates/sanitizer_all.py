@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.config import param
 from harness.gates.base import GateContext
 from harness.gates.registry import register
 from harness.gates.sanitizer import SanitizerGate, SanitizerParams, run_sanitizer
 from harness.results import GateResult
 from harness.sanitizer.budget import Budget
+from harness.schema import param
 
 
 @dataclass(frozen=True, kw_only=True)

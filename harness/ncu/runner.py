@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.config import Workload, param
 from harness.driver_args import driver_args
 from harness.env import find_cuda_tool
 from harness.ncu.diagnose import explain, no_kernels_profiled, profiler_errors
 from harness.ncu.parse import NcuCsv, NcuParseError, parse_csv
+from harness.schema import Workload, param
 
 if TYPE_CHECKING:  # a runtime import would be circular: harness.gates imports the ncu gates, which import this
     from harness.gates.base import GateContext

@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.config import ConfigError, _read_yaml, param, parse_dataclass
 from harness.sanitizer.model import TOOLS, Finding, SanitizerLog
+from harness.schema import ConfigError, param, parse_dataclass, read_yaml
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Suppression:
 
 def load_suppressions(path: Path) -> tuple[Suppression, ...]:
     """Parse the file; any problem (missing justification, bad regex, unknown key) is a ConfigError."""
-    data = _read_yaml(path, ("suppressions",))
+    data = read_yaml(path, ("suppressions",))
     entries = data.get("suppressions", None)
     if not isinstance(entries, list):
         raise ConfigError(path, "suppressions", entries, "must be a list of entries (`suppressions: []` for none)")

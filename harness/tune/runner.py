@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcore.tuning import DEFAULT, Entry, Table, TableError, TileConfig, dump_tables, parse_tables, shape_key
-from harness.config import Workload
+from harness.schema import Workload
 from harness.tune.settings import TuneSettings
 from harness.tune.space import candidates
 
@@ -142,8 +142,9 @@ def main(argv: list[str] | None) -> int:
     from harness import env
     from harness.bench.settings import load_bench_settings
     from harness.bench.timing import L2Flusher
-    from harness.config import ConfigError, load_config
+    from harness.config import load_config
     from harness.gates import gpu
+    from harness.schema import ConfigError
     from harness.tune.settings import load_tune_settings
 
     try:

@@ -9,7 +9,7 @@ from typing import Any
 
 from flashcore.tuning import SCHEDULES
 from harness.bench.settings import expand
-from harness.config import Config, ConfigError, Workload, _read_yaml
+from harness.schema import Config, ConfigError, Workload, read_yaml
 
 TUNE_FILE = "tune.yaml"
 
@@ -32,7 +32,7 @@ class TuneSettings:
 
 def load_tune_settings(config: Config, file: Path | None = None) -> TuneSettings:
     file = file or config.gates_dir / TUNE_FILE
-    data = _read_yaml(file, ("space", "workloads", "adopt_min_speedup", "table"))
+    data = read_yaml(file, ("space", "workloads", "adopt_min_speedup", "table"))
     if unknown := set(data) - {"space", "workloads", "adopt_min_speedup", "table"}:
         name = sorted(unknown)[0]
         raise ConfigError(file, name, data[name], "unknown key")

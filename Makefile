@@ -27,7 +27,10 @@ help:
 	@echo "make tune           GPU: time the kernel's tile configurations per shape bucket, write flashcore/tuned.yaml"
 	@echo "make test           CPU suite: set up .venv, ruff, mypy, pytest (GPU tests deselected and counted)"
 	@echo "make clean          remove $(BUILD_DIR)/ and tool caches; 'make distclean' also removes the venvs"
+	@echo "make planted        build the planted-bug binary the sanitizer selftest runs (tests/planted/)"
+	@echo "make kernel-id      print the hash of the kernel sources (fc_kernel_id; the tuned table is keyed by it)"
 	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' PYTEST_ARGS='$(PYTEST_ARGS)'"
+	@echo "           BENCH_ARGS='$(BENCH_ARGS)' TUNE_ARGS='$(TUNE_ARGS)' NVCC_EXTRA='$(NVCC_EXTRA)' (kernel/kernel.mk)"
 
 # The build gate runs the build itself, so a failing build still yields a report.
 $(addprefix gate-phase,$(PHASES)): gate-phase%:

@@ -248,6 +248,11 @@ def select(names: str | None) -> list[Case]:
 
 def main(gates_dir: Path = Path("gates"), cases: str | None = None) -> int:
     chosen = select(cases)
+    from harness.gates import gpu
+
+    if why := gpu.cuda_unavailable_reason():  # every case plants a fault in a GPU run: without one, none can judge
+        print(f"selftest: needs an SM 9.0 GPU, none here ({why}); nothing was run", file=sys.stderr)
+        return 1
     config = load_config(gates_dir)
     root = Path("reports") / f"selftest-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}"
     rows = []

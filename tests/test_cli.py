@@ -139,3 +139,36 @@ def test_terminal_table_lists_gates_and_the_checks_that_failed() -> None:
     assert "    - s17-causal err_vs_fp32: FAIL: max|ours-ref32| 0.005" in lines
     assert "verdict: FAIL  (1 of 2 gates did not pass)" in lines
     assert lines[-1] == "a notice"
+
+
+def test_list_into_a_closed_pipe_ends_quietly() -> None:
+    import subprocess
+
+    for reader in ("head -1", "true"):  # reads a line and leaves / never reads
+        proc = subprocess.run(f"{sys.executable} -m harness list | {reader}", shell=True, capture_output=True,
+                              text=True, cwd=Path(__file__).resolve().parent.parent)
+        assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_selftest_without_a_gpu_says_so_and_runs_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import selftest
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(selftest, "judge", lambda *a: pytest.fail("a case ran"))
+    assert selftest.main() == 1
+    assert "needs an SM 9.0 GPU" in capsys.readouterr().err
+
+
+def test_make_help_names_every_target_and_variable() -> None:
+    import re
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    text = subprocess.run(["make", "-s", "help"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    makefiles = (repo / "Makefile").read_text() + (repo / "kernel/kernel.mk").read_text()
+    phony = {t for line in re.findall(r"^\.PHONY:(.*)$", makefiles, re.M) for t in line.split()}
+    phony = {t for t in phony if not t.startswith("$(") and not t.startswith("gate-phase")} - {"help", "distclean"}
+    assert {t for t in phony if f"make {t}" not in text and f"| {t}" not in text} == set()
+    variables = set(re.findall(r"^(\w+)\s*\?=", makefiles, re.M))
+    assert {v for v in variables if f"{v}=" not in text} == set()

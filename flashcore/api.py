@@ -151,13 +151,22 @@ def kernel_id() -> str:
     return raw.decode() if raw else ""
 
 
+@lru_cache(maxsize=8)
+def block_n_options(head_dim: int) -> tuple[int, ...]:
+    """fc_block_n_options(): the BLOCK_N values the loaded library compiled for `head_dim` (empty if none)."""
+    buf = (ctypes.c_int32 * 4)()
+    return tuple(buf[i] for i in range(_lib.load().fc_block_n_options(head_dim, buf, 4)))
+
+
 def tile_config(call: Call, index: int, name: str) -> tuning.TileConfig:
     """The call's tile configuration: its own, else the tuned table's for its bucket on this GPU and kernel. In
     deterministic mode the table never picks block_n (the one knob that moves the last bits; tables differ per GPU)."""
     if call.tile is not None:
         return call.tile
+    import torch
+
     q, k = call.q, call.k
-    dtype = "bf16" if str(q.dtype) == "torch.bfloat16" else "fp16"
+    dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
     key = tuning.shape_key(q.shape[3], dtype, call.causal, q.shape[2], k.shape[2], q.shape[1], k.shape[1])
     config = tuning.config_for(key, name, _sm_count(index), kernel_id())
     return replace(config, block_n=0) if call.deterministic else config

@@ -130,7 +130,8 @@ class Table:
         return self.gpu == gpu and self.sm_count == sm_count
 
 
-_KEY_FIELDS = {f.name: f.type for f in fields(ShapeKey)}
+_KEY_TYPES: dict[str, type] = {"head_dim": int, "dtype": str, "causal": bool, "mode": str, "group": int, "seqlen": int}
+assert list(_KEY_TYPES) == [f.name for f in fields(ShapeKey)]
 _CONFIG_FIELDS = {f.name for f in fields(TileConfig)}
 _TABLE_KEYS = {"gpu", "sm_count", "kernel_id", "tuned_at", "commit", "entries"}
 
@@ -177,14 +178,13 @@ def _parse_table(raw: Any, source: str, where: str) -> Table:
 def _parse_entry(raw: Any, source: str, where: str) -> Entry:
     if not isinstance(raw, dict):
         raise TableError(source, where, raw, "expected a mapping")
-    allowed = set(_KEY_FIELDS) | _CONFIG_FIELDS | {"speedup"}
+    allowed = set(_KEY_TYPES) | _CONFIG_FIELDS | {"speedup"}
     if unknown := set(raw) - allowed:
         name = sorted(unknown)[0]
         raise TableError(source, f"{where}.{name}", raw[name], "unknown key")
     key_args: dict[str, Any] = {}
-    for name in _KEY_FIELDS:
+    for name, want in _KEY_TYPES.items():
         value = raw.get(name)
-        want = {"head_dim": int, "dtype": str, "causal": bool, "mode": str, "group": int, "seqlen": int}[name]
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
             raise TableError(source, f"{where}.{name}", value, f"required, a {want.__name__}")
         key_args[name] = value

@@ -11,12 +11,12 @@ import pytest
 
 from flashcore.tuning import DEFAULT, Entry, Table, TileConfig, dump_tables, parse_tables
 from harness.config import load_config
-from harness.gates.autotune_table import Host, bucket, verdict_table
+from harness.gates.autotune_table import Host, verdict_table
 from harness.results import Status
 from harness.schema import ConfigError
 from harness.tune import runner
 from harness.tune.settings import Space, load_tune_settings
-from harness.tune.space import candidates
+from harness.tune.space import bucket, candidates
 
 HOST = Host("NVIDIA H100 80GB HBM3", 132, "k1", {64: (128,), 128: (128, 176), 256: (80,)})
 

@@ -8,17 +8,18 @@ gate's workloads has an entry. A failure says to re-run `make tune` on this GPU 
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from flashcore.tuning import ShapeKey, Table, TableError, parse_tables, shape_key
+from flashcore.tuning import Table, TableError, parse_tables
 from harness.gates import gpu
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
+from harness.tune.space import bucket
 
 RETUNE = "re-run `make tune` on this GPU and commit the table"
 
@@ -34,10 +35,6 @@ class Host:
     sm_count: int
     kernel_id: str
     compiled: Mapping[int, tuple[int, ...]]  # head dim -> fc_block_n_options
-
-
-def bucket(wl: Workload) -> ShapeKey:
-    return shape_key(wl.head_dim, wl.dtype, wl.causal, wl.heads_q, wl.heads_kv, wl.seqlen_q, wl.seqlen_k)
 
 
 # ---- verdict (pure) -------------------------------------------------------------------------------
@@ -90,11 +87,9 @@ def _entry_checks(table: Table, host: Host) -> list[Check]:
 # ---- measuring ------------------------------------------------------------------------------------
 
 
-def host_of(fc: object, gpu_name: str, sm_count: int) -> Host:
-    lib = fc._lib.load()  # type: ignore[attr-defined]
-    buf = (ctypes.c_int32 * 4)()
-    compiled = {d: tuple(buf[i] for i in range(lib.fc_block_n_options(d, buf, 4))) for d in (64, 128, 256)}
-    return Host(gpu_name, sm_count, fc.api.kernel_id(), compiled)  # type: ignore[attr-defined]
+def host_of(fc: Any, gpu_name: str, sm_count: int) -> Host:
+    compiled = {d: fc.api.block_n_options(d) for d in fc.api.SUPPORTED_HEAD_DIMS}
+    return Host(gpu_name, sm_count, fc.api.kernel_id(), compiled)
 
 
 @register("autotune-table")

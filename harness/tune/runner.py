@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flashcore.tuning import DEFAULT, Entry, Table, TableError, TileConfig, dump_tables, parse_tables, shape_key
+from flashcore.tuning import DEFAULT, Entry, ShapeKey, Table, TableError, TileConfig, dump_tables, parse_tables
 from harness.schema import Workload
 from harness.tune.settings import TuneSettings
-from harness.tune.space import candidates
+from harness.tune.space import bucket, candidates
 
 PROGRESS = "progress.jsonl"
 
@@ -61,26 +61,19 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
     from harness.gates import gpu
 
     q, k, v = gpu.make_inputs(wl, seed, "cuda")
-    lib = fc._lib.load()
-    import ctypes
-
-    buf = (ctypes.c_int32 * 4)()
-    compiled = tuple(buf[i] for i in range(lib.fc_block_n_options(wl.head_dim, buf, 4)))
+    compiled = fc.api.block_n_options(wl.head_dim)
     valid, rejected = candidates(settings.space, compiled)
     default_plan = plan_key(fc, q, k, v, wl.causal, DEFAULT)
-    seen = {default_plan}
-    distinct = []
+    plans = {default_plan: DEFAULT}  # launch plan -> the first point that makes it
     for cand in valid:
-        pk = plan_key(fc, q, k, v, wl.causal, cand)
-        if pk not in seen:
-            seen.add(pk)
-            distinct.append(cand)
+        plans.setdefault(plan_key(fc, q, k, v, wl.causal, cand), cand)
+    distinct = [(cand, pk) for pk, cand in plans.items() if cand is not DEFAULT]
     ref, _ = fc.attention(q, k, v, causal=wl.causal, tile=DEFAULT)
     checked: list[TileConfig] = []
     wrong: list[TileConfig] = []
-    for cand in distinct:
+    for cand, pk in distinct:
         out, _ = fc.attention(q, k, v, causal=wl.causal, tile=cand)
-        same_tiles = plan_key(fc, q, k, v, wl.causal, cand)[0] == default_plan[0]
+        same_tiles = pk[0] == default_plan[0]
         ok = torch.equal(out, ref) if same_tiles else bool((out.float() - ref.float()).abs().max() <= 2e-2)
         (checked if ok else wrong).append(cand)
     outs = {c.label: gpu.poisoned_outputs(wl, "cuda") for c in [DEFAULT, *checked]}
@@ -104,8 +97,7 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
     adopt = best is not None and best["speedup"] >= settings.adopt_min_speedup
     chosen = TileConfig(**best["config"]) if adopt and best else DEFAULT
     return {
-        "workload": wl.name, "shape": wl.label, "key": dataclasses.asdict(shape_key(
-            wl.head_dim, wl.dtype, wl.causal, wl.heads_q, wl.heads_kv, wl.seqlen_q, wl.seqlen_k)),
+        "workload": wl.name, "shape": wl.label, "key": dataclasses.asdict(bucket(wl)),
         "compiled_block_n": list(compiled), "default_plan": list(default_plan),
         "default_median_ms": statistics.median(base) if base else None,
         "rejected": [{"config": dataclasses.asdict(c), "why": why} for c, why in rejected],
@@ -194,8 +186,6 @@ def main(argv: list[str] | None) -> int:
     environment = env.collect(Path.cwd())
     table = Table(name, sms, kernel_id, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                   str(environment.get("git_commit") or ""))
-    from flashcore.tuning import ShapeKey
-
     for rec in records.values():
         key = ShapeKey(**rec["key"])
         table.entries[key] = Entry(key, TileConfig(**rec["chosen"]), rec["speedup"])

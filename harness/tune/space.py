@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from flashcore.tuning import DEFAULT, TileConfig
+from flashcore.tuning import DEFAULT, ShapeKey, TileConfig, shape_key
+from harness.schema import Workload
 from harness.tune.settings import Space
+
+
+def bucket(wl: Workload) -> ShapeKey:
+    """The table bucket a workload falls in (flashcore/tuning.py), as flashcore.attention looks it up."""
+    return shape_key(wl.head_dim, wl.dtype, wl.causal, wl.heads_q, wl.heads_kv, wl.seqlen_q, wl.seqlen_k)
 
 
 def candidates(space: Space, compiled: tuple[int, ...]) -> tuple[list[TileConfig], list[tuple[TileConfig, str]]]:

@@ -197,6 +197,8 @@ class _StrictLoader(yaml.SafeLoader):
 def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden here
+            continue
         k = loader.construct_object(key_node, deep=True)
         if k in seen:
             raise yaml.constructor.ConstructorError(

@@ -190,6 +190,8 @@ CASES = (
     Case("clean", _phase1(0), None, "the real kernel passes every phase-1 gate"),
     Case("tail-mask", _phase1(1), "correctness", "key seqlen_k leaks past the tail mask"),
     Case("skip-row", _phase1(3), "correctness", "the first row of every query tile is never written"),
+    Case("long-skip-row", _one_gate("correctness-long", 3), "correctness-long",
+         "the first row of every query tile is never written, at 64K and 128K tokens (blocked fp32 reference)"),
     Case("nondeterministic", _phase1(2), "determinism", "a racy global accumulation feeds the output"),
     Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
     Case("slow-loads", _one_gate("ncu-dram", 4), "ncu-dram",

@@ -131,8 +131,9 @@ def test_faster_than_fa2_and_stable_passes(config: Config, tmp_path: Path, store
     workloads = {w["name"] for w in result.details["workloads"]}
     assert {"prefill-d128", "sweep-s2048", "sweep-s32768-causal"} <= workloads  # prefill set + the sweep
     assert "decode" not in workloads  # memory-bound: gated by ncu-dram, shown by perf-cudnn, not against FA2
-    # the 5 prefill workloads of the stored run + 10 sweep points, two of them those workloads (S = 8K)
-    assert len(workloads) == 13
+    # the 5 prefill workloads of the stored run + 14 sweep points, two of them those workloads (S = 8K)
+    assert len(workloads) == 17
+    assert {"long-128k", "long-128k-causal"} <= workloads  # batch-1 points past 32K tokens
     per_workload = {c.metric for c in result.checks if c.workload == "prefill-d128"}
     assert per_workload == {"rel_std[speed_vs_fa2]", "speed_vs_fa2", "slowdown_vs_stored"}
     assert not any(c.metric.endswith("fa3") for c in result.checks)  # shown only
@@ -158,14 +159,15 @@ def test_sweep_points_of_one_causal_mode_share_their_rounds(config: Config, tmp_
     monkeypatch.setattr(runner, "shared", shared)
     perf.run_perf(context(config, "perf-fa2", tmp_path / "run", regression=False))
     groups = made[0].groups
-    assert ["sweep-s2048", "sweep-s4096", "prefill-d128", "sweep-s16384", "sweep-s32768"] in groups
+    assert ["sweep-s2048", "sweep-s4096", "prefill-d128", "sweep-s16384", "sweep-s32768", "long-64k",
+            "long-128k"] in groups
     assert ["prefill-d64"] in groups and len(groups) == 5  # 3 prefill workloads alone + 2 sweep modes
 
 
 def test_report_section_has_tables_charts_and_the_missing(config: Config, tmp_path: Path, stored: Path) -> None:
     result = perf.run_perf(context(config, "perf-fa2", tmp_path / "run"), stored_path=stored)
     text = html(result)
-    assert text.count('<table class="bench"') == 13 and 'data-workload="prefill-d64"' in text  # one per workload
+    assert text.count('<table class="bench"') == 17 and 'data-workload="prefill-d64"' in text  # one per workload
     row = text[text.index('data-workload="prefill-d128"'):]
     row = row[row.index('data-backend="fa3"'):row.index("</tr>", row.index('data-backend="fa3"'))]
     assert "625" in row and "0.640" in row  # FA3 at its anchor; FlashCore speed / FA3's = 400 / 625
@@ -321,7 +323,7 @@ def test_without_matplotlib_the_report_keeps_its_tables(config: Config, tmp_path
     assert result.status is Status.PASS and result.details["plots"]["ratio_svg"] is None
     text = html(result)
     assert "<svg" not in text and "no chart (matplotlib cannot be imported" in text
-    assert text.count('<table class="bench"') == 13
+    assert text.count('<table class="bench"') == 17
 
 
 def test_unknown_backend_in_yaml_is_an_error(config: Config, tmp_path: Path,
@@ -342,7 +344,7 @@ def sweep_rate(at_32k: float) -> Rate:
     def f(wl: Workload, backend: str) -> float | None:
         if backend != "flashcore":
             return ANCHORS[backend]
-        return at_32k if wl.seqlen_q == 32768 else {2048: 560.0, 4096: 600.0, 8192: 620.0, 16384: 610.0}[wl.seqlen_q]
+        return at_32k if wl.seqlen_q >= 32768 else {2048: 560.0, 4096: 600.0, 8192: 620.0, 16384: 610.0}[wl.seqlen_q]
 
     return f
 
@@ -364,8 +366,8 @@ def test_scaling_gate(config: Config, tmp_path: Path, gpu_stand_in: Callable[[Ra
 
 def test_scaling_seqlen_outside_the_sweep_is_an_error(config: Config, tmp_path: Path,
                                                       gpu_stand_in: Callable[[Rate], None]) -> None:
-    result = scaling.ScalingGate().run(context(config, "scaling", tmp_path / "run", judged_seqlens=(65536,)))
-    assert result.status is Status.ERROR and "judged_seqlens[0] = 65536" in result.message
+    result = scaling.ScalingGate().run(context(config, "scaling", tmp_path / "run", judged_seqlens=(3000,)))
+    assert result.status is Status.ERROR and "judged_seqlens[0] = 3000" in result.message
 
 
 @pytest.mark.parametrize(("case", "expected"), [

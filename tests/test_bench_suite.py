@@ -35,7 +35,7 @@ def test_suite_is_one_gpu_benchmark_per_workload_and_backend() -> None:
     settings = load_bench_settings(load_config(REPO / "gates"))
     expected = [f"{w.name}-{b}" for w in settings.suite_workloads for b in settings.suite.backends]
     assert [line.split("[", 1)[1].rstrip("]") for line in listed] == expected
-    assert len(expected) == 20 * 6  # perf set (12) + sweep points not in it (8), x 6 backends
+    assert len(expected) == 24 * 6  # perf set (12) + sweep points not in it (12), x 6 backends
     out = collect("bench", "-m", "not gpu")
     assert "::test_attention[" not in out and f"{len(expected)} deselected" in out  # every item is marked gpu
 
@@ -43,7 +43,7 @@ def test_suite_is_one_gpu_benchmark_per_workload_and_backend() -> None:
 def test_suite_selection_options() -> None:
     out = collect("bench", "--bench-workloads=decode,sweep", "--bench-backends=flashcore,fa3")
     ids = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "::test_attention[" in line]
-    assert ids[:2] == ["decode-flashcore", "decode-fa3"] and len(ids) == 2 * 11
+    assert ids[:2] == ["decode-flashcore", "decode-fa3"] and len(ids) == 2 * 15
     assert "sweep-s32768-causal-fa3" in ids and "prefill-d128-causal-flashcore" in ids  # the sweep's S=8192 point
     assert "unknown backend" in collect("bench", "--bench-backends=fa9")
 
@@ -52,7 +52,9 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     config = load_config(gates_dir)
     s = load_bench_settings(config)
     assert (s.timing.flush_mib, s.timing.min_reps) == (256, 20)  # > 5x the 50 MB L2; a spread needs reps
-    assert [w.batch * w.seqlen_q for w in s.sweep_workloads] == [s.sweep.tokens] * 10
+    assert [w.batch * w.seqlen_q for w in s.sweep_workloads] == [max(s.sweep.tokens, w.seqlen_q)
+                                                               for w in s.sweep_workloads]
+    assert [w.batch for w in s.sweep_workloads if w.seqlen_q > s.sweep.tokens] == [1, 1, 1, 1]  # 64K, 128K x 2
     assert {w.name for w in s.sweep_workloads} >= {"prefill-d128", "prefill-d128-causal"}  # measured once
     anchor = s.anchor_for(config.workloads["prefill-d128"])
     assert anchor is not None and (anchor.fa2, anchor.cudnn, anchor.fa3) == (351, 591, 625)  # ROADMAP
@@ -63,7 +65,8 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     assert s.stored_run.reference_for(config.workloads["prefill-d128"]) == "fa2"
     assert s.stored_run.reference_for(config.workloads["decode"]) == "cudnn"
     groups = [[w.name for w in g] for g in s.pairing_groups(s.suite_workloads)]
-    assert groups[0] == ["sweep-s2048", "sweep-s4096", "prefill-d128", "sweep-s16384", "sweep-s32768"]
+    assert groups[0] == ["sweep-s2048", "sweep-s4096", "prefill-d128", "sweep-s16384", "sweep-s32768", "long-64k",
+                         "long-128k"]
     assert ["decode"] in groups and ["decode-b1-gqa"] in groups and len(groups) == 12  # 10 alone + 2 sweep modes
     for phase in config.phases:
         for g in phase.gates:

@@ -19,7 +19,8 @@ EXPECTED_WORKLOADS = [
     "prefill-d128", "prefill-d128-causal", "prefill-d64", "prefill-d256", "prefill-d128-fp16", "prefill-s1k-causal",
     "prefill-s2k-causal", "prefill-s2k-d64-causal", "prefill-gqa-causal", "prefill-odd-heads",
     "check-d128", "check-d128-causal", "check-d64", "check-d256", "check-fp16", "check-s1k-causal", "check-s2k-causal",
-    "check-s2k-d64-causal", "check-gqa-causal", "long-64k-causal", "long-128k-causal", "decode", "decode-gqa",
+    "check-s2k-d64-causal", "check-gqa-causal", "long-64k", "long-128k", "long-64k-causal", "long-128k-causal",
+    "decode", "decode-gqa",
     "decode-b1-gqa",
     "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
     "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode", "san-split", "san-tiles-d128", "san-tiles-d256",
@@ -37,7 +38,7 @@ def test_repository_config_loads(gates_dir: Path) -> None:
     assert config.workloads["sq1000-sk300-causal"].dtype == "fp16"
     # `all` leaves the long-context kind out (minutes per fp32 reference or sanitizer run); gates name the set
     assert [n for n in config.sets["all"]] == [n for n in EXPECTED_WORKLOADS if not n.startswith("long-")]
-    assert config.sets["long-context"] == ("long-64k-causal", "long-128k-causal")
+    assert config.sets["long-context"] == ("long-64k", "long-64k-causal", "long-128k", "long-128k-causal")
     assert [p.number for p in config.phases] == [1, 2, 3, 4, 5, 6, 7]
     assert [g.name for g in config.phase(1).gates] == ["build", "correctness", "determinism", "sanitizer"]
     assert [g.name for g in config.phase(4).gates] == ["ncu-stalls", "perf-cudnn", "perf-fa3", "ncu-sm-pipeline"]

@@ -89,7 +89,7 @@ def throughput_vs_seqlen(panels: Mapping[str, Mapping[str, Sequence[tuple[int, f
         ax.set_xticks(seqlens, [f"{s // 1024}K" if s >= 1024 else str(s) for s in seqlens], fontsize=8)
         ax.minorticks_off()
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("sequence length (tokens per batch fixed)")
+        ax.set_xlabel("sequence length (tokens per batch fixed; batch 1 past them)")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)

@@ -70,7 +70,8 @@ class SuiteParams:
 
 @dataclass(frozen=True)
 class SweepParams:
-    """TFLOPS against sequence length at a fixed number of tokens per batch (batch = tokens / seqlen)."""
+    """TFLOPS against sequence length at a fixed number of tokens per batch (batch = tokens / seqlen; a seqlen
+    above `tokens` runs at batch 1)."""
 
     tokens: int = param(gt=0)
     heads: int = param(gt=0)
@@ -156,12 +157,13 @@ def sweep_workloads(file: Path, sweep: SweepParams, named: Mapping[str, Workload
     out: list[Workload] = []
     for causal in sweep.causal:
         for i, s in enumerate(sweep.seqlens):
-            batch = sweep.tokens // s
-            if batch * s != sweep.tokens:
-                raise ConfigError(file, f"sweep.seqlens[{i}]", s, f"must divide sweep.tokens ({sweep.tokens})")
+            batch = max(1, sweep.tokens // s)
+            if s <= sweep.tokens and batch * s != sweep.tokens:
+                raise ConfigError(file, f"sweep.seqlens[{i}]", s,
+                                  f"must divide sweep.tokens ({sweep.tokens}) or exceed it (batch 1)")
             name = f"sweep-s{s}" + ("-causal" if causal else "")
             wl = Workload(name, batch, sweep.heads, sweep.heads, s, s, sweep.head_dim, sweep.dtype, causal,
-                          "compute-bound", f"scaling sweep: {sweep.tokens} tokens per batch")
+                          "compute-bound", f"scaling sweep: {batch * s} tokens per batch")
             existing = next((w for w in named.values() if _same_shape(w, wl)), None)
             if existing is None and name in named:
                 raise ConfigError(file, f"sweep.seqlens[{i}]", s,

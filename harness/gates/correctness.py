@@ -193,3 +193,8 @@ class CorrectnessGate(Gate):
         if isinstance(fc, GateResult):
             return fc
         return check_workloads(ctx, fc, "cuda")
+
+
+@register("correctness-long")
+class LongCorrectnessGate(CorrectnessGate):
+    """The same gate on the long-context workloads (phase 6): its own name, so its verdict and time show apart."""

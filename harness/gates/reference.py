@@ -1,4 +1,5 @@
-"""References for the correctness gate: an fp32 attention computed in head chunks, and torch SDPA.
+"""References for the correctness gate: an fp32 attention computed in chunks (heads, or query rows of one head
+when a head does not fit: S = 128K), and torch SDPA.
 
 Layouts follow kernel/flashcore.h: q [B,Sq,Hq,D], k and v [B,Sk,Hkv,D], out [B,Sq,Hq,D], lse [B,Hq,Sq].
 Causal masking is bottom-right aligned: query i sees key j iff j <= i + (Sk - Sq). A query row that sees no
@@ -22,11 +23,7 @@ def empty_rows(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
 
 def visible_mask(seqlen_q: int, seqlen_k: int, device: torch.device | str) -> torch.Tensor:
     """[Sq, Sk] bool, True where key j is visible to query i under the bottom-right causal rule."""
-    import torch
-
-    i = torch.arange(seqlen_q, device=device)[:, None]
-    j = torch.arange(seqlen_k, device=device)[None, :]
-    return j <= i + (seqlen_k - seqlen_q)
+    return visible_rows(0, seqlen_q, seqlen_q, seqlen_k, device)
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -71,59 +68,97 @@ def _amax(x: torch.Tensor) -> float:
     return float(x.abs().float().max())
 
 
-def rows_per_chunk(seqlen_q: int, seqlen_k: int, head_dim: int, budget_bytes: int) -> int:
-    """How many (batch, head) rows fit the fp32 working set: S [Sq,Sk], q [Sq,D], k and v [Sk,D], out [Sq,D]."""
-    per_row = 4 * (seqlen_q * seqlen_k + 2 * seqlen_q * head_dim + 2 * seqlen_k * head_dim)
-    return max(1, budget_bytes // per_row)
+def chunking(seqlen_q: int, seqlen_k: int, head_dim: int, budget_bytes: int) -> tuple[int, int]:
+    """(heads, query rows) per chunk of the fp32 reference so its working set stays within the budget: whole
+    (batch, head) rows while one fits (S [Sq,Sk] fp32, its mask, q / ref / difference rows, k and v), else one head
+    in blocks of query rows (S = 128K: one head's S alone is 64 GB)."""
+    per_q_row = 4 * (seqlen_k + 3 * head_dim) + seqlen_k  # S row fp32, q / ref / diff rows, mask row (bool)
+    per_head_kv = 4 * 2 * seqlen_k * head_dim
+    per_head = seqlen_q * per_q_row + per_head_kv
+    if per_head <= budget_bytes:
+        return budget_bytes // per_head, seqlen_q
+    return 1, max(1, (budget_bytes - per_head_kv) // per_q_row)
+
+
+def visible_rows(first: int, end: int, seqlen_q: int, seqlen_k: int, device: torch.device | str) -> torch.Tensor:
+    """Rows first..end-1 of visible_mask, without building the whole [Sq, Sk] mask."""
+    import torch
+
+    i = torch.arange(first, end, device=device)[:, None]
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    return j <= i + (seqlen_k - seqlen_q)
 
 
 def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, ours: torch.Tensor,
             ours_lse: torch.Tensor, sdpa_out: torch.Tensor, budget_bytes: int) -> ErrorStats:
-    """Compute the fp32 reference chunk by chunk over (batch, head) and reduce the errors of ours and SDPA."""
+    """Compute the fp32 reference chunk by chunk (chunking()) and reduce the errors of ours and SDPA."""
     import torch
 
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(d)
     q_bh, k_bh, v_bh = q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)
     ours_bh, sdpa_bh = ours.permute(0, 2, 1, 3), sdpa_out.permute(0, 2, 1, 3)
-    mask = visible_mask(sq, sk, q.device) if causal else None
-    row_visible = torch.arange(sq, device=q.device) >= empty_rows(sq, sk, causal)  # [Sq]
-    err_ours = err_sdpa = diff_sdpa = lse_err = 0.0
-    lse_bad = 0
-    n = rows_per_chunk(sq, sk, d, budget_bytes)
+    acc = _Errors()
+    heads, rows = chunking(sq, sk, d, budget_bytes)
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true fp32
     try:
-        for start in range(0, b * hq, n):
-            idx = torch.arange(start, min(start + n, b * hq), device=q.device)
+        for start in range(0, b * hq, heads):
+            idx = torch.arange(start, min(start + heads, b * hq), device=q.device)
             bi, hi = idx // hq, idx % hq
             ki = hi // (hq // hkv)
-            q32 = q_bh[bi, hi].float()  # [n, Sq, D]
             k32, v32 = k_bh[bi, ki].float(), v_bh[bi, ki].float()  # [n, Sk, D]
-            s = torch.bmm(q32, k32.transpose(1, 2)).mul_(scale)  # [n, Sq, Sk]
-            if mask is not None:
-                s.masked_fill_(~mask, float("-inf"))
-            m = s.amax(dim=-1, keepdim=True)
-            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-            p = s.sub_(m).exp_()
-            denom = p.sum(dim=-1, keepdim=True)
-            ref = torch.bmm(p, v32) / denom.clamp_min(torch.finfo(torch.float32).tiny)
-            ref[:, ~row_visible] = 0.0
-            lse_ref = (m + denom.log()).squeeze(-1)  # [n, Sq], -inf where no key is visible
-            del s, p
-            o, so = ours_bh[bi, hi], sdpa_bh[bi, hi]
-            err_ours = nanmax(err_ours, _amax(o.float() - ref))
-            err_sdpa = nanmax(err_sdpa, _amax(so.float() - ref))
-            diff_sdpa = nanmax(diff_sdpa, _amax(o.float() - so.float()))
-            lse = ours_lse[bi, hi]  # [n, Sq]
-            bad = (row_visible & ~torch.isfinite(lse)) | (~row_visible & (lse != float("-inf")))
-            lse_bad += int(bad.sum())
-            good = row_visible & torch.isfinite(lse)
-            lse_err = nanmax(lse_err, _amax((lse - lse_ref)[good]))
+            for r0 in range(0, sq, rows):
+                r1 = min(sq, r0 + rows)
+                rs = slice(r0, r1)
+                ref, lse_ref = _attention32(q_bh[bi, hi, rs].float(), k32, v32, d,
+                                            visible_rows(r0, r1, sq, sk, q.device) if causal else None)
+                row_visible = torch.arange(r0, r1, device=q.device) >= empty_rows(sq, sk, causal)
+                ref[:, ~row_visible] = 0.0
+                acc.add(ours_bh[bi, hi, rs], sdpa_bh[bi, hi, rs], ref, ours_lse[bi, hi, rs], lse_ref, row_visible)
+                del ref, lse_ref
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
-    return ErrorStats(err_ours, err_sdpa, diff_sdpa, lse_err, lse_bad)
+    return ErrorStats(acc.err_ours, acc.err_sdpa, acc.diff_sdpa, acc.lse_err, acc.lse_bad)
+
+
+def _attention32(q32: torch.Tensor, k32: torch.Tensor, v32: torch.Tensor, d: int, mask: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 attention of q32 [n, r, D] over k32, v32 [n, Sk, D]: (out [n, r, D], LSE [n, r], -inf on empty rows)."""
+    import torch
+
+    s = torch.bmm(q32, k32.transpose(1, 2)).mul_(1.0 / math.sqrt(d))  # [n, r, Sk]
+    if mask is not None:
+        s.masked_fill_(~mask, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = s.sub_(m).exp_()
+    denom = p.sum(dim=-1, keepdim=True)
+    ref = torch.bmm(p, v32) / denom.clamp_min(torch.finfo(torch.float32).tiny)
+    return ref, (m + denom.log()).squeeze(-1)
+
+
+@dataclass
+class _Errors:
+    """Running maxima of compare() over chunks (NaN sticks)."""
+
+    err_ours: float = 0.0
+    err_sdpa: float = 0.0
+    diff_sdpa: float = 0.0
+    lse_err: float = 0.0
+    lse_bad: int = 0
+
+    def add(self, o: torch.Tensor, so: torch.Tensor, ref: torch.Tensor, lse: torch.Tensor, lse_ref: torch.Tensor,
+            row_visible: torch.Tensor) -> None:
+        import torch
+
+        self.err_ours = nanmax(self.err_ours, _amax(o.float() - ref))
+        self.err_sdpa = nanmax(self.err_sdpa, _amax(so.float() - ref))
+        self.diff_sdpa = nanmax(self.diff_sdpa, _amax(o.float() - so.float()))
+        bad = (row_visible & ~torch.isfinite(lse)) | (~row_visible & (lse != float("-inf")))
+        self.lse_bad += int(bad.sum())
+        good = row_visible & torch.isfinite(lse)
+        self.lse_err = nanmax(self.lse_err, _amax((lse - lse_ref)[good]))
 
 
 def nanmax(a: float, b: float) -> float:

@@ -51,7 +51,7 @@ def test_suite_selection_options() -> None:
 def test_repository_bench_settings(gates_dir: Path) -> None:
     config = load_config(gates_dir)
     s = load_bench_settings(config)
-    assert (s.timing.flush_mib, s.timing.min_reps) == (256, 20)  # > 5x the 50 MB L2; a spread needs reps
+    assert (s.timing.flush_mib, s.timing.min_reps) == (256, 40)  # > 5x the 50 MB L2; a spread needs reps
     assert [w.batch * w.seqlen_q for w in s.sweep_workloads] == [max(s.sweep.tokens, w.seqlen_q)
                                                                for w in s.sweep_workloads]
     assert [w.batch for w in s.sweep_workloads if w.seqlen_q > s.sweep.tokens] == [1, 1, 1, 1]  # 64K, 128K x 2

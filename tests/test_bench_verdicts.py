@@ -272,3 +272,33 @@ def test_scaling_without_a_point_unpaired_or_with_noise_gives_no_verdict() -> No
     noisy = sweep({8192: 600, 32768: 600}, burst=lambda r, k: 1.4 if k[0] == "s32768" and r >= 20 else 1.0)
     assert pv.verdict_scaling_spread("s", noisy, [8192], 32768, 0.02).status is Status.FAIL
     assert pv.verdict_scaling("s", noisy, [8192], 32768, 0.9, 0.02).status is Status.NOT_RUN
+
+
+def _slower_clock_on(m: Measurement, factor: Callable[[int], float]) -> Measurement:
+    """m's calls ran at a clock `factor(round)` times lower than the round's other calls (and took that longer)."""
+    f = [factor(r) for r in m.rounds]
+    return dataclasses.replace(m, times_ms=tuple(t * g for t, g in zip(m.times_ms, f, strict=True)),
+                               clock_mhz=tuple(c / g for c, g in zip(m.clock_mhz, f, strict=True)))
+
+
+def test_per_clock_scaling_removes_a_clock_the_two_calls_did_not_share() -> None:
+    pts = sweep({8192: 650, 32768: 620})
+    # the long call of every other group of 8 rounds ran at a 10 % lower clock than the short one (power cap)
+    pts[32768] = _slower_clock_on(pts[32768], lambda r: 1.1 if (r // 8) % 2 else 1.0)
+    assert pv.verdict_scaling_spread("s", pts, [8192], 32768, 0.02).status is Status.FAIL  # per second: noise
+    spread = pv.verdict_scaling_spread("s", pts, [8192], 32768, 0.02, per_clock=True)
+    assert spread.status is Status.PASS and spread.measured is not None and spread.measured < 0.005
+    check = pv.verdict_scaling("s", pts, [8192], 32768, 0.9, 0.02, per_clock=True)
+    assert check.status is Status.PASS and check.measured == pytest.approx(620 / 650, rel=0.005)
+    assert "per clock cycle" in check.message and "per second" in check.message
+    # a collapse still fails per cycle: 30 % more cycles at 32K
+    slow = sweep({8192: 650, 32768: 455})
+    assert pv.verdict_scaling("s", slow, [8192], 32768, 0.9, 0.02, per_clock=True).status is Status.FAIL
+
+
+def test_per_clock_scaling_without_clock_readings_is_an_error() -> None:
+    pts = sweep({8192: 650, 32768: 620})
+    pts[32768] = dataclasses.replace(pts[32768], clock_mhz=())
+    check = pv.verdict_scaling("s", pts, [8192], 32768, 0.9, 0.02, per_clock=True)
+    assert check.status is Status.ERROR and "clock_probe_us" in check.message
+    assert pv.verdict_scaling("s", pts, [8192], 32768, 0.9, 0.02).status is Status.PASS  # per second still works

@@ -139,6 +139,24 @@ def ratio(num: Measurement, den: Measurement) -> PairedRatio | None:
     return PairedRatio(_label(num, den), _label(den, num), summary, dependence, clocks, fixed)
 
 
+def cycle_ratio(num: Measurement, den: Measurement) -> PairedRatio | None:
+    """Like ratio(), per SM clock cycle: each call's time times the clock probed right before it. For one kernel
+    against itself at two sizes (the scaling sweep), where a 0.2 s call at 128K tokens and a 3 ms call at 8K see
+    different clocks in the same round under the power cap. None when not paired or any clock is missing."""
+    idx = pairs(num, den)
+    if idx is None or not num.clock_mhz or not den.clock_mhz:
+        return None
+    if any(num.clock_mhz[i] <= 0 or den.clock_mhz[j] <= 0 for i, j in idx):
+        return None
+    scale = _throughput_work(num) / _throughput_work(den) if num.spec != den.spec else 1.0
+    values = [scale * den.times_ms[j] * den.clock_mhz[j] / (num.times_ms[i] * num.clock_mhz[i]) for i, j in idx]
+    if len(values) < 2 * num.spread_groups:
+        return None
+    f = [math.sqrt(num.clock_mhz[i] * den.clock_mhz[j]) for i, j in idx]
+    return PairedRatio(_label(num, den), _label(den, num), summarize_ratios(values, num.spread_groups), None,
+                       (min(f), statistics.median(f), max(f)), None)
+
+
 def _label(m: Measurement, other: Measurement) -> str:
     return m.backend if m.workload == other.workload else f"{m.backend}@{m.workload}"
 

@@ -165,7 +165,9 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
         gpu.load_flashcore(0)
     except (ConfigError, gpu.FlashcoreUnavailable) as e:
         return ctx.verdict_only(Status.ERROR, str(e))
-    workloads = list({w.name: w for w in (*ctx.workloads(), *(settings.sweep_workloads if p.sweep else ()))}.values())
+    shown = set(p.report_workloads)  # a sweep point named here is shown, not judged
+    swept = [w for w in settings.sweep_workloads if w.name not in shown] if p.sweep else []
+    workloads = list({w.name: w for w in (*ctx.workloads(), *swept)}.values())
     reported = [ctx.config.workloads[n] for n in p.report_workloads if n not in {w.name for w in workloads}]
     refs = references(settings, workloads) if p.regression else {}
     backends = [OURS, *dict.fromkeys((*p.gated, *p.baselines, *refs.values()))]

@@ -254,27 +254,35 @@ def verdict_regression(subject: str, ours: Measurement, ref_now: Measurement, st
 # ---- scaling ---------------------------------------------------------------------------------------------
 
 
-def scaling_ratio(points: Mapping[int, Measurement], peak_seqlens: Sequence[int], seqlen: int
-                  ) -> tuple[int, PairedRatio] | tuple[None, str]:
+NO_CLOCKS = ("have no SM clock readings (gates/bench.yaml timing.clock_probe_us is 0?): a per-clock ratio needs "
+             "them")
+
+
+def scaling_ratio(points: Mapping[int, Measurement], peak_seqlens: Sequence[int], seqlen: int,
+                  per_clock: bool = False) -> tuple[int, PairedRatio] | tuple[None, str]:
     """(peak S, TFLOPS(seqlen) / TFLOPS(peak S) paired) where the peak S is the one FlashCore was fastest at,
-    relative to `seqlen`; or (None, why)."""
+    relative to `seqlen`; or (None, why). `per_clock`: TFLOPS per SM clock cycle (paired.cycle_ratio)."""
     needed = [*peak_seqlens, seqlen]
     missing = [s for s in needed if s not in points or not points[s].available]
     if missing:
         return None, "; ".join(f"S={s}: {points[s].why if s in points else 'not measured'}" for s in missing)
-    ratios = {s: paired.ratio(points[seqlen], points[s]) for s in peak_seqlens}
+    pair = paired.cycle_ratio if per_clock else paired.ratio
+    ratios = {s: pair(points[seqlen], points[s]) for s in peak_seqlens}
     found = {s: r for s, r in ratios.items() if r is not None}
     if len(found) < len(ratios):
-        return None, f"S={seqlen} and S={', '.join(str(s) for s in ratios if s not in found)} {UNPAIRED}"
+        lost = ", ".join(str(s) for s in ratios if s not in found)
+        if per_clock and all(paired.ratio(points[seqlen], points[s]) is not None for s in ratios):
+            return None, f"S={seqlen} and S={lost} {NO_CLOCKS}"
+        return None, f"S={seqlen} and S={lost} {UNPAIRED}"
     peak_s = min(found, key=lambda s: found[s].value)  # the lowest ratio: the S where FlashCore was fastest
     return peak_s, found[peak_s]
 
 
 def verdict_scaling_spread(subject: str, points: Mapping[int, Measurement], peak_seqlens: Sequence[int],
-                           seqlen: int, max_rel_std: float) -> Check:
+                           seqlen: int, max_rel_std: float, per_clock: bool = False) -> Check:
     """The run-to-run spread of the paired TFLOPS(seqlen) / TFLOPS(peak) <= max_rel_std."""
     metric = spread_metric(f"tflops_s{seqlen}_vs_peak")
-    peak_s, got = scaling_ratio(points, peak_seqlens, seqlen)
+    peak_s, got = scaling_ratio(points, peak_seqlens, seqlen, per_clock)
     if peak_s is None or isinstance(got, str):
         return Check(subject, metric, max_rel_std, None, Status.ERROR, "<=", message=f"no verdict: {got}")
     ok = got.rel_std <= max_rel_std
@@ -284,11 +292,11 @@ def verdict_scaling_spread(subject: str, points: Mapping[int, Measurement], peak
 
 
 def verdict_scaling(subject: str, points: Mapping[int, Measurement], peak_seqlens: Sequence[int], seqlen: int,
-                    min_ratio: float, max_rel_std: float) -> Check:
+                    min_ratio: float, max_rel_std: float, per_clock: bool = False) -> Check:
     """FlashCore's TFLOPS at `seqlen` >= min_ratio x its best TFLOPS over `peak_seqlens`, per round of the same
-    sweep (paired); not judged when that ratio's spread is too high."""
+    sweep (paired; per SM clock cycle with `per_clock`); not judged when that ratio's spread is too high."""
     metric = f"tflops_s{seqlen}_vs_peak"
-    peak_s, got = scaling_ratio(points, peak_seqlens, seqlen)
+    peak_s, got = scaling_ratio(points, peak_seqlens, seqlen, per_clock)
     if peak_s is None or isinstance(got, str):
         return Check(subject, metric, min_ratio, None, Status.ERROR, ">=", message=f"no verdict: {got}")
     if got.rel_std > max_rel_std:
@@ -297,5 +305,12 @@ def verdict_scaling(subject: str, points: Mapping[int, Measurement], peak_seqlen
     long, peak = points[seqlen].tflops, points[peak_s].tflops
     return Check(subject, metric, min_ratio, got.value, Status.PASS if ok else Status.FAIL, ">=",
                  margin=got.value - min_ratio,
-                 message=f"TFLOPS at S={seqlen} / at S={peak_s} (the peak), paired: {got.value:.4g} "
-                 f"({ratio_detail(got)}); medians {long:.4g} vs {peak:.4g} TFLOPS (absolute, not judged)")
+                 message=f"TFLOPS{' per clock cycle' if per_clock else ''} at S={seqlen} / at S={peak_s} (the peak), "
+                 f"paired: {got.value:.4g} ({ratio_detail(got)}){_per_second(points, seqlen, peak_s, per_clock)}; "
+                 f"medians {long:.4g} vs {peak:.4g} TFLOPS (absolute, not judged)")
+
+
+def _per_second(points: Mapping[int, Measurement], seqlen: int, peak_s: int, per_clock: bool) -> str:
+    """Beside a per-clock verdict: the same pair per second, drift included (shown, not judged)."""
+    raw = paired.ratio(points[seqlen], points[peak_s]) if per_clock else None
+    return "" if raw is None else f"; per second {raw.value:.4g} (spread {_pct(raw.rel_std)}, clock drift in it)"

@@ -1,0 +1,1 @@
+"""Adapters that plug FlashCore into other libraries (each imports its library lazily)."""

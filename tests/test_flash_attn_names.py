@@ -1,0 +1,106 @@
+"""flashcore.flash_attn_func / flash_attn_with_kvcache: FA3's names and semantics, on CPU through fallback="sdpa"."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import flashcore  # noqa: E402
+from flashcore import UnsupportedArgument, flash_attn_func, flash_attn_with_kvcache  # noqa: E402
+
+# FA3's signatures (fa3-fwd 0.0.3, fa3_fwd_interface.py): a user switches by changing one import, so every name,
+# position and default must match; FlashCore's own extension (fallback) is keyword-only, after them.
+FA3_FUNC = [("q", None), ("k", None), ("v", None), ("softmax_scale", None), ("causal", False), ("qv", None),
+            ("q_descale", None), ("k_descale", None), ("v_descale", None), ("window_size", (-1, -1)),
+            ("attention_chunk", 0), ("softcap", 0.0), ("num_splits", 1), ("pack_gqa", None),
+            ("deterministic", False), ("sm_margin", 0), ("return_attn_probs", False)]
+FA3_KVCACHE = [("q", None), ("k_cache", None), ("v_cache", None), ("k", None), ("v", None), ("qv", None),
+               ("rotary_cos", None), ("rotary_sin", None), ("cache_seqlens", None), ("cache_batch_idx", None),
+               ("cache_leftpad", None), ("page_table", None), ("cu_seqlens_q", None), ("cu_seqlens_k_new", None),
+               ("max_seqlen_q", None), ("rotary_seqlens", None), ("q_descale", None), ("k_descale", None),
+               ("v_descale", None), ("softmax_scale", None), ("causal", False), ("window_size", (-1, -1)),
+               ("attention_chunk", 0), ("softcap", 0.0), ("rotary_interleaved", True), ("scheduler_metadata", None),
+               ("num_splits", 0), ("pack_gqa", None), ("sm_margin", 0), ("return_softmax_lse", False)]
+
+
+@pytest.mark.parametrize(("fn", "fa3"), [(flash_attn_func, FA3_FUNC), (flash_attn_with_kvcache, FA3_KVCACHE)])
+def test_signature_is_fa3s(fn, fa3) -> None:
+    params = list(inspect.signature(fn).parameters.values())
+    positional = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    got = [(p.name, None if p.default is p.empty else p.default) for p in positional]
+    assert got == fa3
+    assert [p.name for p in params if p.kind is p.KEYWORD_ONLY] == ["fallback"]
+
+
+def _qkv(b=2, sq=37, sk=53, hq=4, hkv=2, d=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, sq, hq, d, generator=g).bfloat16(), torch.randn(b, sk, hkv, d, generator=g).bfloat16(),
+            torch.randn(b, sk, hkv, d, generator=g).bfloat16())
+
+
+def test_func_is_flashcore_attention() -> None:
+    q, k, v = _qkv()
+    ref, ref_lse = flashcore.attention(q, k, v, causal=True, softmax_scale=0.1, fallback="sdpa")
+    out = flash_attn_func(q, k, v, 0.1, True, fallback="sdpa")
+    assert isinstance(out, torch.Tensor) and torch.equal(out, ref)
+    out, lse = flash_attn_func(q, k, v, softmax_scale=0.1, causal=True, return_attn_probs=True, fallback="sdpa")
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse) and lse.shape == (2, 4, 37)
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"window_size": (128, 0)}, "window_size"), ({"softcap": 30.0}, "softcap"),
+    ({"attention_chunk": 64}, "attention_chunk"),
+    ({"q_descale": torch.ones(2, 2)}, "q_descale"), ({"qv": torch.ones(1)}, "qv"),
+])
+def test_func_refuses_what_it_does_not_implement_by_name(kwargs, named) -> None:
+    q, k, v = _qkv()
+    with pytest.raises(UnsupportedArgument, match=f"^{named}: "):
+        flash_attn_func(q, k, v, fallback="sdpa", **kwargs)
+
+
+def test_func_accepts_fa3s_defaults_spelled_out_and_its_speed_hints() -> None:
+    q, k, v = _qkv()
+    ref = flash_attn_func(q, k, v, fallback="sdpa")
+    same = flash_attn_func(q, k, v, None, False, None, None, None, None, [-1, -1], 0, 0.0, 1, True, False, 0, False,
+                           fallback="sdpa")
+    assert torch.equal(ref, same)
+    with pytest.raises(flashcore.FlashCoreError, match="num_splits"):
+        flash_attn_func(q, k, v, num_splits=-1, fallback="sdpa")
+
+
+def test_kvcache_appends_in_place_then_attends_to_the_filled_part() -> None:
+    q, k_new, v_new = _qkv(sq=3, sk=3)
+    _, k_old, v_old = _qkv(sq=1, sk=20, seed=1)
+    k_cache = torch.full((2, 32, 2, 64), float("nan"), dtype=torch.bfloat16)  # past the end: must never be read
+    v_cache = k_cache.clone()
+    k_cache[:, :20], v_cache[:, :20] = k_old, v_old
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=20, causal=True,
+                                       return_softmax_lse=True, fallback="sdpa")
+    assert torch.equal(k_cache[:, 20:23], k_new) and torch.equal(v_cache[:, 20:23], v_new)  # FA3: in place
+    ref, ref_lse = flashcore.attention(q, torch.cat([k_old, k_new], 1), torch.cat([v_old, v_new], 1), causal=True,
+                                       fallback="sdpa")
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse) and not out.isnan().any()
+    tensor_lengths = torch.full((2,), 23, dtype=torch.int32)
+    again = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=tensor_lengths, causal=True, fallback="sdpa")
+    assert torch.equal(again, ref)
+
+
+def test_kvcache_refuses_what_needs_the_varlen_kernel_and_bad_lengths() -> None:
+    q, k, v = _qkv(sq=1, sk=16)
+    with pytest.raises(UnsupportedArgument, match="^cache_seqlens: .*different numbers of tokens .*issue 15"):
+        flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([3, 9], dtype=torch.int32), fallback="sdpa")
+    with pytest.raises(UnsupportedArgument, match="^page_table: "):
+        flash_attn_with_kvcache(q, k, v, page_table=torch.zeros(2, 1, dtype=torch.int32), fallback="sdpa")
+    with pytest.raises(flashcore.FlashCoreError, match="cache_seqlens is 17"):
+        flash_attn_with_kvcache(q, k, v, cache_seqlens=17, fallback="sdpa")
+    with pytest.raises(flashcore.FlashCoreError, match="torch.int32"):
+        flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([3, 3]), fallback="sdpa")
+    new = torch.zeros(2, 4, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(flashcore.FlashCoreError, match="overflows the cache of 16"):
+        flash_attn_with_kvcache(q, k, v, new, new, cache_seqlens=14, fallback="sdpa")
+    with pytest.raises(flashcore.FlashCoreError, match="pass cache_seqlens"):
+        flash_attn_with_kvcache(q, k, v, new, new, fallback="sdpa")
+    with pytest.raises(flashcore.FlashCoreError, match="pass both or neither"):
+        flash_attn_with_kvcache(q, k, v, new, None, cache_seqlens=3, fallback="sdpa")

@@ -1,0 +1,83 @@
+"""flashcore.integrations.transformers on CPU (fallback="sdpa"): a small random-weight GQA Llama, no download."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+import flashcore  # noqa: E402
+import flashcore.integrations.transformers as fct  # noqa: E402
+
+PROMPT = 40
+
+
+def _config(head_dim: int = 64) -> transformers.LlamaConfig:
+    # GQA 4/2, two layers; head dim 64 (FlashCore's head dims are 64, 128, 256)
+    return transformers.LlamaConfig(vocab_size=128, hidden_size=4 * head_dim, intermediate_size=512,
+                                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                    head_dim=head_dim, max_position_embeddings=256)
+
+
+def _model(impl: str, device: str = "cpu") -> transformers.PreTrainedModel:
+    torch.manual_seed(0)  # the same weights for every implementation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(_config()), attn_implementation=impl,
+                                                              dtype=torch.bfloat16)
+    return model.to(device).eval()
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, transformers.PreTrainedModel]:
+    fct.register(fallback="sdpa")
+    return {impl: _model(impl) for impl in ("eager", "sdpa", fct.NAME)}
+
+
+def test_the_name_has_no_flash_in_it() -> None:
+    # Transformers routes every attn_implementation containing "flash" to its FlashAttention/kernels-hub loader
+    assert "flash" not in fct.NAME
+
+
+def test_prefill_logits_within_sdpas_tolerance_against_eager(models) -> None:
+    ids = torch.randint(0, 128, (2, PROMPT), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = {k: m(ids).logits.float() for k, m in models.items()}
+    assert models[fct.NAME].config._attn_implementation == fct.NAME
+    tol = (logits["sdpa"] - logits["eager"]).abs().max().item()
+    assert (logits[fct.NAME] - logits["eager"]).abs().max().item() <= 2 * tol + 1e-3
+
+
+def test_greedy_generation_with_a_kv_cache_matches_sdpa(models) -> None:
+    ids = torch.randint(0, 128, (1, PROMPT), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        out = {k: models[k].generate(ids, max_new_tokens=8, do_sample=False) for k in ("sdpa", fct.NAME)}
+    assert out[fct.NAME].shape == (1, PROMPT + 8) and torch.equal(out[fct.NAME], out["sdpa"])
+
+
+def test_a_padded_batch_is_refused_not_ignored(models) -> None:
+    ids = torch.randint(0, 128, (2, PROMPT))
+    mask = torch.ones(2, PROMPT, dtype=torch.long)
+    mask[1, :5] = 0  # left padding in the second sequence
+    with torch.no_grad(), pytest.raises(flashcore.FlashCoreError, match="padding"):
+        models[fct.NAME](ids, attention_mask=mask)
+    with torch.no_grad():  # a mask without padding is no mask: served
+        models[fct.NAME](ids, attention_mask=torch.ones_like(mask))
+
+
+def test_grad_mode_is_refused_with_the_alternatives(models) -> None:
+    with pytest.raises(flashcore.FlashCoreError, match="no_grad"):
+        models[fct.NAME](torch.randint(0, 128, (1, 8)))
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [({"softcap": 30.0}, "softcap"),
+                                               ({"sliding_window": 64}, "sliding_window"),
+                                               ({"output_attentions": True}, "output_attentions")])
+def test_what_flashcore_lacks_is_refused_by_name(kwargs, named) -> None:
+    q = torch.randn(1, 4, 8, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(flashcore.FlashCoreError, match=f"^{named}: "):
+        fct.attention_forward(None, q, k, k, None, fallback="sdpa", **kwargs)

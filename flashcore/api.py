@@ -237,6 +237,9 @@ def attention(
     global _entry_calls
     import torch
 
+    if torch.compiler.is_compiling():  # traced by torch.compile: the registered op, so no graph break
+        return _traced(q, k, v, causal, softmax_scale, out, lse, deterministic, fallback, num_splits, sm_margin,
+                       tile, debug_fault)
     # fallback="sdpa" takes CPU tensors too: torch SDPA computes the same contract there (testable without a GPU).
     on_cpu = fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu"
     call = check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
@@ -279,6 +282,30 @@ def attention(
     if status == _lib.FC_OK:
         return out, lse
     _raise(lib, status)
+
+
+def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float | None,
+            out: torch.Tensor | None, lse: torch.Tensor | None, deterministic: bool, fallback: str,
+            num_splits: int | None, sm_margin: int, tile: tuning.TileConfig | None,
+            debug_fault: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """attention() under torch.compile: torch.ops.flashcore.attention (flashcore/ops.py), whose fake implementation
+    Dynamo traces; out= and lse= are filled by copies in the graph. Eager calls skip the op: its dispatch costs
+    about 2x this function's host time (bench/host_cost.py)."""
+    import torch
+
+    import flashcore.ops  # noqa: F401  (registers the op)
+
+    if tile is not None or debug_fault:
+        raise FlashCoreError("tile= and debug_fault= are not traceable by torch.compile: call attention() eagerly "
+                             "(torch.compiler.disable) to pass them")
+    res, res_lse = torch.ops.flashcore.attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                                                 deterministic=deterministic, fallback=fallback,
+                                                 num_splits=num_splits, sm_margin=sm_margin)
+    if out is not None:
+        res = out.copy_(res)
+    if lse is not None:
+        res_lse = lse.copy_(res_lse)
+    return res, res_lse
 
 
 @dataclass(frozen=True)

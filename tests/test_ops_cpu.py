@@ -54,3 +54,32 @@ def test_bad_input_through_the_op_is_the_same_flashcore_error() -> None:
     q, k, v = _inputs()
     with pytest.raises(flashcore.FlashCoreError, match="they must match"):
         torch.ops.flashcore.attention(q, k[..., :32].contiguous(), v, fallback="sdpa")
+
+
+def test_torch_compile_fullgraph_traces_flashcore_attention_and_fa3_names() -> None:
+    # flashcore.attention (and what calls it) goes through the registered op while Dynamo traces
+    q, k, v = _inputs()
+
+    def layer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out, lse = flashcore.attention(q, k, v, causal=True, fallback="sdpa")
+        other = flashcore.flash_attn_func(q, k, v, causal=True, fallback="sdpa")
+        return out.float().sum(-1) + lse.transpose(1, 2) + other.float().sum(-1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+        assert torch.allclose(compiled(q, k, v), layer(q, k, v))
+
+
+def test_out_and_lse_buffers_are_filled_under_torch_compile() -> None:
+    q, k, v = _inputs()
+
+    def layer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+        flashcore.attention(q, k, v, causal=True, out=out, lse=lse, fallback="sdpa")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref_out, ref_lse = flashcore.attention(q, k, v, causal=True, fallback="sdpa")
+        out, lse = torch.full_like(q, float("nan")), torch.full((2, 4, 9), float("nan"))
+        torch.compile(layer, fullgraph=True, backend="aot_eager")(q, k, v, out, lse)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)

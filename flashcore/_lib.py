@@ -65,19 +65,29 @@ class FcPlanInfo(ctypes.Structure):
     ]
 
 
+PACKAGED = Path(__file__).resolve().parent / "lib" / "libflashcore.so"  # shipped by `pip install .` (setup.py)
+CHECKOUT = Path(__file__).resolve().parent.parent  # a source checkout (editable install): its build/
+
+
 def library_path() -> Path:
-    """Where the shared library is: $FLASHCORE_LIB, else build/libflashcore.so at the repository root."""
+    """Where the shared library is: $FLASHCORE_LIB; else the one `pip install .` put in the package; else, in a
+    source checkout, build/libflashcore.so (make build)."""
     env = os.environ.get("FLASHCORE_LIB")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "build" / "libflashcore.so"
+    if PACKAGED.is_file() or not (CHECKOUT / "Makefile").is_file():
+        return PACKAGED
+    return CHECKOUT / "build" / "libflashcore.so"
 
 
 @lru_cache(maxsize=1)
 def load() -> ctypes.CDLL:
     path = library_path()
     if not path.is_file():
-        raise FileNotFoundError(f"FlashCore library not found at {path}: run `make build` first")
+        how = ("run `make build` in the checkout" if path != PACKAGED else
+               "this installation has no kernel (no nvcc when it was installed): reinstall with nvcc on PATH "
+               "(pip install .), or set FLASHCORE_LIB to a built libflashcore.so")
+        raise FileNotFoundError(f"FlashCore library not found at {path}: {how}")
     lib = ctypes.CDLL(str(path))
     lib.fc_attention_forward.argtypes = [ctypes.POINTER(FcParams), ctypes.c_void_p]
     lib.fc_attention_forward.restype = ctypes.c_int

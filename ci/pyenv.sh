@@ -48,7 +48,7 @@ setup_gate() {
   PIP_HINT="; a GPU host without internet needs torch, pyyaml, jinja2, pytest, pytest-benchmark in $PYTHON"
   local want; want=$(stamp_of gate)
   if ! venv_ready "$ROOT/.venv-gate" "$want"; then
-    (cd "$ROOT" && pip_install "$VENV_PY" -e .)
+    (cd "$ROOT" && pip_install "$VENV_PY" -e '.[harness]')
     echo "$want" >"$ROOT/.venv-gate/.flashcore-stamp"
   fi
   echo "$VENV_PY"

@@ -59,7 +59,7 @@ def test_gate_builds_a_venv_when_deps_are_missing(repo: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{repo / '.venv-gate' / 'bin' / 'python'}\n"
     assert f"-m venv --clear {repo / '.venv-gate'}" in calls
-    assert calls[-1] == "-m pip install --quiet -e ."
+    assert calls[-1] == "-m pip install --quiet -e .[harness]"
 
 
 def test_test_mode_installs_cpu_torch_first_then_reuses(repo: Path) -> None:

@@ -235,7 +235,7 @@ def time_gpu(fn: Callable[[], object], p: TimingParams, flush: L2Flusher) -> tup
 def _nvml() -> Iterator[Any]:
     import importlib
 
-    pynvml: Any = importlib.import_module("pynvml")  # nvidia-ml-py; optional (nvidia-smi is the fallback)
+    pynvml: Any = importlib.import_module("pynvml")  # nvidia-ml-py (the harness extra); else nvidia-smi
     pynvml.nvmlInit()
     try:
         yield pynvml

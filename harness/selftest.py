@@ -192,6 +192,9 @@ CASES = (
     Case("skip-row", _phase1(3), "correctness", "the first row of every query tile is never written"),
     Case("long-skip-row", _one_gate("correctness-long", 3), "correctness-long",
          "the first row of every query tile is never written, at 64K and 128K tokens (blocked fp32 reference)"),
+    Case("hf-skip-row", _one_gate("integrations", 3), "integrations",
+         "the first row of every query tile is never written, inside a Transformers model (attn_implementation "
+         "'fcore'): its logits move away from eager's"),
     Case("nondeterministic", _phase1(2), "determinism", "a racy global accumulation feeds the output"),
     Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
     Case("slow-loads", _one_gate("ncu-dram", 4), "ncu-dram",

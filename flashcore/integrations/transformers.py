@@ -27,9 +27,10 @@ if TYPE_CHECKING:
 NAME = "fcore"  # no "flash" in it: see the module docstring
 
 
-def register(name: str = NAME, fallback: str = "error") -> None:
+def register(name: str = NAME, fallback: str = "error", debug_fault: int = 0) -> None:
     """Register `name` with Transformers' attention and mask interfaces. fallback="sdpa": off Hopper (CPU
-    tensors included) compute with torch SDPA, the contract flashcore.attention documents."""
+    tensors included) compute with torch SDPA, the contract flashcore.attention documents. debug_fault: test-only,
+    a planted kernel fault in every call (the integrations gate's self-test)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
@@ -37,7 +38,7 @@ def register(name: str = NAME, fallback: str = "error") -> None:
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                 is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
         return attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal,
-                                 fallback=fallback, **kwargs)
+                                 fallback=fallback, debug_fault=debug_fault, **kwargs)
 
     AttentionInterface.register(name, forward)
     AttentionMaskInterface.register(name, flash_attention_mask)
@@ -45,7 +46,7 @@ def register(name: str = NAME, fallback: str = "error") -> None:
 
 def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                      is_causal: bool | None = None, *, fallback: str = "error",
+                      is_causal: bool | None = None, *, fallback: str = "error", debug_fault: int = 0,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
     """Transformers' attention-function contract: query [B, Hq, Sq, D], key and value [B, Hkv, Sk, D] -> output
     [B, Sq, Hq, D] and no attention weights. Causal masks are bottom-right aligned: queries are the last Sq
@@ -69,5 +70,5 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
             "use attn_implementation='sdpa'.")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     out, _ = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=causal,
-                       softmax_scale=scaling, fallback=fallback)
+                       softmax_scale=scaling, fallback=fallback, debug_fault=debug_fault)
     return out, None

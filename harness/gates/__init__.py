@@ -7,6 +7,7 @@ from harness.gates import build as build
 from harness.gates import correctness as correctness
 from harness.gates import determinism as determinism
 from harness.gates import determinism_strict as determinism_strict
+from harness.gates import integrations as integrations
 from harness.gates import ncu as ncu
 from harness.gates import ncu_stalls as ncu_stalls
 from harness.gates import perf as perf
@@ -19,6 +20,6 @@ from harness.gates.registry import get, names, register
 
 __all__ = ["Gate", "GateContext", "api", "autotune_gain", "autotune_table", "build", "correctness", "determinism",
            "determinism_strict",
-           "get", "names",
+           "get", "integrations", "names",
            "ncu", "ncu_stalls", "perf", "register", "sanitizer", "sanitizer_all",
            "scaling", "structure"]

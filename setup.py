@@ -28,10 +28,12 @@ class BuildWithKernel(build_py):
         if getattr(self, "editable_mode", False):
             return
         lib = self._build_kernel()
-        if lib is not None:
-            dest = Path(self.build_lib) / "flashcore" / "lib"
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(lib, dest / "libflashcore.so")
+        dest = Path(self.build_lib) / "flashcore" / "lib" / "libflashcore.so"
+        if lib is None:
+            dest.unlink(missing_ok=True)  # an earlier build's library in setuptools' reused build dir: never ship it
+            return
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(lib, dest)
 
     def _build_kernel(self) -> Path | None:
         prebuilt = os.environ.get("FLASHCORE_PREBUILT")

@@ -121,9 +121,31 @@ def parser() -> argparse.ArgumentParser:
     # `tune` takes its own arguments (harness/tune/runner.py); main() hands them over before this parser runs.
     sub.add_parser("tune", help="GPU: time the tile configurations, write flashcore/tuned.yaml (make tune; "
                                 "python -m harness tune --help)")
+    ren = sub.add_parser("render", help="re-render a report (index.html, summary.md, results.json) from a stored "
+                                        "results.json")
+    ren.add_argument("results", type=Path, help="a results.json written by make gate-phaseN")
+    ren.add_argument("--out", type=Path, required=True, help="directory for the report (created; files replaced)")
     lst = sub.add_parser("list", help="print phases, gates, workloads and sets")
     lst.add_argument("--gates-dir", type=Path, default=Path("gates"))
     return ap
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """The report of a stored run, written again: exit 0 when written, EXIT_CONFIG when the file is unusable."""
+    from harness.render.stored import StoredRunError, read_run
+
+    try:
+        run = read_run(args.results)
+    except StoredRunError as e:
+        print(f"flashcore harness: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    args.out.mkdir(parents=True, exist_ok=True)
+    paths, error = write_reports(run, args.out)
+    if error:
+        print(f"flashcore harness: {error}", file=sys.stderr)
+        return 1
+    print(f"{run.run_id} ({run.status.value}, {len(run.gates)} gates): " + ", ".join(str(p) for p in paths.values()))
+    return 0
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
@@ -157,6 +179,8 @@ def _main(argv: list[str] | None = None) -> int:
         from harness.bench.cli import bench_command
 
         return bench_command(args)
+    if args.command == "render":
+        return cmd_render(args)
     if args.command == "selftest":
         from harness import selftest
 

@@ -269,13 +269,13 @@ def attention(
     params = _params(call, out, lse, tile_config(call, index, name))
     lib = _lib.load()
     with torch.cuda.device(q.device):
-        info = _plan(lib, params)
+        need = workspace_bytes(lib, params, index)
         workspace = None
-        if info.workspace_bytes:
+        if need:
             # From torch's caching allocator (512-byte aligned), on the current stream: freed for reuse by the
             # next call on this stream, never while the kernels may still read it.
-            workspace = torch.empty(info.workspace_bytes, dtype=torch.uint8, device=q.device)
-            params.workspace, params.workspace_bytes = workspace.data_ptr(), info.workspace_bytes
+            workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
+            params.workspace, params.workspace_bytes = workspace.data_ptr(), need
         stream = torch.cuda.current_stream(q.device).cuda_stream
         _entry_calls += 1
         status = lib.fc_attention_forward(params, stream)
@@ -358,6 +358,35 @@ def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
         num_splits=call.num_splits, deterministic=int(call.deterministic), sm_margin=call.sm_margin,
         **config.c_fields(),
     )  # fmt: skip
+
+
+_POINTERS = frozenset({"q", "k", "v", "o", "lse", "workspace", "workspace_bytes"})
+_PLAN_CACHE: dict[tuple[object, ...], int] = {}
+_PLAN_CACHE_MAX = 4096
+
+
+def plan_key(params: _lib.FcParams, device_index: int) -> tuple[object, ...]:
+    """What fc_plan's answer depends on: every field but the data pointers, whether lse is written, the device."""
+    def value(name: str) -> object:
+        v = getattr(params, name)
+        return tuple(v) if isinstance(v, ctypes.Array) else v
+
+    fields = tuple(value(f[0]) for f in params._fields_ if f[0] not in _POINTERS)
+    return (device_index, params.lse is None, *fields)
+
+
+def workspace_bytes(lib: ctypes.CDLL, params: _lib.FcParams, device_index: int) -> int:
+    """The workspace a launch needs: fc_plan once per (shapes, strides, dtype, flags, tile knobs, device), cached;
+    later calls go straight to fc_attention_forward, which validates and plans again on its own (one plan per
+    call instead of two). A plan that fails raises and is not cached."""
+    key = plan_key(params, device_index)
+    need = _PLAN_CACHE.get(key)
+    if need is None:
+        need = int(_plan(lib, params).workspace_bytes)
+        if len(_PLAN_CACHE) >= _PLAN_CACHE_MAX:
+            _PLAN_CACHE.clear()
+        _PLAN_CACHE[key] = need
+    return need
 
 
 def _plan(lib: ctypes.CDLL, params: _lib.FcParams) -> _lib.FcPlanInfo:

@@ -1,8 +1,10 @@
-"""Shared test set-up: the `gpu` marker, skipped (and counted, with its reason) on machines without a GPU."""
+"""Shared test set-up: the `gpu` marker, skipped (and counted, with its reason) on machines without a GPU, and the
+`nvcc` marker, skipped the same way without the CUDA compiler unless FLASHCORE_REQUIRE_NVCC=1 (then an error)."""
 
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import types
 from pathlib import Path
@@ -18,10 +20,13 @@ from harness.schema import Config, GateSpec, Workload
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_SKIP_REASON = "needs an H100"
+NVCC_SKIP_REASON = ("needs nvcc (the CUDA compiler; no GPU needed): not on PATH and $NVCC unset. Install the CUDA "
+                    "toolkit to run the kernel-build tests; FLASHCORE_REQUIRE_NVCC=1 makes its absence an error")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"gpu: {GPU_SKIP_REASON}")
+    config.addinivalue_line("markers", f"nvcc: {NVCC_SKIP_REASON}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -29,6 +34,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if gpu_items and cuda_unavailable_reason() is not None:
         skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
         for item in gpu_items:
+            item.add_marker(skip)
+    nvcc_items = [item for item in items if "nvcc" in item.keywords]
+    if nvcc_items and shutil.which(os.environ.get("NVCC") or "nvcc") is None:
+        if os.environ.get("FLASHCORE_REQUIRE_NVCC") == "1":
+            raise pytest.UsageError(f"FLASHCORE_REQUIRE_NVCC=1 but nvcc is missing and {len(nvcc_items)} tests need "
+                                    f"it: {NVCC_SKIP_REASON}")
+        skip = pytest.mark.skip(reason=NVCC_SKIP_REASON)
+        for item in nvcc_items:
             item.add_marker(skip)
 
 

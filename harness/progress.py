@@ -1,7 +1,8 @@
 """Live progress on stderr: one line per gate (name, what runs now, elapsed seconds).
 
 On a TTY the line is redrawn in place with \\r (and its seconds keep ticking); elsewhere (CI logs) every step
-is its own line, so the log reads as a timeline.
+is its own line, so the log reads as a timeline, and a step that runs on without a new line gets a heartbeat line
+every `heartbeat_s` (10 s), so a 30 s build or a long sanitizer run never looks like a hang.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ _CLEAR = "\x1b[K"  # erase to end of line
 
 
 class Progress:
-    def __init__(self, stream: TextIO, live: bool | None = None, tick_s: float = 0.5) -> None:
+    def __init__(self, stream: TextIO, live: bool | None = None, tick_s: float = 0.5,
+                 heartbeat_s: float = 10.0) -> None:
         self.stream = stream
         self.live = stream.isatty() if live is None else live
         self.tick_s = tick_s
+        self.heartbeat_s = heartbeat_s
+        self._last_line = 0.0
         self._lock = threading.Lock()
         self._label = ""
         self._what = ""
@@ -36,10 +40,9 @@ class Progress:
         with self._lock:
             self._label, self._what, self._t0 = label, "starting", time.monotonic()
             self._draw()
-        if self.live:
-            self._stop.clear()
-            self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
-            self._ticker.start()
+        self._stop.clear()
+        self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
+        self._ticker.start()
 
     def step(self, what: str) -> None:
         with self._lock:
@@ -56,14 +59,19 @@ class Progress:
             text = f"{self._label}  {word}  {result.elapsed_s:.1f}s  {result.message}"
             self._write(("\r" + _CLEAR if self.live else "") + text + "\n")
 
-    def _draw(self) -> None:
-        text = f"{self._label}  {self._what}  {time.monotonic() - self._t0:.1f}s"
+    def _draw(self, suffix: str = "") -> None:
+        text = f"{self._label}  {self._what}  {time.monotonic() - self._t0:.1f}s{suffix}"
         self._write("\r" + text + _CLEAR if self.live else text + "\n")
+        self._last_line = time.monotonic()
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.tick_s):
+        period = self.tick_s if self.live else min(self.tick_s, self.heartbeat_s)
+        while not self._stop.wait(period):
             with self._lock:
-                self._draw()
+                if self.live:
+                    self._draw()
+                elif time.monotonic() - self._last_line >= self.heartbeat_s:
+                    self._draw("  (still running)")
 
     def _write(self, text: str) -> None:
         self.stream.write(text)

@@ -4,6 +4,7 @@ NOT_RUN on a machine without a GPU, and the run's exit code is 0 only when every
 from __future__ import annotations
 
 import io
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -152,6 +153,30 @@ def test_progress_lines_without_a_tty() -> None:
     assert len(lines) == 4 and "\r" not in stream.getvalue()
     assert lines[1].startswith("[phase 1] correctness  s1 (1/2)  ") and lines[1].endswith("s")
     assert lines[-1] == "[phase 1] correctness  FAIL  2.5s  1 of 8 checks not passed"
+
+
+def test_a_quiet_step_gets_heartbeat_lines_without_a_tty() -> None:
+    stream = io.StringIO()
+    p = Progress(stream, live=False, tick_s=0.01, heartbeat_s=0.05)
+    p.start("[phase 1] build")
+    p.step("make build")
+    time.sleep(0.3)  # a long step that writes nothing itself
+    p.finish(GateResult("build", 1, Status.PASS, message="ok", elapsed_s=0.3))
+    lines = stream.getvalue().splitlines()
+    beats = [line for line in lines if line.endswith("(still running)")]
+    assert 2 <= len(beats) <= 8 and all(b.startswith("[phase 1] build  make build  ") for b in beats)
+    assert "\r" not in stream.getvalue() and lines[-1] == "[phase 1] build  PASS  0.3s  ok"
+
+
+def test_steps_that_keep_writing_get_no_heartbeat() -> None:
+    stream = io.StringIO()
+    p = Progress(stream, live=False, tick_s=0.01, heartbeat_s=10.0)
+    p.start("[phase 1] correctness")
+    for i in range(5):
+        p.step(f"w{i}")
+        time.sleep(0.02)
+    p.finish(GateResult("correctness", 1, Status.PASS, message="ok", elapsed_s=0.1))
+    assert "still running" not in stream.getvalue() and len(stream.getvalue().splitlines()) == 7
 
 
 def test_progress_redraws_in_place_on_a_tty() -> None:

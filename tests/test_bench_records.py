@@ -114,6 +114,7 @@ def repo_copy(tmp_path: Path, gates_dir: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_bench_from_json_prints_the_table_anchors_and_missing(repo_copy: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bench", "--from", str(SUITE), "--out", "out"]) == 0
+    assert (repo_copy / "out" / "table.txt").read_text().startswith("workload")  # --out is honoured with --from
     out = capsys.readouterr().out
     lines = out.splitlines()
     header = next(line for line in lines if line.startswith("workload"))

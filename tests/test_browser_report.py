@@ -73,3 +73,44 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
 
     assert (tmp_path / "report.png").stat().st_size > 10_000
     assert requested and all(url.startswith("file://") for url in requested), requested
+
+
+def _open(pw, path: Path):  # playwright objects: untyped
+    browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(path.as_uri())
+    return browser, page
+
+
+def test_the_committed_phase7_report_fits_a_reviewers_minute(tmp_path: Path) -> None:
+    """Issue 19: the phase-7 evidence at 1400 x 1000: at most 20 screens with the passing gates collapsed, nothing
+    wider than the window; a failing check is listed on the first screen."""
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    from harness.render.stored import read_run, run_from_dict
+    from harness.results import Status
+
+    evidence = Path(__file__).resolve().parent.parent / "reports" / "evidence" / "phase7.json"
+    run = read_run(evidence)
+    data = json.loads(evidence.read_text())
+    data["gates"][-1]["checks"][-1]["status"] = "fail"  # one failing check in the last gate
+    data["gates"][-1]["status"] = "fail"
+    failing = run_from_dict(data)
+    assert failing.status is Status.FAIL
+    with sync_playwright() as pw:
+        browser, page = _open(pw, write_all(run, tmp_path / "pass")["html"])
+        try:
+            assert page.evaluate("document.documentElement.scrollHeight") <= 20 * 1000
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+            assert page.locator("section.gate details[open]").count() == 0  # every gate passed: all collapsed
+            page.goto(write_all(failing, tmp_path / "fail")["html"].as_uri())
+            row = page.locator("#attention .attention-row").first
+            box = row.bounding_box()
+            assert box is not None and box["y"] + box["height"] <= 1000  # on the first screen
+            assert data["gates"][-1]["name"] in row.inner_text()
+            assert page.locator(f'section#gate-{data["gates"][-1]["name"]} > details[open]').count() == 1
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+        finally:
+            browser.close()

@@ -17,6 +17,7 @@ from harness.render import (
     is_relative_link,
     phase_scope,
     phase_summaries,
+    summary,
     verdict_counts,
 )
 from harness.results import GateResult, RunResult
@@ -40,10 +41,12 @@ def _gate_view(gate: GateResult) -> dict[str, Any]:
         dict(
             zip(("threshold", "measured", "margin"), check_numbers(c), strict=True),
             workload=c.workload,
+            short_workload=summary.short_name(c.workload),
             metric=c.metric,
             status=c.status.value,
             word=VERDICT_WORD[c.status],
             message=c.message,
+            short_message=summary.short_text(c.message),
         )
         for c in gate.checks
     ]
@@ -54,6 +57,7 @@ def _gate_view(gate: GateResult) -> dict[str, Any]:
         "word": VERDICT_WORD[gate.status],
         "elapsed": fmt_seconds(gate.elapsed_s),
         "message": gate.message,
+        "short_message": summary.short_text(gate.message),
         "checks": checks,
         "logs": [{"path": p, "linked": is_relative_link(p)} for p in gate.logs],
         "details": json.dumps(gate.details, indent=2, default=str) if gate.details else "",
@@ -71,7 +75,16 @@ def _section_template(gate_name: str) -> str | None:
 
 
 def render_html(run: RunResult) -> str:
+    attention, more = summary.attention(run)
+    speed, chart = summary.speed(run)
     return _environment().get_template(TEMPLATE).render(
+        attention=attention,
+        attention_more=more,
+        speed=[{k: ("—" if v is None else (f"{v:.3f}" if k in ("fa3", "cudnn", "fa2") else
+                                              (f"{v:.4g}" if isinstance(v, float) else v))) for k, v in r.items()}
+               for r in speed],
+        speed_chart=chart,
+        ncu=summary.ncu_figures(run),
         run_id=run.run_id,
         scope=phase_scope(run.phase),
         status=run.status.value,

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from flashcore.tuning import Table, TableError, parse_tables
-from harness.gates import gpu
-from harness.gates.base import Gate, GateContext
+from harness.gates.base import FlashcoreGate, GateContext
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
@@ -93,18 +93,14 @@ def host_of(fc: Any, gpu_name: str, sm_count: int) -> Host:
 
 
 @register("autotune-table")
-class AutotuneTableGate(Gate):
+class AutotuneTableGate(FlashcoreGate):
     Params = AutotuneTableParams
-    needs_gpu = True
 
-    def run(self, ctx: GateContext) -> GateResult:
+    def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         import torch
 
         from harness.tune.settings import load_tune_settings
 
-        fc = gpu.flashcore_for(ctx)
-        if isinstance(fc, GateResult):
-            return fc
         table_file = ctx.repo_root / load_tune_settings(ctx.config).table
         props = torch.cuda.get_device_properties(0)
         host = host_of(fc, props.name, props.multi_processor_count)

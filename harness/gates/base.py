@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 from harness.results import Check, GateResult, Status, combine
@@ -82,6 +83,24 @@ class Gate(abc.ABC):
 
     @abc.abstractmethod
     def run(self, ctx: GateContext) -> GateResult: ...
+
+
+class FlashcoreGate(Gate):
+    """A gate that calls flashcore on the GPU: run() loads it (NOT_RUN without a usable GPU, ERROR without the
+    library, the context's planted fault applied) and hands it to measure()."""
+
+    needs_gpu = True
+
+    def run(self, ctx: GateContext) -> GateResult:
+        from harness.gates import gpu  # late: gpu imports torch helpers; base stays light
+
+        fc = gpu.flashcore_for(ctx)
+        if isinstance(fc, GateResult):
+            return fc
+        return self.measure(ctx, fc)
+
+    @abc.abstractmethod
+    def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult: ...
 
 
 def margin_le(measured: float, threshold: float) -> float:

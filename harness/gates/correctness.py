@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from harness.gates import gpu, reference
-from harness.gates.base import Gate, GateContext, finite_or_none, margin_le
+from harness.gates.base import FlashcoreGate, GateContext, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
@@ -184,14 +184,10 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
 
 
 @register("correctness")
-class CorrectnessGate(Gate):
+class CorrectnessGate(FlashcoreGate):
     Params = CorrectnessParams
-    needs_gpu = True
 
-    def run(self, ctx: GateContext) -> GateResult:
-        fc = gpu.flashcore_for(ctx)
-        if isinstance(fc, GateResult):
-            return fc
+    def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         return check_workloads(ctx, fc, "cuda")
 
 

@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from harness.gates import gpu
-from harness.gates.base import Gate, GateContext, finite_or_none
+from harness.gates.base import FlashcoreGate, GateContext, finite_or_none
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
@@ -91,14 +91,10 @@ def repeat_bits(fc: ModuleType, wl: Workload, inputs: tuple[Any, Any, Any], seed
 
 
 @register("determinism")
-class DeterminismGate(Gate):
+class DeterminismGate(FlashcoreGate):
     Params = DeterminismParams
-    needs_gpu = True
 
-    def run(self, ctx: GateContext) -> GateResult:
-        fc = gpu.flashcore_for(ctx)
-        if isinstance(fc, GateResult):
-            return fc
+    def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         return check_workloads(ctx, fc, "cuda")
 
 

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from harness.gates import gpu
-from harness.gates.base import Gate, GateContext, finite_or_none
+from harness.gates.base import FlashcoreGate, GateContext, finite_or_none
 from harness.gates.determinism import DeterminismParams, RepeatStats, repeat_bits, verdict_determinism
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
@@ -90,12 +90,8 @@ def check_workloads(ctx: GateContext, fc: ModuleType) -> GateResult:
 
 
 @register("determinism-strict")
-class StrictDeterminismGate(Gate):
+class StrictDeterminismGate(FlashcoreGate):
     Params = StrictParams
-    needs_gpu = True
 
-    def run(self, ctx: GateContext) -> GateResult:
-        fc = gpu.flashcore_for(ctx)
-        if isinstance(fc, GateResult):
-            return fc
+    def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         return check_workloads(ctx, fc)

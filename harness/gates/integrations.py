@@ -19,10 +19,11 @@ import copy
 import math
 import warnings
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from harness.gates import gpu
-from harness.gates.base import Gate, GateContext, finite_or_none, margin_le
+from harness.gates.base import FlashcoreGate, GateContext, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import param
@@ -181,14 +182,10 @@ def measure(p: IntegrationsParams, seed: int, fault: int) -> Measured:
 
 
 @register("integrations")
-class IntegrationsGate(Gate):
+class IntegrationsGate(FlashcoreGate):
     Params = IntegrationsParams
-    needs_gpu = True
 
-    def run(self, ctx: GateContext) -> GateResult:
-        fc = gpu.flashcore_for(ctx)
-        if isinstance(fc, GateResult):
-            return fc
+    def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         p: IntegrationsParams = ctx.params
         seed = gpu.workload_seed(ctx.seed, ctx.spec.name, "model", 0)
         ctx.step("HF model (eager, sdpa, fcore), generate, torch.compile, CUDA graph")

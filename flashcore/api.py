@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NoReturn
 
-from flashcore import _lib, tuning, validate
+from flashcore import _lib, faults, tuning, validate
 from flashcore import fallback as sdpa_fallback
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import torch
 
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
-MAX_FAULT = 4  # debug_fault 1..4: kernel/config.h FaultKind
+MAX_FAULT = int(faults.MAX_FAULT)  # debug_fault 1..4: flashcore/faults.py (kernel/config.h FaultKind)
 MAX_SPLITS = 128  # kernel/split_plan.h kMaxSplits
 MAX_SM_MARGIN = 1 << 20
 FALLBACKS = ("error", "sdpa")

@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flashcore.faults import BY_NAME
 from harness.config import load_config
 from harness.results import RunResult
 from harness.schema import PHASES, Config, ConfigError
 
 EXIT_CONFIG = 2
 # Test-only kernel faults (flashcore.attention's debug_fault): each must turn a gate red (make selftest).
-FAULTS = {"tail-mask": 1, "nondeterministic": 2, "skip-row": 3, "slow": 4}
+FAULTS = BY_NAME  # --plant-fault names: flashcore/faults.py
 
 
 def make_run_id(phase: int, environment: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from flashcore.faults import Fault
 from harness.config import load_config
 from harness.results import Status
 from harness.schema import Config
@@ -187,17 +188,18 @@ def _perf(plant: str) -> Runner:
 
 
 CASES = (
-    Case("clean", _phase1(0), None, "the real kernel passes every phase-1 gate"),
-    Case("tail-mask", _phase1(1), "correctness", "key seqlen_k leaks past the tail mask"),
-    Case("skip-row", _phase1(3), "correctness", "the first row of every query tile is never written"),
-    Case("long-skip-row", _one_gate("correctness-long", 3), "correctness-long",
+    Case("clean", _phase1(Fault.NONE), None, "the real kernel passes every phase-1 gate"),
+    Case("tail-mask", _phase1(Fault.TAIL_MASK), "correctness", "key seqlen_k leaks past the tail mask"),
+    Case("skip-row", _phase1(Fault.SKIP_ROW), "correctness", "the first row of every query tile is never written"),
+    Case("long-skip-row", _one_gate("correctness-long", Fault.SKIP_ROW), "correctness-long",
          "the first row of every query tile is never written, at 64K and 128K tokens (blocked fp32 reference)"),
-    Case("hf-skip-row", _one_gate("integrations", 3), "integrations",
+    Case("hf-skip-row", _one_gate("integrations", Fault.SKIP_ROW), "integrations",
          "the first row of every query tile is never written, inside a Transformers model (attn_implementation "
          "'fcore'): its logits move away from eager's"),
-    Case("nondeterministic", _phase1(2), "determinism", "a racy global accumulation feeds the output"),
+    Case("nondeterministic", _phase1(Fault.NONDETERMINISTIC), "determinism",
+         "a racy global accumulation feeds the output"),
     Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
-    Case("slow-loads", _one_gate("ncu-dram", 4), "ncu-dram",
+    Case("slow-loads", _one_gate("ncu-dram", Fault.SLOW), "ncu-dram",
          "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),
     Case("strict-flag-ignored", _strict_without_flag(), "determinism-strict",
          "deterministic=True dropped: sm_margin moves the split count and the bits"),

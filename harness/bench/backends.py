@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from flashcore.faults import Fault
 from harness.gates import gpu
 from harness.schema import Workload
 
 if TYPE_CHECKING:
     import torch
 
-SLOW_FAULT = 4  # kernel debug_fault 4 (kFaultSlow): the producer waits after every K/V tile: correct but slow
+SLOW_FAULT = int(Fault.SLOW)  # kFaultSlow: the producer waits after every K/V tile: correct but slow
 
 
 class Unavailable(Exception):

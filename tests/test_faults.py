@@ -1,0 +1,26 @@
+"""The planted-fault numbers: flashcore/faults.py is kernel/config.h's FaultKind, name for name, value for value."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from flashcore import api
+from flashcore.faults import BY_NAME, MAX_FAULT, Fault
+from harness import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_python_and_cxx_fault_lists_agree() -> None:
+    text = (REPO / "kernel" / "config.h").read_text()
+    cxx = {name: int(v) for name, v in re.findall(r"\bkFault(\w+)\s*=\s*(\d+)", text)}
+    assert sorted(cxx.values()) == [int(f) for f in Fault]
+    pairs = {"None": Fault.NONE, "TailMaskOffByOne": Fault.TAIL_MASK, "Nondeterministic": Fault.NONDETERMINISTIC,
+             "SkipFirstRow": Fault.SKIP_ROW, "Slow": Fault.SLOW}
+    assert {k: int(v) for k, v in pairs.items()} == cxx
+
+
+def test_every_user_of_the_numbers_reads_them_from_one_place() -> None:
+    assert api.MAX_FAULT == MAX_FAULT == 4
+    assert cli.FAULTS == BY_NAME == {"tail-mask": 1, "nondeterministic": 2, "skip-row": 3, "slow": 4}

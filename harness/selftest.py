@@ -97,8 +97,8 @@ def _strict_without_flag() -> Runner:
 def _planted_spill(config: Config, out: Path) -> dict[str, Status]:
     """Build with -DFLASHCORE_PLANT_SPILL into its own directory and judge it with the build gate's verdicts."""
     from harness.gates.build import verdict_kernels
-    from harness.gates.ptxas import parse_ptxas
     from harness.results import combine
+    from harness.support.ptxas import parse_ptxas
 
     build_dir = out / "build"
     out.mkdir(parents=True, exist_ok=True)

@@ -16,10 +16,11 @@ import flashcore
 from flashcore import api, fallback
 from harness.config import load_config
 from harness.gates import api as api_gate
-from harness.gates import correctness, gpu, reference
-from harness.gates.api_cases import Case, CaseTable, build, load_cases
+from harness.gates import correctness, gpu
 from harness.results import Status
 from harness.schema import ConfigError
+from harness.support import reference
+from harness.support.api_cases import Case, CaseTable, build, load_cases
 from tests.conftest import REPO, make_context
 
 TABLE = REPO / "gates/api-cases.yaml"

@@ -19,8 +19,8 @@ from harness.bench import paired
 from harness.bench.record import RUN_SCHEMA, Measurement, RecordError, parse_run, read_run
 from harness.bench.settings import load_bench_settings
 from harness.config import load_config
-from harness.gates import perf_verdict as pv
 from harness.results import Status
+from harness.support import perf_verdict as pv
 
 FIXTURES = REPO / "tests" / "fixtures" / "bench"
 SUITE = FIXTURES / "bench-suite.json"

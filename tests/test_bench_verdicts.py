@@ -1,4 +1,4 @@
-"""Perf and scaling verdicts (harness/gates/perf_verdict.py) on SYNTHETIC paired measurements
+"""Perf and scaling verdicts (harness/support/perf_verdict.py) on SYNTHETIC paired measurements
 (tests/fixtures/bench/synthesize.py: interleaved rounds under a drifting clock): pass, fail, the edges, noise
 (not judged), decisive failures, and missing or unpaired data (ERROR, never a pass)."""
 
@@ -12,9 +12,9 @@ from conftest import workload
 from fixtures.bench.synthesize import paired_rounds
 
 from harness.bench.record import Measurement, Run, not_available
-from harness.gates import perf_verdict as pv
 from harness.results import Status
 from harness.schema import Workload
+from harness.support import perf_verdict as pv
 
 PREFILL = workload("prefill-d128", b=4, hq=16, hkv=16, sq=8192, sk=8192, d=128)
 GPU = "NVIDIA H100 80GB HBM3"

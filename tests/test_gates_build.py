@@ -13,8 +13,8 @@ from conftest import make_context
 from harness.config import load_config
 from harness.gates import build
 from harness.gates.build import BuildParams, verdict_kernels, verdict_library
-from harness.gates.ptxas import list_elf_archs, parse_ptxas
 from harness.results import Status, combine
+from harness.support.ptxas import list_elf_archs, parse_ptxas
 
 K128 = "_ZN9flashcore24attention_forward_kernelILi128ENS_4Bf16EEEvNS_12KernelParamsE"
 K256 = "_ZN9flashcore24attention_forward_kernelILi256ENS_4Bf16EEEvNS_12KernelParamsE"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.gates.disasm import has_instruction, ptx_instructions, sass_opcodes
 from harness.gates.structure import verdict_structure
 from harness.results import Status, combine
+from harness.support.disasm import has_instruction, ptx_instructions, sass_opcodes
 
 REPO = Path(__file__).resolve().parent.parent
 SASS = """

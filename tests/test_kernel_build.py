@@ -13,8 +13,8 @@ import pytest
 
 from harness.config import load_config
 from harness.gates.build import verdict_kernels
-from harness.gates.ptxas import parse_ptxas
 from harness.results import Status, combine
+from harness.support.ptxas import parse_ptxas
 
 pytestmark = pytest.mark.nvcc  # skipped, with the reason, on a machine without the CUDA compiler (conftest.py)
 REPO = Path(__file__).resolve().parent.parent

@@ -13,12 +13,12 @@ from test_api_gate import TABLE, cpu_cases, stand_in
 from flashcore import validate
 from harness.config import load_config
 from harness.gates import api as api_gate
-from harness.gates.api_cases import load_cases
 from harness.gates.base import GateContext
 from harness.planted_checks import check_disabled
 from harness.results import GateResult, Status
 from harness.schema import GateSpec
 from harness.selftest import CASES, Case, judge
+from harness.support.api_cases import load_cases
 
 
 def _case(must_fail: str | None) -> Case:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from harness.env import find_cuda_tool
 from harness.gates.base import Gate, GateContext, margin_le
-from harness.gates.ptxas import PtxasReport, list_elf_archs, parse_ptxas
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import param
+from harness.support.ptxas import PtxasReport, list_elf_archs, parse_ptxas
 
 LOG = "logs/build.log"
 CUOBJDUMP_LOG = "logs/cuobjdump.log"

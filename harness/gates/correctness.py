@@ -17,11 +17,12 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.gates import gpu, reference
+from harness.gates import gpu
 from harness.gates.base import FlashcoreGate, GateContext, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
+from harness.support import reference
 
 
 @dataclass(frozen=True)

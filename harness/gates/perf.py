@@ -17,7 +17,7 @@ workload in the same rounds, so clock drift hits them alike) and checks, per gat
   sweep's points excluded) >= min_geomean, the worst workload named (perf_verdict.verdict_geomean).
 `report_workloads` are measured with the same backends and shown, never judged (e.g. batch-1 long context).
 Absolute medians and TFLOPS, with their drift-sensitive spread and the SM clocks, are reported, not judged;
-the other baselines (FA3 always) are measured and reported. Verdicts: harness/gates/perf_verdict.py.
+the other baselines (FA3 always) are measured and reported. Verdicts: harness/support/perf_verdict.py.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from harness.bench import report
 from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
 from harness.bench.settings import BASELINES, OURS, BenchSettings, check_backends, load_bench_settings, timing_dict
 from harness.gates import gpu
-from harness.gates import perf_verdict as pv
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES_FILE, ConfigError, Workload, param
+from harness.support import perf_verdict as pv
 
 if TYPE_CHECKING:  # the runner imports harness.gates.gpu, whose package imports this module: import it late
     from harness.bench.runner import Measurer

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from harness.env import find_cuda_tool
 from harness.gates.base import Gate, GateContext
-from harness.gates.disasm import has_instruction, ptx_instructions, sass_opcodes
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import param
+from harness.support.disasm import has_instruction, ptx_instructions, sass_opcodes
 
 LOG = "logs/disassembly.txt"
 

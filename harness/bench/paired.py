@@ -83,13 +83,19 @@ def _throughput_work(m: Measurement) -> float:
     return float(fl.workload_kv_bytes(m.spec)) if m.unit == "TB/s" else fl.workload_flops(m.spec)
 
 
-def per_round_ratios(num: Measurement, den: Measurement) -> list[float] | None:
-    """Per round, num's throughput / den's (on one workload: den time / num time); None when not paired."""
+def per_round_ratios(num: Measurement, den: Measurement, per_clock: bool = False) -> list[float] | None:
+    """Per round, num's throughput / den's (on one workload: den time / num time); None when not paired.
+    `per_clock`: per SM clock cycle, each call's time times the clock probed right before it (None when a reading
+    is missing)."""
     idx = pairs(num, den)
     if idx is None:
         return None
     scale = _throughput_work(num) / _throughput_work(den) if num.spec != den.spec else 1.0
-    return [scale * den.times_ms[j] / num.times_ms[i] for i, j in idx]
+    if not per_clock:
+        return [scale * den.times_ms[j] / num.times_ms[i] for i, j in idx]
+    if not num.clock_mhz or not den.clock_mhz or any(num.clock_mhz[i] <= 0 or den.clock_mhz[j] <= 0 for i, j in idx):
+        return None
+    return [scale * den.times_ms[j] * den.clock_mhz[j] / (num.times_ms[i] * num.clock_mhz[i]) for i, j in idx]
 
 
 @dataclass(frozen=True)
@@ -112,11 +118,13 @@ class PairedRatio:
         return self.summary.rel_std
 
 
-def ratio(num: Measurement, den: Measurement) -> PairedRatio | None:
+def ratio(num: Measurement, den: Measurement, per_clock: bool = False) -> PairedRatio | None:
     """The paired ratio num's speed / den's speed, or None when they were not timed in the same rounds (or
-    have too few common rounds for num's spread groups)."""
+    have too few common rounds for num's spread groups). `per_clock`: per SM clock cycle (per_round_ratios), for
+    one kernel against itself at two sizes (the scaling sweep), where a 0.2 s call at 128K tokens and a 3 ms call
+    at 8K see different clocks in the same round under the power cap; None when a clock reading is missing."""
     idx = pairs(num, den)
-    values = per_round_ratios(num, den)
+    values = per_round_ratios(num, den, per_clock)
     groups = num.spread_groups
     if idx is None or values is None or len(values) < 2 * groups:
         return None
@@ -129,7 +137,8 @@ def ratio(num: Measurement, den: Measurement) -> PairedRatio | None:
         if all(c > 0 for c in f):
             clocks = (min(f), statistics.median(f), max(f))
             logs = [math.log(c) for c in f]
-            slope = theil_sen_slope(logs, [math.log(v) for v in values])
+            # the clock-dependence diagnostic explains a per-second ratio; a per-cycle one has the clock taken out
+            slope = None if per_clock else theil_sen_slope(logs, [math.log(v) for v in values])
             if slope is not None:
                 dependence = slope
                 e = max(-1.0, min(1.0, slope))  # a kernel's time scales at most like 1/clock
@@ -137,24 +146,6 @@ def ratio(num: Measurement, den: Measurement) -> PairedRatio | None:
                 fixed = run_to_run_spread([v * math.exp(-e * (x - ref)) for v, x in zip(values, logs, strict=True)],
                                           groups)
     return PairedRatio(_label(num, den), _label(den, num), summary, dependence, clocks, fixed)
-
-
-def cycle_ratio(num: Measurement, den: Measurement) -> PairedRatio | None:
-    """Like ratio(), per SM clock cycle: each call's time times the clock probed right before it. For one kernel
-    against itself at two sizes (the scaling sweep), where a 0.2 s call at 128K tokens and a 3 ms call at 8K see
-    different clocks in the same round under the power cap. None when not paired or any clock is missing."""
-    idx = pairs(num, den)
-    if idx is None or not num.clock_mhz or not den.clock_mhz:
-        return None
-    if any(num.clock_mhz[i] <= 0 or den.clock_mhz[j] <= 0 for i, j in idx):
-        return None
-    scale = _throughput_work(num) / _throughput_work(den) if num.spec != den.spec else 1.0
-    values = [scale * den.times_ms[j] * den.clock_mhz[j] / (num.times_ms[i] * num.clock_mhz[i]) for i, j in idx]
-    if len(values) < 2 * num.spread_groups:
-        return None
-    f = [math.sqrt(num.clock_mhz[i] * den.clock_mhz[j]) for i, j in idx]
-    return PairedRatio(_label(num, den), _label(den, num), summarize_ratios(values, num.spread_groups), None,
-                       (min(f), statistics.median(f), max(f)), None)
 
 
 def _label(m: Measurement, other: Measurement) -> str:

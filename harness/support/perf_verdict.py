@@ -261,13 +261,12 @@ NO_CLOCKS = ("have no SM clock readings (gates/bench.yaml timing.clock_probe_us 
 def scaling_ratio(points: Mapping[int, Measurement], peak_seqlens: Sequence[int], seqlen: int,
                   per_clock: bool = False) -> tuple[int, PairedRatio] | tuple[None, str]:
     """(peak S, TFLOPS(seqlen) / TFLOPS(peak S) paired) where the peak S is the one FlashCore was fastest at,
-    relative to `seqlen`; or (None, why). `per_clock`: TFLOPS per SM clock cycle (paired.cycle_ratio)."""
+    relative to `seqlen`; or (None, why). `per_clock`: TFLOPS per SM clock cycle (paired.ratio)."""
     needed = [*peak_seqlens, seqlen]
     missing = [s for s in needed if s not in points or not points[s].available]
     if missing:
         return None, "; ".join(f"S={s}: {points[s].why if s in points else 'not measured'}" for s in missing)
-    pair = paired.cycle_ratio if per_clock else paired.ratio
-    ratios = {s: pair(points[seqlen], points[s]) for s in peak_seqlens}
+    ratios = {s: paired.ratio(points[seqlen], points[s], per_clock) for s in peak_seqlens}
     found = {s: r for s, r in ratios.items() if r is not None}
     if len(found) < len(ratios):
         lost = ", ".join(str(s) for s in ratios if s not in found)

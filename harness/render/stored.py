@@ -16,12 +16,12 @@ class StoredRunError(ValueError):
     """The file is not a readable flashcore.run/1 results.json: the message says where and why."""
 
 
-def _need(d: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _need(d: Any, key: str, kind: type, where: str) -> Any:
     if not isinstance(d, dict) or key not in d:
         raise StoredRunError(f"{where}: missing key {key!r}")
     value = d[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise StoredRunError(f"{where}.{key}: {value!r} is not {getattr(kind, '__name__', kind)}")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):  # JSON true is no phase number
+        raise StoredRunError(f"{where}.{key}: {value!r} is not {kind.__name__}")
     return value
 
 

@@ -30,7 +30,7 @@ help:
 	@echo "make planted        build the planted-bug binary the sanitizer selftest runs (tests/planted/)"
 	@echo "make kernel-id      print the hash of the kernel sources (fc_kernel_id; the tuned table is keyed by it)"
 	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' PYTEST_ARGS='$(PYTEST_ARGS)'"
-	@echo "           BENCH_ARGS='$(BENCH_ARGS)' TUNE_ARGS='$(TUNE_ARGS)' NVCC_EXTRA='$(NVCC_EXTRA)' (kernel/kernel.mk)"
+	@echo "           BENCH_ARGS='$(BENCH_ARGS)' TUNE_ARGS='$(TUNE_ARGS)' NVCC_EXTRA='$(NVCC_EXTRA)' POINTS_FILE=$(POINTS_FILE) (kernel/kernel.mk)"
 
 # The build gate runs the build itself, so a failing build still yields a report.
 $(addprefix gate-phase,$(PHASES)): gate-phase%:
@@ -45,10 +45,11 @@ selftest:
 bench:
 	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness bench $(BENCH_ARGS)
 
-# GPU host: the autotuner (gates/tune.yaml, harness/tune): writes flashcore/tuned.yaml; commit it.
+# GPU host: the autotuner (gates/tune.yaml, harness/tune): builds the candidate points in parallel (build/tune/),
+# writes flashcore/tuned.yaml and kernel/tuned_points.inc, then rebuilds the library with those points; commit both.
 # TUNE_ARGS="--resume reports/tune-<time>" continues an interrupted run.
 tune:
-	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness tune $(TUNE_ARGS)
+	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness tune $(TUNE_ARGS) && $(MAKE) -s build
 
 # Rewrites the stored run (gates/bench.yaml stored_run.file); commit it. Refused when FlashCore's spread is too high.
 bench-baseline:

@@ -9,11 +9,12 @@ flashcore.flash_attn_func and flashcore.flash_attn_with_kvcache (flashcore/flash
 
 from flashcore._lib import library_path
 from flashcore._version import __version__
-from flashcore.api import Plan, attention, plan
+from flashcore.api import Plan, attention, compiled_points, plan
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 from flashcore.flash_attn import UnsupportedArgument, flash_attn_func, flash_attn_with_kvcache
+from flashcore.points import Point
 from flashcore.tuning import TileConfig, TuningWarning
 
-__all__ = ["__version__", "attention", "plan", "Plan", "TileConfig", "TuningWarning", "library_path", "FlashCoreError",
-           "UnsupportedDeviceError", "KernelLaunchError", "flash_attn_func", "flash_attn_with_kvcache",
-           "UnsupportedArgument"]
+__all__ = ["__version__", "attention", "plan", "Plan", "TileConfig", "Point", "compiled_points", "TuningWarning",
+           "library_path", "FlashCoreError", "UnsupportedDeviceError", "KernelLaunchError", "flash_attn_func",
+           "flash_attn_with_kvcache", "UnsupportedArgument"]

@@ -48,6 +48,7 @@ class FcParams(ctypes.Structure):
         ("block_n", ctypes.c_int32),
         ("schedule", ctypes.c_int32),
         ("l2_section_pct", ctypes.c_int32),
+        ("point", ctypes.c_int32),
     ]
 
 
@@ -62,6 +63,7 @@ class FcPlanInfo(ctypes.Structure):
         ("block_n", ctypes.c_int32),
         ("dynamic", ctypes.c_int32),
         ("section_heads", ctypes.c_int32),
+        ("point", ctypes.c_int32),
     ]
 
 
@@ -103,6 +105,8 @@ def load() -> ctypes.CDLL:
     lib.fc_kernel_id.restype = ctypes.c_char_p
     lib.fc_block_n_options.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
     lib.fc_block_n_options.restype = ctypes.c_int
+    lib.fc_points.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int]
+    lib.fc_points.restype = ctypes.c_int
     return lib
 
 

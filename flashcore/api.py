@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NoReturn
 
-from flashcore import _lib, faults, tuning, validate
+from flashcore import _lib, faults, points, tuning, validate
 from flashcore import fallback as sdpa_fallback
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 
@@ -158,9 +158,17 @@ def block_n_options(head_dim: int) -> tuple[int, ...]:
     return tuple(buf[i] for i in range(_lib.load().fc_block_n_options(head_dim, buf, 4)))
 
 
+@lru_cache(maxsize=16)
+def compiled_points(head_dim: int, defaults_only: bool = False) -> tuple[points.Point, ...]:
+    """fc_points(): the compile-time points the loaded library has for `head_dim`, its defaults first (only those
+    with defaults_only)."""
+    return points.library_points(_lib.load(), head_dim, defaults_only)
+
+
 def tile_config(call: Call, index: int, name: str) -> tuning.TileConfig:
     """The call's tile configuration: its own, else the tuned table's for its bucket on this GPU and kernel. In
-    deterministic mode the table never picks block_n (the one knob that moves the last bits; tables differ per GPU)."""
+    deterministic mode the table never picks block_n or a point (what may move the last bits; tables differ per
+    GPU). A table point this library did not compile runs the defaults, said once (rebuild: make build)."""
     if call.tile is not None:
         return call.tile
     import torch
@@ -169,7 +177,14 @@ def tile_config(call: Call, index: int, name: str) -> tuning.TileConfig:
     dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
     key = tuning.shape_key(q.shape[3], dtype, call.causal, q.shape[2], k.shape[2], q.shape[1], k.shape[1])
     config = tuning.config_for(key, name, _sm_count(index), kernel_id())
-    return replace(config, block_n=0) if call.deterministic else config
+    if call.deterministic:
+        return replace(config, block_n=0, point="")
+    if config.point and points.Point.parse(config.point) not in compiled_points(key.head_dim):
+        tuning.warn_once("point", f"FlashCore runs its default tile configuration for {key.label}: the tuned table "
+                                  f"names point {config.point}, which this library does not compile (make build "
+                                  "compiles kernel/tuned_points.inc)")
+        return tuning.DEFAULT
+    return config
 
 
 def use_fallback(device: str, capability: tuple[int, int], name: str, fallback: str) -> bool:
@@ -221,9 +236,10 @@ def attention(
         split order by a second kernel; 1: never split; N: N splits (at most one per K/V block, <= 128).
     sm_margin: SMs to leave to concurrent work (e.g. communication kernels) when choosing the split count.
     tile: the kernel's tile configuration (flashcore.TileConfig: keys per K/V tile, tile order, L2 share of a
-        section). None (default): the entry of the tuned table (flashcore/tuning.py) for this shape's bucket on this
-        GPU and kernel, else the hand-tuned defaults (a TuningWarning says so once per process). Deterministic mode
-        takes the table's tile order but never its block_n.
+        section, compile-time point of flashcore.compiled_points). None (default): the entry of the tuned table
+        (flashcore/tuning.py) for this shape's bucket on this GPU and kernel, else the hand-tuned defaults (a
+        TuningWarning says so once per process). Deterministic mode takes the table's tile order but never its
+        block_n or point.
     fallback: "error" (default): a GPU that is not SM 9.0 raises UnsupportedDeviceError. "sdpa": compute the
         same contract with torch SDPA there and on CPU tensors (warns once per device); an SM 9.0 GPU always runs
         the kernel.
@@ -319,6 +335,7 @@ class Plan:
     block_n: int = 0  # keys per K/V tile
     dynamic: bool = False  # tiles taken from an atomic counter (else a static order)
     section_heads: int = 0  # (batch, head) pairs per section of the tile order
+    point: str = ""  # the compile-time point launched (flashcore/points.py name)
     tile: tuning.TileConfig = tuning.DEFAULT  # the configuration asked for (the tuned table's or the caller's)
 
 
@@ -340,7 +357,7 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
     with torch.cuda.device(call.q.device):
         info = _plan(lib, _params(call, call.q, None, config))
     return Plan(info.num_splits, bool(info.pack_gqa), info.ctas, info.workspace_bytes, info.block_n,
-                bool(info.dynamic), info.section_heads, config)
+                bool(info.dynamic), info.section_heads, points.Point.from_code(info.point).name, config)
 
 
 def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,

@@ -18,6 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from flashcore.points import Point
+
 SCHEDULES = {"default": 0, "static": 1, "dynamic": 2}  # fc_schedule (kernel/flashcore.h)
 TABLE_VERSION = 1
 PACKAGED_TABLE = Path(__file__).resolve().parent / "tuned.yaml"
@@ -38,15 +40,38 @@ class TableError(ValueError):
 
 @dataclass(frozen=True)
 class TileConfig:
-    """The kernel's run-time tile knobs (fc_params in kernel/flashcore.h); zeros and "default" are the defaults."""
+    """The kernel's tile knobs (fc_params in kernel/flashcore.h); zeros, "" and "default" are the defaults."""
 
     block_n: int = 0  # keys per K/V tile; 0: kernel/tile_choice.h's choice
     schedule: str = "default"  # tile order: default, static or dynamic (atomic tile counter)
     l2_section_pct: int = 0  # dynamic order: % of L2 for one section's K/V; 0: a third
+    point: str = ""  # compile-time point (flashcore/points.py name, e.g. n128-s3-w2-pp1-re0-r32); "": the default
 
-    def problems(self, block_n_options: tuple[int, ...] | None = None) -> list[str]:
-        """The rules this point breaks (empty when valid). `block_n_options`: what the library compiled for the
-        head dim (fc_block_n_options); None checks the type only."""
+    def problems(self, block_n_options: tuple[int, ...] | None = None, head_dim: int | None = None,
+                 compiled: tuple[Point, ...] | None = None) -> list[str]:
+        """The rules this configuration breaks (empty when valid). `block_n_options`: what the library compiled for
+        the head dim (fc_block_n_options); `head_dim` checks the point's rules; `compiled` (fc_points) whether the
+        library has it. None checks the types only."""
+        out = []
+        if not isinstance(self.point, str):
+            out.append(f"point {self.point!r} must be a point name (flashcore/points.py) or \"\"")
+        elif self.point:
+            try:
+                pt = Point.parse(self.point)
+            except ValueError as e:
+                out.append(str(e))
+            else:
+                if head_dim is not None:
+                    out.extend(f"point {self.point}: {why}" for why in pt.problems(head_dim))
+                if compiled is not None and pt not in compiled:
+                    out.append(f"point {self.point} is not compiled for this head dim (make build compiles "
+                               "kernel/tuned_points.inc)")
+                if self.block_n and self.block_n != pt.block_n:
+                    out.append(f"block_n {self.block_n} disagrees with point {self.point} (leave block_n 0)")
+            return out + self._runtime_problems(None)
+        return out + self._runtime_problems(block_n_options)
+
+    def _runtime_problems(self, block_n_options: tuple[int, ...] | None) -> list[str]:
         out = []
         if isinstance(self.block_n, bool) or not isinstance(self.block_n, int) or self.block_n < 0:
             out.append(f"block_n {self.block_n!r} must be an int >= 0 (0: the default)")
@@ -69,13 +94,15 @@ class TileConfig:
 
     def c_fields(self) -> dict[str, int]:
         """The fc_params fields of this configuration."""
-        return {"block_n": self.block_n, "schedule": SCHEDULES[self.schedule], "l2_section_pct": self.l2_section_pct}
+        return {"block_n": self.block_n, "schedule": SCHEDULES[self.schedule], "l2_section_pct": self.l2_section_pct,
+                "point": Point.parse(self.point).code if self.point else 0}
 
     @property
     def label(self) -> str:
         if self.is_default:
             return "default"
-        parts = [f"bn{self.block_n}" if self.block_n else "", self.schedule if self.schedule != "default" else "",
+        parts = [self.point, f"bn{self.block_n}" if self.block_n else "",
+                 self.schedule if self.schedule != "default" else "",
                  f"l2 {self.l2_section_pct}%" if self.l2_section_pct else ""]
         return "/".join(p for p in parts if p)
 
@@ -192,7 +219,7 @@ def _parse_entry(raw: Any, source: str, where: str) -> Entry:
     if key.mode not in ("prefill", "decode") or key.dtype not in ("bf16", "fp16") or key.seqlen not in SEQLEN_BUCKETS:
         raise TableError(source, where, key.label, f"mode prefill|decode, dtype bf16|fp16, seqlen in {SEQLEN_BUCKETS}")
     config = TileConfig(**{k: raw[k] for k in _CONFIG_FIELDS if k in raw})
-    if bad := config.problems():
+    if bad := config.problems(head_dim=key.head_dim):
         raise TableError(source, where, config.label, "; ".join(bad))
     speedup = raw.get("speedup")
     if speedup is not None and (isinstance(speedup, bool) or not isinstance(speedup, int | float) or speedup <= 0):
@@ -207,7 +234,8 @@ def dump_tables(tables: list[Table]) -> str:
     for t in tables:
         entries = []
         for e in sorted(t.entries.values(), key=lambda e: tuple(asdict(e.key).values())):
-            row: dict[str, Any] = {**asdict(e.key), **asdict(e.config)}
+            config = {k: v for k, v in asdict(e.config).items() if k != "point" or v}  # no point: the default
+            row: dict[str, Any] = {**asdict(e.key), **config}
             if e.speedup is not None:
                 row["speedup"] = round(e.speedup, 4)
             entries.append(row)
@@ -222,7 +250,7 @@ def dump_tables(tables: list[Table]) -> str:
 _warned: set[str] = set()
 
 
-def _warn_once(kind: str, message: str) -> None:
+def warn_once(kind: str, message: str) -> None:
     if kind not in _warned:
         _warned.add(kind)
         warnings.warn(message + " (said once per process)", TuningWarning, stacklevel=4)
@@ -250,20 +278,20 @@ def config_for(key: ShapeKey, gpu: str, sm_count: int, kernel_id: str) -> TileCo
         return DEFAULT
     tables, why = _load(str(table_path()))
     if not tables:
-        _warn_once("no-table", f"FlashCore runs its default tile configuration: {why}")
+        warn_once("no-table", f"FlashCore runs its default tile configuration: {why}")
         return DEFAULT
     table = next((t for t in tables if t.matches(gpu, sm_count)), None)
     if table is None:
-        _warn_once("no-gpu", f"FlashCore runs its default tile configuration: the tuned table has no entry for "
+        warn_once("no-gpu", f"FlashCore runs its default tile configuration: the tuned table has no entry for "
                              f"{gpu} with {sm_count} SMs (run `make tune` on it)")
         return DEFAULT
     if table.kernel_id != kernel_id:
-        _warn_once("stale", f"FlashCore runs its default tile configuration: the tuned table for {gpu} was measured "
+        warn_once("stale", f"FlashCore runs its default tile configuration: the tuned table for {gpu} was measured "
                             f"on kernel {table.kernel_id}, this library is kernel {kernel_id} (re-run `make tune`)")
         return DEFAULT
     entry = table.entries.get(key)
     if entry is None:
-        _warn_once("no-entry", f"FlashCore runs its default tile configuration for {key.label}: no tuned entry for "
+        warn_once("no-entry", f"FlashCore runs its default tile configuration for {key.label}: no tuned entry for "
                                "that bucket (further buckets without one are not reported)")
         return DEFAULT
     return entry.config

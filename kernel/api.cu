@@ -8,6 +8,7 @@
 #include "config.h"
 #include "flashcore.h"
 #include "launch.h"
+#include "tile_point.h"
 
 namespace flashcore {
 namespace {
@@ -89,6 +90,10 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
     return report_error(FC_ERR_INVALID_ARGUMENT,
                         "num_splits = %d, sm_margin = %d, deterministic = %d: num_splits and sm_margin must be >= 0 "
                         "and deterministic 0 or 1", in->num_splits, in->sm_margin, in->deterministic);
+  }
+  if (in->point != 0 && (in->point & flashcore::kPointFlag) == 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "point = 0x%x is not a point code (kernel/tile_point.h; 0: default)",
+                        static_cast<unsigned>(in->point));
   }
   if (in->block_n < 0 || in->schedule < FC_SCHEDULE_DEFAULT || in->schedule > FC_SCHEDULE_DYNAMIC ||
       in->l2_section_pct < 0 || in->l2_section_pct > 100) {

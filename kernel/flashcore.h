@@ -54,6 +54,9 @@ typedef struct fc_params {
                            // masking), FC_SCHEDULE_STATIC or FC_SCHEDULE_DYNAMIC (an atomic tile counter)
   int32_t l2_section_pct;  // dynamic order: % of the L2 that the K/V of one section of (batch, head) pairs may
                            // take, 1..100; 0 = the default (a third)
+  int32_t point;           // compile-time point (kernel/tile_point.h: keys per tile, K/V stages, consumer
+                           // warpgroups, ping-pong, early rescale, producer registers): 0 = the default; else one
+                           // of fc_points(head_dim)
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2 };
 
@@ -66,6 +69,7 @@ typedef struct fc_plan_info {
   int32_t block_n;          // keys per K/V tile
   int32_t dynamic;          // 1: tiles taken from an atomic counter; 0: static order
   int32_t section_heads;    // (batch, head) pairs per section of the tile order (some sections take one more)
+  int32_t point;            // the compile-time point launched (kernel/tile_point.h)
 } fc_plan_info;
 
 // Launches the forward kernel on `stream` (a cudaStream_t, NULL for the default stream).
@@ -94,6 +98,9 @@ const char* fc_kernel_id(void);
 // The compiled BLOCK_N values for `head_dim` (ascending) into out[0 .. max); returns how many there are (0 for an
 // unsupported head dim).
 int fc_block_n_options(int head_dim, int32_t* out, int max);
+// The compiled points for `head_dim` (kernel/tile_point.h codes: the defaults first, then, unless defaults_only,
+// the points file's) into out[0 .. max); returns how many there are (0 for an unsupported head dim).
+int fc_points(int head_dim, int32_t* out, int max, int defaults_only);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include "config.h"
+#include "tile_point.h"
 #include "tile_scheduler.h"
 
 namespace flashcore {
@@ -14,17 +15,21 @@ struct TmaParams {
 };
 
 // Warpgroup 0 produces (one thread issues every TMA load); the consumer warpgroups own 64 query rows each
-// (one wgmma M). setmaxnreg splits: 2 consumers 32 / 232, 3 consumers 32 / 160 registers. FA3 gives a 2-consumer
-// producer 24; the persistent producer (tile decode, ring counters) spilled 4-16 bytes at 24 (ptxas), and the
-// consumers' peak (hdim 128: S 88 + P 44 + O 64 + addressing) stays under 232 without spills.
-template <int kConsumerWGs>
+// (one wgmma M). setmaxnreg moves registers from the producer to the consumers: with a 32-register producer,
+// 2 consumers get 232 and 3 get 160. FA3 gives a 2-consumer producer 24; the persistent producer (tile decode,
+// ring counters) spilled 4-16 bytes at 24 (ptxas), and the consumers' peak (hdim 128: S 88 + P 44 + O 64 +
+// addressing) stays under 232 without spills. make tune searches the producer's share (a point's producer_regs).
+template <int kConsumerWGs, int kProducerRegs>
 struct RegisterSplit {
-  static_assert(kConsumerWGs == 2 || kConsumerWGs == 3, "2 or 3 consumer warpgroups");
-  static constexpr int kProducer = 32;
-  static constexpr int kConsumer = kConsumerWGs == 2 ? 232 : 160;
+  static_assert(kConsumerWGs == 2 || kConsumerWGs == 3, "2 or 3 consumer warpgroups (named barrier ids 1..3)");
+  static_assert(kProducerRegs >= 24 && kProducerRegs % 8 == 0, "setmaxnreg takes multiples of 8 from 24");
   // setmaxnreg.inc takes from the registers the CTA was launched with: __launch_bounds__(threads, 1) gives each
   // thread 65536 / threads rounded down to a multiple of 8 (168 for 384 threads, 128 for 512).
   static constexpr int kLaunchRegs = 65536 / (128 * (1 + kConsumerWGs)) / 8 * 8;
+  static constexpr int kProducer = kProducerRegs;
+  static constexpr int kShare = (kLaunchRegs * (1 + kConsumerWGs) - kProducer) / kConsumerWGs / 8 * 8;
+  static constexpr int kConsumer = kShare > 256 ? 256 : kShare;
+  static_assert(kProducer <= kLaunchRegs, "setmaxnreg.dec cannot raise the producer above the launch registers");
   static_assert(kProducer * 128 + kConsumer * 128 * kConsumerWGs <= kLaunchRegs * 128 * (1 + kConsumerWGs),
                 "register split exceeds the CTA's register pool");
 };
@@ -53,13 +58,16 @@ enum NamedBarrier : int {
   kBarrierEpilogueWG0 = 4,  // + consumer warpgroup index (ids 4..6): the warpgroup's O rows are in shared memory
 };
 
-// What stays fixed per head dim, each with its reason (FA3's choices where they applied here):
+// The default point of each head dim, each choice with its reason (FA3's choices where they applied here); a
+// tuned table may name another compiled point per shape bucket (flashcore/tuned.yaml, kernel/tuned_points.inc):
 //   kConsumerWGs: hdim 64 takes 3 (BLOCK_M 192): each K/V tile serves more rows, and its short GEMMs leave softmax
 //                 as the long pole, which a third warpgroup in the ping-pong ring helps hide; 2 otherwise.
 //   kPingPong:    consumer warpgroups take turns issuing GEMMs (named barriers), so one's softmax hides under the
 //                 other's GEMMs. hdim 256 without it measured the same (step 4.3); kept on everywhere.
 //   kRescaleEarly: O *= alpha(n-1) between issuing S(n) and P(n-1) V(n-1) instead of after P V is done (FA3's
 //                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same (step 4.3): off.
+//   kStages:      2 K/V stages (hdim 128 at 176 keys and hdim 256 have no room for a third).
+//   kProducerRegs: 32 (see RegisterSplit).
 // BLOCK_N is chosen per call among the values of kernel/tile_choice.h.
 // FLASHCORE_D<hdim>_<KEY> macros override a choice for experiments (bench/ab_kernels.py builds).
 #ifndef FLASHCORE_D128_RESCALE_EARLY
@@ -83,22 +91,31 @@ struct HeadDimTraits {
   static constexpr bool kRescaleEarly = kHeadDim == 128   ? FLASHCORE_D128_RESCALE_EARLY
                                         : kHeadDim == 256 ? FLASHCORE_D256_RESCALE_EARLY
                                                           : false;
+  static constexpr int kProducerRegs = 32;
+  // The default point at `block_n` keys per tile (kernel/tile_choice.h picks block_n per call).
+  static constexpr int point(int block_n) {
+    return point_code(block_n, kStages, kConsumerWGs, kPingPong, kRescaleEarly, kProducerRegs);
+  }
 };
 
 constexpr int kSmemLimit = 227 * 1024;  // what one H100 block may use
 
-template <int kHeadDim, int kBlockN_>
+// Everything the kernel derives from (head dim, point); the static_asserts are the rules make tune checks before it
+// builds a point (harness/tune/points.py says the same in Python, with the rule each point breaks).
+template <int kHeadDim, int kPoint>
 struct HopperTileConfig {
-  using Traits = HeadDimTraits<kHeadDim>;
-  static constexpr int kConsumerWGs = Traits::kConsumerWGs;
+  using Point = TilePoint<kPoint>;
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim must be 64, 128 or 256");
+  static constexpr int kConsumerWGs = Point::kConsumerWGs;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
-  using Registers = RegisterSplit<kConsumerWGs>;
+  using Registers = RegisterSplit<kConsumerWGs, Point::kProducerRegs>;
   static constexpr int kBlockM = 64 * kConsumerWGs;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = Traits::kStages;
-  static constexpr bool kPingPong = Traits::kPingPong;
-  static constexpr bool kRescaleEarly = Traits::kRescaleEarly;
+  static constexpr int kBlockN = Point::kBlockN;
+  static constexpr int kStages = Point::kStages;
+  static constexpr bool kPingPong = Point::kPingPong;
+  static constexpr bool kRescaleEarly = Point::kRescaleEarly;
+  static_assert(kStages >= 2 && kStages <= 8, "the K/V ring needs 2..8 stages");
   // TMA boxes and wgmma atoms are 64 columns (128 bytes, the 128-byte swizzle span) wide.
   static constexpr int kChunks = kHeadDim / 64;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
@@ -117,7 +134,8 @@ struct HopperTileConfig {
   static_assert(kSmemBytes <= kSmemLimit, "shared memory exceeds the 227 KB an H100 block may use");
   static_assert(!kOAliasV || (kOWgBytes <= kKVBytes && kConsumerWGs <= kStages),
                 "O staged over V needs one V stage per consumer warpgroup, each holding its 64 rows");
-  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N must be a valid wgmma N and a whole k-step of P V");
+  static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
+                "BLOCK_N must be a valid wgmma N (kernel/wgmma_ops.h: 64..256) and a whole k-step of P V");
   // A warpgroup whose rows see at most kNarrowN keys of a tile's last block (causal diagonal, ragged seqlen_k) runs
   // that block's S and P V GEMMs on its first kNarrowN keys only (0: never). Causal 128 x 128 tiles: the first
   // warpgroup's diagonal block is half the work.

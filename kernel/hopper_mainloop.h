@@ -16,10 +16,10 @@ namespace flashcore {
 // One thread, for every tile of this CTA: K(0) first (it needs only a free stage), then Q with the tile index once
 // every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
-template <int kHeadDim, int kBlockN, bool kSplit>
+template <int kHeadDim, int kPoint, bool kSplit>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
                              uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
-  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
+  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
   using Slots = HopperSlots<Cfg::kStages>;
   tma_prefetch_descriptor(&tma.q);
   tma_prefetch_descriptor(&tma.k);
@@ -85,9 +85,9 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
 }
 
 // One consumer warpgroup: 64 query rows, S = Q K^T and O += P V on wgmma, online softmax in registers.
-template <int kHeadDim, int kBlockN, typename Element>
+template <int kHeadDim, int kPoint, typename Element>
 struct WgmmaConsumer {
-  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
+  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
   static constexpr int kNTiles = Cfg::kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
 

@@ -13,6 +13,15 @@ LIB_SOURCES := kernel/flashcore.cu kernel/api.cu kernel/tensor_maps.cu
 # measured on (tests/test_tuning.py recomputes it from the same files).
 KERNEL_SOURCES := $(sort $(wildcard kernel/*.h kernel/*.cuh kernel/*.cu))
 KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
+# The points compiled besides each head dim's defaults (kernel/flashcore.cu): one object per
+# FC_POINT(head_dim, block_n, stages, consumer_wgs, pingpong, rescale_early, producer_regs) line, built from
+# kernel/point.cu, so they compile in parallel (make -j). make tune passes its candidates' file. The file is not part
+# of KERNEL_ID: which points are compiled changes no kernel code.
+POINTS_FILE ?= kernel/tuned_points.inc
+POINT_NAMES := $(shell sed -n 's/^FC_POINT(\([0-9, ]*\)).*/\1/p' $(POINTS_FILE) | tr -d ' ' | tr ',' '_' | sort -u)
+POINT_OBJS := $(POINT_NAMES:%=$(BUILD_DIR)/points/p%.o)
+LIB_OBJS := $(BUILD_DIR)/flashcore.o $(POINT_OBJS) $(BUILD_DIR)/api.o $(BUILD_DIR)/tensor_maps.o
+point_arg = $(word $(1),$(subst _, ,$*))
 
 .PHONY: build ptx sass kernel-id
 
@@ -21,11 +30,21 @@ kernel-id:
 
 build: $(BUILD_DIR)/libflashcore.so $(BUILD_DIR)/flashcore_driver
 
-# -Xptxas -v writes the register/spill/smem report of every kernel; the build gate reads ptxas.log.
-$(BUILD_DIR)/flashcore.o: kernel/flashcore.cu $(KERNEL_HEADERS)
+# -Xptxas -v writes the register/spill/smem report of every kernel, one log per object; the library's rule joins
+# them into ptxas.log, which the build gate reads.
+$(BUILD_DIR)/flashcore.o: kernel/flashcore.cu $(KERNEL_HEADERS) $(POINTS_FILE)
 	@mkdir -p $(BUILD_DIR)
-	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(BUILD_DIR)/ptxas.log || { cat $(BUILD_DIR)/ptxas.log; exit 1; }
-	@grep -E "error|warning" $(BUILD_DIR)/ptxas.log || true
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -DFLASHCORE_POINTS_FILE='"$(abspath $(POINTS_FILE))"' -c $< -o $@ \
+	  2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
+	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
+
+$(BUILD_DIR)/points/p%.o: kernel/point.cu $(KERNEL_HEADERS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -DFC_POINT_HD=$(call point_arg,1) -DFC_POINT_BN=$(call point_arg,2) \
+	  -DFC_POINT_STAGES=$(call point_arg,3) -DFC_POINT_WGS=$(call point_arg,4) -DFC_POINT_PINGPONG=$(call point_arg,5) \
+	  -DFC_POINT_RESCALE=$(call point_arg,6) -DFC_POINT_PRODUCER=$(call point_arg,7) -c $< -o $@ \
+	  2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
+	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
 
 $(BUILD_DIR)/api.o: kernel/api.cu $(KERNEL_SOURCES)
 	@mkdir -p $(BUILD_DIR)
@@ -39,11 +58,13 @@ $(BUILD_DIR)/naive.o: kernel/naive.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
-$(BUILD_DIR)/libflashcore.so: $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/tensor_maps.o
-	$(NVCC) $(ARCH_FLAGS) -shared -o $@ $^ -cudart=static
+# --no-undefined: a point the dispatch declares extern but no object defines fails here, not at dlopen.
+$(BUILD_DIR)/libflashcore.so: $(LIB_OBJS)
+	$(NVCC) $(ARCH_FLAGS) -shared -Xlinker=--no-undefined -o $@ $^ -cudart=static
+	@cat $(BUILD_DIR)/flashcore.ptxas.log $(POINT_OBJS:.o=.ptxas.log) > $(BUILD_DIR)/ptxas.log
 
-$(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/tensor_maps.o $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
-	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/api.o $(BUILD_DIR)/tensor_maps.o $(BUILD_DIR)/naive.o
+$(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o
 
 ptx:
 	@mkdir -p $(BUILD_DIR)

@@ -41,10 +41,10 @@ __device__ __forceinline__ ThreadRows thread_rows(const KernelParams& p, const T
 // kSplit: split-KV instantiation (tiles carry a split index; fp32 partials for the combine kernel). The non-split
 // instantiation folds every split term away: measured on the H100, one kernel with a runtime split count ran
 // hdim 64 prefill 5.9 % slower (445.7 vs 473.7 TFLOPS, 2832 vs 2528 SASS lines).
-template <int kHeadDim, int kBlockN, typename Element, bool kSplit>
-__global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads, 1)
+template <int kHeadDim, int kPoint, typename Element, bool kSplit>
+__global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
-  using Cfg = HopperTileConfig<kHeadDim, kBlockN>;
+  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
   using Slots = HopperSlots<Cfg::kStages>;
   extern __shared__ uint8_t smem_raw[];
   // 128-byte-swizzled TMA tiles and wgmma atoms need 1024-byte alignment.
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
 
   if (warpgroup == 0) {
     setmaxnreg_dec<Cfg::Registers::kProducer>();
-    if (threadIdx.x == 0) tma_producer<kHeadDim, kBlockN, kSplit>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+    if (threadIdx.x == 0) tma_producer<kHeadDim, kPoint, kSplit>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
     return;
   }
   setmaxnreg_inc<Cfg::Registers::kConsumer>();
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kBlockN>::kThreads,
   const int tile_row0 = consumer_wg * 64 + warp_in_wg * 16;  // first of this warp's 16 rows in the tile
   const uint32_t q_wg_addr = smem_addr(q_smem) + consumer_wg * 64 * 128;  // this warpgroup's 64 rows
 
-  using Consumer = WgmmaConsumer<kHeadDim, kBlockN, Element>;
+  using Consumer = WgmmaConsumer<kHeadDim, kPoint, Element>;
   Consumer consumer;
   const SmemDesc q_desc = Consumer::q_desc(q_wg_addr);
   const SmemDesc k_desc0 = Consumer::k_desc(smem_addr(k_smem)), v_desc0 = Consumer::v_desc(smem_addr(v_smem));

@@ -211,7 +211,7 @@ def test_deterministic_promise_still_holds_for_the_kernel_source() -> None:
                 assert "kFaultNondeterministic" in context or scheduler, f"{path.name}:{i + 1}: {line.strip()}"
     abi = (REPO / "kernel/flashcore.h").read_text()
     assert re.search(r"int32_t deterministic;", abi), "the C ABI lost its deterministic flag"
-    launcher = (REPO / "kernel/flashcore.cu").read_text()
+    launcher = (REPO / "kernel/run_tiles.cuh").read_text()
     plan = launcher[launcher.index("int make_plan("):launcher.index("plan->num_splits = splits;")]
     assert re.search(r"choose_num_splits\(tiles, n_blocks, in->deterministic \? kNominalSms : usable_sms\)", plan), \
         "the split count must come from the nominal SM count when deterministic is set"

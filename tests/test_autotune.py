@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flashcore.tuning import DEFAULT, Entry, Table, TileConfig, dump_tables, parse_tables
+from flashcore.points import Point
+from flashcore.tuning import DEFAULT, Entry, Table, TableError, TileConfig, dump_tables, parse_tables
 from harness.config import load_config
 from harness.gates.autotune_table import Host, verdict_table
 from harness.results import Status
@@ -18,13 +19,21 @@ from harness.tune import runner
 from harness.tune.settings import Space, load_tune_settings
 from harness.tune.space import bucket, candidates
 
-HOST = Host("NVIDIA H100 80GB HBM3", 132, "k1", {64: (128,), 128: (128, 176), 256: (80,)})
+TUNED_POINT = Point(128, 3, 2, True, False, 32)
+HOST = Host("NVIDIA H100 80GB HBM3", 132, "k1", {64: (128,), 128: (128, 176), 256: (80,)},
+            {128: (Point(128, 2, 2, True, False, 32), Point(176, 2, 2, True, False, 32), TUNED_POINT)})
 
 
 def test_the_repository_tune_file_loads(gates_dir: Path) -> None:
     config = load_config(gates_dir)
     s = load_tune_settings(config)
-    assert s.space == Space("compiled", ("static", "dynamic"), (20, 33, 50))
+    assert (s.space.block_n, s.space.schedule, s.space.l2_section_pct) == ("compiled", ("static", "dynamic"),
+                                                                         (20, 33, 50))
+    assert sorted(s.space.points) == [64, 128, 256]
+    # every head dim's default point is in its space (so the tuner's points are variations around it)
+    assert Point(128, 2, 3, True, False, 32) in s.space.points[64]
+    assert {Point(128, 2, 2, True, False, 32), Point(176, 2, 2, True, False, 32)} <= set(s.space.points[128])
+    assert Point(80, 2, 2, True, False, 32) in s.space.points[256]
     assert s.adopt_min_speedup >= 1.0 and s.table == "flashcore/tuned.yaml"
     tuned = {bucket(w) for w in s.workloads}
     assert len(tuned) == len(s.workloads), "two tuning shapes in one bucket: the second would overwrite the first"
@@ -114,6 +123,23 @@ def test_a_stale_or_foreign_table_fails(gates_dir: Path, fault: dict, metric: st
 def test_an_invalid_entry_fails(gates_dir: Path) -> None:
     text = _good_table(gates_dir).replace("block_n: 128", "block_n: 96", 1)  # a wgmma width, but not compiled
     assert _checks(gates_dir, text)["(table):invalid_entries"] is Status.FAIL
+
+
+@pytest.mark.parametrize("point, passes", [
+    (TUNED_POINT.name, True),                  # compiled into this library
+    ("n128-s2-w2-pp0-re0-r32", False),         # valid, but not compiled (kernel/tuned_points.inc lacks it)
+    ("n176-s3-w2-pp1-re0-r32", False),         # breaks a rule: 297 KB of shared memory
+])  # fmt: skip
+def test_an_entry_point_must_be_valid_and_compiled(gates_dir: Path, point: str, passes: bool) -> None:
+    tables = parse_tables(_good_table(gates_dir))
+    key = next(k for k in tables[0].entries if k.head_dim == 128)
+    tables[0].entries[key] = Entry(key, TileConfig(point=point), 1.03)
+    if not passes and "s3" in point and "n176" in point:  # the parser itself refuses a point that breaks a rule
+        with pytest.raises(TableError, match="shared memory"):
+            parse_tables(dump_tables(tables))
+        return
+    status = _checks(gates_dir, dump_tables(tables))["(table):invalid_entries"]
+    assert status is (Status.PASS if passes else Status.FAIL)
 
 
 def test_a_missing_bucket_fails(gates_dir: Path) -> None:

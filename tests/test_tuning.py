@@ -34,7 +34,7 @@ def test_an_invalid_point_names_the_rule_it_breaks(config: TileConfig, rule: str
 def test_valid_points_and_their_c_fields() -> None:
     assert TileConfig(176, "dynamic", 20).problems((128, 176)) == []
     assert DEFAULT.is_default and DEFAULT.label == "default"
-    assert TileConfig(128, "static").c_fields() == {"block_n": 128, "schedule": 1, "l2_section_pct": 0}
+    assert TileConfig(128, "static").c_fields() == {"block_n": 128, "schedule": 1, "l2_section_pct": 0, "point": 0}
     assert TileConfig(0, "dynamic", 50).label == "dynamic/l2 50%"
 
 

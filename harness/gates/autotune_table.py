@@ -2,18 +2,20 @@
 
 Checks: the table file (gates/tune.yaml `table`) parses; it has a table for this GPU (name and SM count) measured on
 this kernel (the library's fc_kernel_id, a hash of the kernel sources); every entry of that table is a point the
-library can run (block_n compiled for its head dim, a known schedule, an L2 share in 1..100); every bucket of the
+library can run (block_n compiled for its head dim, a known schedule, an L2 share in 1..100, a compile-time point
+that obeys the kernel's rules and is compiled into this library: kernel/tuned_points.inc); every bucket of the
 gate's workloads has an entry. A failure says to re-run `make tune` on this GPU and commit the table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from flashcore.points import Point
 from flashcore.tuning import Table, TableError, parse_tables
 from harness.gates.base import FlashcoreGate, GateContext
 from harness.gates.registry import register
@@ -35,6 +37,7 @@ class Host:
     sm_count: int
     kernel_id: str
     compiled: Mapping[int, tuple[int, ...]]  # head dim -> fc_block_n_options
+    points: Mapping[int, tuple[Point, ...]] = field(default_factory=dict)  # head dim -> fc_points
 
 
 # ---- verdict (pure) -------------------------------------------------------------------------------
@@ -77,7 +80,8 @@ def verdict_table(source: str, text: str | None, host: Host, workloads: Sequence
 def _entry_checks(table: Table, host: Host) -> list[Check]:
     bad = []
     for key, entry in table.entries.items():
-        problems = entry.config.problems(host.compiled.get(key.head_dim, ()))
+        problems = entry.config.problems(host.compiled.get(key.head_dim, ()), key.head_dim,
+                                         host.points.get(key.head_dim, ()))
         if problems:
             bad.append(f"{key.label}: {entry.config.label}: {'; '.join(problems)}")
     return [Check("(table)", "invalid_entries", 0, len(bad), Status.FAIL if bad else Status.PASS, "==",
@@ -89,7 +93,8 @@ def _entry_checks(table: Table, host: Host) -> list[Check]:
 
 def host_of(fc: Any, gpu_name: str, sm_count: int) -> Host:
     compiled = {d: fc.api.block_n_options(d) for d in fc.api.SUPPORTED_HEAD_DIMS}
-    return Host(gpu_name, sm_count, fc.api.kernel_id(), compiled)
+    points = {d: fc.api.compiled_points(d) for d in fc.api.SUPPORTED_HEAD_DIMS}
+    return Host(gpu_name, sm_count, fc.api.kernel_id(), compiled, points)
 
 
 @register("autotune-table")
@@ -110,4 +115,6 @@ class AutotuneTableGate(FlashcoreGate):
         checks = verdict_table(rel, text, host, ctx.workloads())
         return ctx.result(checks, details={"table": rel, "gpu": host.gpu, "sm_count": host.sm_count,
                                            "kernel_id": host.kernel_id,
-                                           "compiled_block_n": {str(k): list(v) for k, v in host.compiled.items()}})
+                                           "compiled_block_n": {str(k): list(v) for k, v in host.compiled.items()},
+                                           "compiled_points": {str(k): [p.name for p in v]
+                                                               for k, v in host.points.items()}})

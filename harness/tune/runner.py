@@ -1,11 +1,15 @@
 """`make tune` (GPU): time every candidate tile configuration of each tuning shape against the default, paired in
 interleaved rounds (the benchmark's timer, gates/bench.yaml), and write the table flashcore.attention reads.
 
-Per shape: the candidates of harness/tune/space.py, less those whose launch plan (fc_plan: BLOCK_N, static or
-dynamic order, section size) equals the default's or an earlier candidate's; each must reproduce the default's
-output (bit for bit at the same BLOCK_N: the tile order never changes a tile's arithmetic) before it is timed.
-The best candidate replaces the default when it is at least `adopt_min_speedup` faster (paired median).
-Progress goes to stdout and, one line per finished shape, to OUT/progress.jsonl; `--resume OUT` skips those.
+First the compile-time points of the space are checked and the valid ones built in parallel (harness/tune/build.py);
+the tuner then runs on build/tune/libflashcore.so, which holds the defaults and every point that built clean.
+Per shape: the run-time candidates of harness/tune/space.py and the head dim's built points (at the default
+run-time knobs; one family at a time, no cross product), less those whose launch plan (fc_plan: point, BLOCK_N,
+static or dynamic order, section size) equals the default's or an earlier candidate's; each must reproduce the
+default's output (bit for bit at the same BLOCK_N: neither the tile order nor the point changes a row's arithmetic)
+before it is timed. The best candidate replaces the default when it is at least `adopt_min_speedup` faster (paired
+median). Progress goes to stdout and, one line per finished shape, to OUT/progress.jsonl; `--resume OUT` skips
+those. Last, kernel/tuned_points.inc lists the points the table file names, for make build (make tune runs it).
 """
 
 from __future__ import annotations
@@ -14,14 +18,17 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from flashcore.points import Point
 from flashcore.tuning import DEFAULT, Entry, ShapeKey, Table, TableError, TileConfig, dump_tables, parse_tables
 from harness.schema import Workload
+from harness.tune.build import PointBuild, build_points, write_tuned_points
 from harness.tune.settings import TuneSettings
 from harness.tune.space import bucket, candidates
 
@@ -48,13 +55,15 @@ def done_shapes(out: Path) -> dict[str, dict[str, Any]]:
     return records
 
 
-def plan_key(fc: Any, q: Any, k: Any, v: Any, causal: bool, tile: TileConfig) -> tuple[int, bool, int]:
+def plan_key(fc: Any, q: Any, k: Any, v: Any, causal: bool, tile: TileConfig) -> tuple[int, str, bool, int]:
     p = fc.plan(q, k, v, causal=causal, tile=tile)
-    return p.block_n, p.dynamic, p.section_heads
+    return p.block_n, p.point, p.dynamic, p.section_heads
 
 
-def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush: Any, seed: int) -> dict[str, Any]:
-    """One shape: its candidates checked, deduplicated by plan, timed against the default; the progress record."""
+def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush: Any, seed: int,
+               points: tuple[Point, ...] = ()) -> dict[str, Any]:
+    """One shape: its candidates (run-time knobs, then `points` at the default knobs) checked, deduplicated by
+    plan, timed against the default; the progress record."""
     import torch
 
     from harness.bench.timing import Call, time_rounds
@@ -63,6 +72,7 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
     q, k, v = gpu.make_inputs(wl, seed, "cuda")
     compiled = fc.api.block_n_options(wl.head_dim)
     valid, rejected = candidates(settings.space, compiled)
+    valid += [TileConfig(point=p.name) for p in points]
     default_plan = plan_key(fc, q, k, v, wl.causal, DEFAULT)
     plans = {default_plan: DEFAULT}  # launch plan -> the first point that makes it
     for cand in valid:
@@ -71,11 +81,16 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
     ref, _ = fc.attention(q, k, v, causal=wl.causal, tile=DEFAULT)
     checked: list[TileConfig] = []
     wrong: list[TileConfig] = []
+    not_bitwise: list[TileConfig] = []
     for cand, pk in distinct:
         out, _ = fc.attention(q, k, v, causal=wl.causal, tile=cand)
-        same_tiles = pk[0] == default_plan[0]
-        ok = torch.equal(out, ref) if same_tiles else bool((out.float() - ref.float()).abs().max() <= 2e-2)
-        (checked if ok else wrong).append(cand)
+        close = bool((out.float() - ref.float()).abs().max() <= 2e-2)
+        if not close:
+            wrong.append(cand)
+        elif pk[0] == default_plan[0] and not torch.equal(out, ref):
+            not_bitwise.append(cand)  # same keys per tile must give the same bits: kept out, reported
+        else:
+            checked.append(cand)
     outs = {c.label: gpu.poisoned_outputs(wl, "cuda") for c in [DEFAULT, *checked]}
     calls = [Call((wl.name, c.label), _call(fc, q, k, v, wl.causal, c, *outs[c.label])) for c in [DEFAULT, *checked]]
     rounds = time_rounds(calls, timing, flush)
@@ -103,6 +118,7 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
         "rejected": [{"config": dataclasses.asdict(c), "why": why} for c, why in rejected],
         "same_plan_as_default_or_earlier": len(valid) - len(distinct),
         "wrong_output": [dataclasses.asdict(c) for c in wrong],
+        "not_bit_identical": [dataclasses.asdict(c) for c in not_bitwise],
         "results": results, "chosen": dataclasses.asdict(chosen),
         "speedup": best["speedup"] if adopt and best else 1.0,
     }
@@ -130,6 +146,8 @@ def main(argv: list[str] | None) -> int:
     ap.add_argument("--resume", help="an interrupted run's progress directory: its finished shapes are kept")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-write", action="store_true", help="measure and report, leave the table file alone")
+    ap.add_argument("--no-points", action="store_true", help="skip the compile-time points (run-time knobs only)")
+    ap.add_argument("--jobs", type=int, default=None, help="parallel compiles of the points (default: CPU count)")
     args = ap.parse_args(argv)
     from harness import env
     from harness.bench.settings import load_bench_settings
@@ -155,9 +173,13 @@ def main(argv: list[str] | None) -> int:
     if why := gpu.not_hopper_reason(torch.cuda.get_device_capability(), name):
         print(f"flashcore tune: {why}", file=sys.stderr)
         return 1
-    fc = gpu.load_flashcore()
     out = Path(args.resume or args.out or f"reports/tune-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}")
     out.mkdir(parents=True, exist_ok=True)
+    built = PointBuild() if args.no_points else _build_points(config, settings)
+    (out / "points.json").write_text(json.dumps(built.summary(), indent=1) + "\n")
+    if built.library is not None:
+        os.environ["FLASHCORE_LIB"] = str(built.library)  # the defaults and every candidate point
+    fc = gpu.load_flashcore()
     done = done_shapes(out) if args.resume else {}
     kernel_id = fc.api.kernel_id()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -170,7 +192,8 @@ def main(argv: list[str] | None) -> int:
         if wl.name in done:
             _say(f"{i}/{len(settings.workloads)} {wl.name}: done in the earlier run, kept")
             continue
-        rec = tune_shape(fc, wl, settings, bench.timing, flush, gpu.workload_seed(args.seed, "tune", wl.name))
+        rec = tune_shape(fc, wl, settings, bench.timing, flush, gpu.workload_seed(args.seed, "tune", wl.name),
+                         tuple(built.built.get(wl.head_dim, ())))
         records[wl.name] = rec
         with (out / PROGRESS).open("a") as f:
             f.write(json.dumps(rec) + "\n")
@@ -179,7 +202,9 @@ def main(argv: list[str] | None) -> int:
                           f"{TileConfig(**r['config']).label} failed" for r in rec["results"])
         _say(f"{i}/{len(settings.workloads)} {wl.name} ({wl.label}) {time.monotonic() - t0:.0f}s: "
              f"{tried or 'no candidate with another plan'} -> {chosen.label}"
-             + (f" ({len(rec['wrong_output'])} rejected for a wrong output)" if rec["wrong_output"] else ""))
+             + (f" ({len(rec['wrong_output'])} rejected for a wrong output)" if rec["wrong_output"] else "")
+             + (f" ({len(rec['not_bit_identical'])} kept out: not bit-identical at the same block_n)"
+                if rec.get("not_bit_identical") else ""))
     if any(r["wrong_output"] for r in records.values()):
         _say("some candidates changed the output: the kernel has a bug (see progress.jsonl); no table written")
         return 1
@@ -194,4 +219,36 @@ def main(argv: list[str] | None) -> int:
         return 0
     merge_table(Path(settings.table), table)
     _say(f"table written: {settings.table} ({len(table.entries)} entries for {name}, kernel {kernel_id})")
+    used = table_points(parse_tables(Path(settings.table).read_text(), settings.table))
+    write_tuned_points(TUNED_POINTS, used)
+    _say(f"{TUNED_POINTS}: {sum(len(v) for v in used.values())} points the table file names besides the defaults "
+         "(make build compiles them)")
     return 0
+
+
+TUNED_POINTS = Path("kernel/tuned_points.inc")
+
+
+def table_points(tables: list[Table]) -> dict[int, list[Point]]:
+    """The points a table file's entries name, per head dim (every GPU's table: one build serves them all)."""
+    used: dict[int, list[Point]] = {}
+    for t in tables:
+        for e in t.entries.values():
+            if e.config.point:
+                pts = used.setdefault(e.key.head_dim, [])
+                if (p := Point.parse(e.config.point)) not in pts:
+                    pts.append(p)
+    return used
+
+
+def _build_points(config: Any, settings: TuneSettings) -> PointBuild:
+    """Build the space's points against the defaults of the library make build left (build/libflashcore.so)."""
+    import ctypes
+
+    from flashcore import _lib
+    from flashcore.points import library_points
+
+    default_lib = ctypes.CDLL(str(_lib.library_path()))
+    defaults = {hd: library_points(default_lib, hd, defaults_only=True) for hd in settings.space.points}
+    build = next(g.params for g in config.phase(1).gates if g.name == "build")
+    return build_points(Path.cwd(), settings.space.points, defaults, tuple(build.serialization_codes), _say)

@@ -3,10 +3,12 @@ the adoption margin and the table's path."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flashcore.points import HEAD_DIMS, Point
 from flashcore.tuning import SCHEDULES
 from harness.bench.settings import expand
 from harness.schema import Config, ConfigError, Workload, read_yaml
@@ -14,11 +16,16 @@ from harness.schema import Config, ConfigError, Workload, read_yaml
 TUNE_FILE = "tune.yaml"
 
 
+POINT_KEYS = ("block_n", "stages", "consumer_wgs", "pingpong", "rescale_early", "producer_regs")
+
+
 @dataclass(frozen=True)
 class Space:
     block_n: str | tuple[int, ...]  # "compiled" or explicit values (each still checked against the library)
     schedule: tuple[str, ...]
     l2_section_pct: tuple[int, ...]
+    # Compile-time points per head dim: the product of each key's values (flashcore/points.py), built by make tune.
+    points: dict[int, tuple[Point, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,8 +58,8 @@ def load_tune_settings(config: Config, file: Path | None = None) -> TuneSettings
 
 
 def _space(file: Path, raw: Any) -> Space:
-    if not isinstance(raw, dict) or set(raw) != {"block_n", "schedule", "l2_section_pct"}:
-        raise ConfigError(file, "space", raw, "a mapping with block_n, schedule and l2_section_pct")
+    if not isinstance(raw, dict) or set(raw) != {"block_n", "schedule", "l2_section_pct", "points"}:
+        raise ConfigError(file, "space", raw, "a mapping with block_n, schedule, l2_section_pct and points")
     block_n = raw["block_n"]
     if block_n != "compiled" and not (isinstance(block_n, list) and block_n
                                       and all(isinstance(b, int) and not isinstance(b, bool) and b > 0
@@ -65,4 +72,29 @@ def _space(file: Path, raw: Any) -> Space:
     if not isinstance(pct, list) or not pct or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 100
                                                    for x in pct):
         raise ConfigError(file, "space.l2_section_pct", pct, "a list of ints in 1..100")
-    return Space(block_n if block_n == "compiled" else tuple(block_n), tuple(schedule), tuple(pct))
+    return Space(block_n if block_n == "compiled" else tuple(block_n), tuple(schedule), tuple(pct),
+                 _points(file, raw["points"]))
+
+
+def _points(file: Path, raw: Any) -> dict[int, tuple[Point, ...]]:
+    """space.points: {head_dim: {key: [values]}} -> every combination, in file order (validity is judged later, so
+    a rejected point is reported with its rule rather than dropped here)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "space.points", raw, f"a mapping of head dim ({HEAD_DIMS}) to {{key: [values]}}")
+    out: dict[int, tuple[Point, ...]] = {}
+    for hd, axes in raw.items():
+        where = f"space.points.{hd}"
+        if hd not in HEAD_DIMS or isinstance(hd, bool):
+            raise ConfigError(file, where, hd, f"a head dim the kernel has: {HEAD_DIMS}")
+        if not isinstance(axes, dict) or set(axes) != set(POINT_KEYS):
+            raise ConfigError(file, where, axes, f"a mapping with exactly {', '.join(POINT_KEYS)}")
+        values = []
+        for key in POINT_KEYS:
+            vals = axes[key]
+            want = bool if key in ("pingpong", "rescale_early") else int
+            if not isinstance(vals, list) or not vals or any(
+                    not isinstance(v, want) or (want is int and isinstance(v, bool)) for v in vals):
+                raise ConfigError(file, f"{where}.{key}", vals, f"a non-empty list of {want.__name__}s")
+            values.append(vals)
+        out[hd] = tuple(Point(*combo) for combo in itertools.product(*values))
+    return out

@@ -1,0 +1,177 @@
+// The Hopper kernel's launch for one compiled point: the plan (tile list, GQA packing, split-KV count, persistent
+// grid, tile-order sections, workspace), the tensor maps and the launch. Included by kernel/flashcore.cu (the
+// default points) and by kernel/point.cu, which make compiles once per extra point of the points file, in
+// parallel (kernel/kernel.mk).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "combine.cuh"
+#include "flashcore.h"
+#include "hopper_config.h"
+#include "kernel_wgmma.cuh"
+#include "launch.h"
+#include "params.h"
+#include "split_plan.h"
+#include "tensor_maps.h"
+
+namespace flashcore {
+
+// What one call launches: tile list, GQA packing, split-KV count, persistent grid and workspace (fc_plan_info).
+// Sections of the tile order: `big` sections of heads + 1 (batch, head) pairs, then sections of `heads`.
+struct Sections {
+  int heads;
+  int big;
+};
+
+struct LaunchPlan {
+  bool pack_gqa;
+  int m_tiles;     // query tiles per (head, batch); 1 when packed
+  int grid_heads;  // heads_q, or heads_kv when packed
+  int num_splits;
+  int64_t tiles;   // m_tiles * num_splits * grid_heads * batch
+  int64_t ctas;    // persistent CTAs: min(tiles, SMs - sm_margin)
+  Sections sections;
+  bool dynamic;    // tile order from an atomic counter (causal: uneven tiles)
+  int64_t counter_offset;  // bytes into the workspace of the counter
+  int64_t workspace_bytes;
+};
+
+// Bytes of L2 the K/V of the (batch, head) pairs in flight may take: `pct` percent of it, 0 = a third (step 4.12
+// of docs/perf-notes.md: S = 1K causal 0.970 / 1.023 / 1.020x FA3 at a half / third / quarter), so Q, O and the
+// other traffic keep their share.
+inline int64_t l2_budget_bytes(int device, int pct) {
+  int l2 = 0;
+  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess || l2 <= 0) l2 = 50 << 20;
+  return pct > 0 ? int64_t{l2} * pct / 100 : l2 / 3;
+}
+
+// The sections of the tile order (kernel/tile_scheduler.h). Equal-cost tiles (static order) go one head at a time, query tiles side by side: the CTAs
+// in flight then read the K/V of the fewest heads (B4 H16 S8K hdim 128: 6-head sections read 1.07 GB from DRAM,
+// FA3's head-by-head order 0.41 GB; S = 2K +4 %). Uneven tiles (dynamic order) go longest-first inside sections
+// whose K/V fit the L2 budget, all of one size but for a head: a short last section would end the launch on one
+// wave of its tiles, longest included (S = 1K causal with sections of 50 and a last one of 6: SMs idle for 7 % of
+// the kernel, ncu sm__cycles_active max vs avg).
+inline Sections plan_sections(int64_t bh, int64_t kv_bytes, int64_t l2_budget, bool dynamic) {
+  if (!dynamic) return {1, 0};
+  int64_t fit = l2_budget / (kv_bytes > 0 ? kv_bytes : 1);
+  if (fit < 1) fit = 1;
+  const int64_t sections = (bh + fit - 1) / fit;
+  return {static_cast<int>(bh / sections), static_cast<int>(bh % sections)};
+}
+
+template <int kHeadDim, int kPoint>
+int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
+  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  // GQA with short queries (decode): all query heads of a K/V head fit in one tile, so pack them and read
+  // each K/V head once instead of once per query head.
+  plan->pack_gqa = p.group > 1 && static_cast<int64_t>(p.seqlen_q) * p.group <= Cfg::kBlockM;
+  plan->m_tiles = plan->pack_gqa ? 1 : ceil_div(p.seqlen_q, Cfg::kBlockM);
+  plan->grid_heads = plan->pack_gqa ? p.heads_kv : p.heads_q;
+  const int64_t tiles = static_cast<int64_t>(plan->m_tiles) * plan->grid_heads * p.batch;
+  const int n_blocks = ceil_div(p.seqlen_k, Cfg::kBlockN);
+  int device = 0, sms = 0;
+  int status = report_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (status == FC_OK) {
+    status = report_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                         "cudaDeviceGetAttribute(MultiProcessorCount)");
+  }
+  if (status != FC_OK) return status;
+  const int usable_sms = sms - in->sm_margin > 1 ? sms - in->sm_margin : 1;
+  int splits = 1;
+  if (in->num_splits > 0) {
+    splits = in->num_splits < n_blocks ? in->num_splits : n_blocks;
+    if (splits > kMaxSplits) splits = kMaxSplits;
+  } else {
+    // Deterministic mode plans for a nominal SM count: one split count per shape on any GPU and any sm_margin.
+    splits = choose_num_splits(tiles, n_blocks, in->deterministic ? kNominalSms : usable_sms);
+  }
+  plan->num_splits = splits;
+  plan->tiles = tiles * splits;
+  if (plan->tiles > INT32_MAX) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "%lld tiles: at most %d per call", static_cast<long long>(plan->tiles),
+                        INT32_MAX);
+  }
+  // Which CTA runs a tile never changes its result, so the grid may follow the GPU in deterministic mode too.
+  plan->ctas = plan->tiles < usable_sms ? plan->tiles : usable_sms;
+  // K/V bytes one (batch, head) pair of the tile list reads: query heads of one GQA group share theirs.
+  const int64_t kv_bytes = int64_t{4} * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
+  const int64_t bh = static_cast<int64_t>(plan->grid_heads) * p.batch;
+  const bool uneven = in->schedule == FC_SCHEDULE_DEFAULT ? p.causal : in->schedule == FC_SCHEDULE_DYNAMIC;
+  plan->dynamic = uneven && plan->tiles > plan->ctas;
+  plan->sections = plan_sections(bh, kv_bytes, l2_budget_bytes(device, in->l2_section_pct), plan->dynamic);
+  const int64_t partial_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
+  plan->counter_offset = partial_bytes;
+  plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);
+  return FC_OK;
+}
+
+template <int kHeadDim, int kPoint, typename Element>
+cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, cudaStream_t stream) {
+  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true>
+                                    : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  if (plan.dynamic && (err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream)) != cudaSuccess) return err;
+  kernel<<<static_cast<unsigned>(plan.ctas), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tma);
+  err = cudaGetLastError();
+  if (err != cudaSuccess || plan.num_splits == 1) return err;
+  const auto blocks = static_cast<unsigned>((p.accum_rows + kCombineWarps - 1) / kCombineWarps);
+  combine_splits_kernel<kHeadDim, Element><<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kHeadDim, int kPoint, typename Element>
+int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stream) {
+  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  KernelParams p = params;
+  LaunchPlan plan{};
+  int status = make_plan<kHeadDim, kPoint>(in, p, &plan);
+  if (status != FC_OK) return status;
+  if (plan.workspace_bytes > 0) {
+    if (in->workspace == nullptr || in->workspace_bytes < plan.workspace_bytes ||
+        reinterpret_cast<uintptr_t>(in->workspace) % 16 != 0) {
+      return report_error(FC_ERR_INVALID_ARGUMENT,
+                          "workspace: this call (%d K/V splits%s) needs %lld bytes of 16-byte aligned workspace, got "
+                          "%lld bytes at %p (size it with fc_plan)", plan.num_splits,
+                          plan.dynamic ? ", a tile counter" : "", static_cast<long long>(plan.workspace_bytes),
+                          static_cast<long long>(in->workspace_bytes), in->workspace);
+    }
+  }
+  p.pack_gqa = plan.pack_gqa;
+  p.num_splits = plan.num_splits;
+  p.o_accum = static_cast<float*>(in->workspace);
+  p.lse_accum = p.o_accum + (plan.num_splits > 1 ? int64_t{plan.num_splits} * p.accum_rows * kHeadDim : 0);
+  p.m_tiles = plan.m_tiles;
+  p.grid_heads = plan.grid_heads;
+  p.total_tiles = static_cast<int>(plan.tiles);
+  p.section_heads = plan.sections.heads;
+  p.section_big = plan.sections.big;
+  p.tile_counter =
+      plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.counter_offset) : nullptr;
+  TmaParams tma;
+  if ((status = encode_tensor_map(&tma.q, "q", in->q, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->q_stride,
+                                  p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1)) != FC_OK ||
+      (status = encode_tensor_map(&tma.k, "k", in->k, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->k_stride,
+                                  Cfg::kBlockN)) != FC_OK ||
+      (status = encode_tensor_map(&tma.v, "v", in->v, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->v_stride,
+                                  Cfg::kBlockN)) != FC_OK ||
+      // O leaves one consumer warpgroup (64 rows) per store.
+      (status = encode_tensor_map(&tma.o, "o", in->o, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->o_stride,
+                                  64)) != FC_OK) {
+    return status;
+  }
+  return report_cuda(launch_wgmma<kHeadDim, kPoint, Element>(p, plan, tma, stream), "attention kernel");
+}
+
+
+// Instantiated for the points of the points file in kernel/point.cu (one object each), so flashcore.cu declares
+// them extern (FC_POINT in kernel/flashcore.cu).
+#define FC_EXTERN_POINT(hd, code)                                                                         \
+  extern template int make_plan<hd, code>(const fc_params*, const KernelParams&, LaunchPlan*);            \
+  extern template int run_tiles<hd, code, Bf16>(const fc_params*, const KernelParams&, cudaStream_t);     \
+  extern template int run_tiles<hd, code, Fp16>(const fc_params*, const KernelParams&, cudaStream_t);
+
+}  // namespace flashcore

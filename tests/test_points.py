@@ -1,0 +1,173 @@
+"""Compile-time points (flashcore/points.py, kernel/tile_point.h): names and codes, the rules a point is checked
+against before make tune builds it (and that they agree with the kernel's static_asserts), the points file's path
+through the Makefile, and the compile step's verdicts (a point that fails to compile, spills or serializes wgmma
+is dropped with its reason)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flashcore.points import Point
+from flashcore.tuning import parse_tables
+from harness.tune import build as tune_build
+from harness.tune.runner import table_points
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULTS = {64: Point(128, 2, 3, True, False, 32), 128: Point(176, 2, 2, True, False, 32),
+            256: Point(80, 2, 2, True, False, 32)}
+
+
+def test_name_code_and_back() -> None:
+    p = Point(128, 3, 2, True, False, 24)
+    assert p.name == "n128-s3-w2-pp1-re0-r24"
+    assert Point.parse(p.name) == p == Point.from_code(p.code)
+    assert p.inc_line(128) == "FC_POINT(128, 128, 3, 2, 1, 0, 24)"
+    with pytest.raises(ValueError, match="expected n<block_n>"):
+        Point.parse("n128-s3")
+    with pytest.raises(ValueError, match="not a point code"):
+        Point.from_code(128)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler for kernel/tile_point.h")
+def test_the_code_matches_kernel_tile_point_h(tmp_path: Path) -> None:
+    pts = [Point(176, 2, 2, True, False, 32), Point(64, 8, 3, False, True, 248)]
+    body = "".join(f'  std::printf("%d\\n", flashcore::point_code({p.block_n}, {p.stages}, {p.consumer_wgs}, '
+                   f'{int(p.pingpong)}, {int(p.rescale_early)}, {p.producer_regs}));\n' for p in pts)
+    src = tmp_path / "t.cpp"
+    src.write_text(f'#include <cstdio>\n#include "tile_point.h"\nint main() {{\n{body}}}\n')
+    subprocess.run(["c++", "-std=c++17", f"-I{REPO / 'kernel'}", str(src), "-o", str(tmp_path / "t")], check=True)
+    out = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True, check=True).stdout.split()
+    assert [int(x) for x in out] == [p.code for p in pts]
+
+
+def test_the_defaults_obey_the_rules() -> None:
+    for hd, p in DEFAULTS.items():
+        assert p.problems(hd) == [], (hd, p.name)
+    assert DEFAULTS[128].smem_bytes(128)[1], "176-key tiles at hdim 128 stage O over V (kernel/hopper_config.h)"
+    assert DEFAULTS[128].consumer_regs() == 232 and DEFAULTS[64].consumer_regs() == 160
+    assert Point(128, 2, 2, True, False, 24).consumer_regs() == 240
+
+
+@pytest.mark.parametrize("hd, point, rule", [
+    (128, Point(120, 2, 2, True, False, 32), "wgmma N"),
+    (128, Point(272, 2, 2, True, False, 32), "wgmma N"),
+    (128, Point(128, 1, 2, True, False, 32), "2..8"),
+    (128, Point(128, 2, 4, True, False, 32), "2 or 3"),
+    (128, Point(128, 2, 2, True, False, 28), "multiple of 8"),
+    (128, Point(176, 3, 2, True, False, 32), "shared memory"),
+    (128, Point(176, 2, 3, True, False, 32), "O staged over V"),
+    (128, Point(128, 2, 3, True, False, 32), "registers"),
+    (64, Point(192, 2, 3, True, False, 32), "registers"),
+    (96, Point(128, 2, 2, True, False, 32), "head dim"),
+])  # fmt: skip
+def test_an_invalid_point_names_the_rule(hd: int, point: Point, rule: str) -> None:
+    assert rule in " ".join(point.problems(hd))
+
+
+def _compile_config(tmp_path: Path, name: str, configs: list[tuple[int, Point]]) -> subprocess.CompletedProcess[str]:
+    inst = "".join(f"template struct flashcore::HopperTileConfig<{hd}, {p.code}>;\n" for hd, p in configs)
+    src = tmp_path / f"{name}.cu"
+    src.write_text(f'#include "hopper_config.h"\n{inst}')
+    nvcc = os.environ.get("NVCC") or "nvcc"
+    return subprocess.run([nvcc, "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{REPO / 'kernel'}",
+                           "-c", str(src), "-o", str(tmp_path / f"{name}.o")], capture_output=True, text=True)
+
+
+@pytest.mark.nvcc
+def test_the_rules_agree_with_the_kernels_static_asserts(tmp_path: Path) -> None:
+    """Points the Python rules accept compile; one breaking each C++-checked rule fails on its static_assert (the
+    register estimate is Python's alone: ptxas judges it after the build)."""
+    valid = [(hd, p) for hd, p in DEFAULTS.items()] + [(128, Point(128, 3, 2, False, True, 24)),
+                                                         (64, Point(192, 4, 2, True, False, 32))]
+    assert all(not p.problems(hd) for hd, p in valid)
+    ok = _compile_config(tmp_path, "valid", valid)
+    assert ok.returncode == 0, ok.stderr
+    for name, hd, p, text in [("smem", 128, Point(176, 3, 2, True, False, 32), "227 KB"),
+                              ("alias", 128, Point(176, 2, 3, True, False, 32), "O staged over V"),
+                              ("n", 128, Point(48, 2, 2, True, False, 32), "wgmma N")]:
+        assert p.problems(hd)
+        bad = _compile_config(tmp_path, name, [(hd, p)])
+        assert bad.returncode != 0 and text in bad.stderr, (name, bad.stderr[-500:])
+
+
+def test_the_makefile_builds_one_object_per_points_file_line(tmp_path: Path) -> None:
+    pts = {128: [Point(128, 3, 2, True, False, 32)], 64: [Point(192, 2, 2, False, False, 32)]}
+    points_file = tmp_path / "points.inc"
+    tune_build.write_points_file(points_file, pts, "test")
+    out = subprocess.run(["make", "-n", f"BUILD_DIR={tmp_path / 'b'}", f"POINTS_FILE={points_file}",
+                          str(tmp_path / "b" / "libflashcore.so")], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    objs = sorted(re.findall(r"-o \S*/points/(p[\d_]+)\.o", out))
+    assert objs == sorted(tune_build.object_stem(hd, p) for hd, ps in pts.items() for p in ps)
+    assert "-DFC_POINT_HD=64 -DFC_POINT_BN=192" in out and "-DFC_POINT_STAGES=3" in out
+    assert f"-DFLASHCORE_POINTS_FILE='\"{points_file}\"'" in out.replace("'\\\"", "'\"")
+
+
+def test_every_point_the_table_names_is_in_the_tuned_points_file() -> None:
+    used = table_points(parse_tables((REPO / "flashcore/tuned.yaml").read_text()))
+    listed = (REPO / "kernel/tuned_points.inc").read_text()
+    for hd, pts in used.items():
+        for p in pts:
+            assert p.inc_line(hd) in listed, f"{p.name} (hdim {hd}) is in the table but make build would not compile it"
+
+
+CLEAN_LOG = """ptxas info    : Compiling entry function '_ZN9flashcore30attention_forward_wgmma_kernelI' for 'sm_90a'
+ptxas info    : Function properties for _ZN9flashcore30attention_forward_wgmma_kernelI
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers, 8 bytes smem
+"""
+
+
+def test_ptxas_verdicts() -> None:
+    assert tune_build.ptxas_problems(CLEAN_LOG, ("C7511",)) == []
+    spilled = CLEAN_LOG.replace("0 bytes spill stores", "16 bytes spill stores")
+    assert "16 bytes spilled" in tune_build.ptxas_problems(spilled, ("C7511",))[0]
+    serial = CLEAN_LOG + "ptxas info : (C7511) Potential Performance Loss: wgmma.mma_async instructions serialized\n"
+    assert "C7511" in tune_build.ptxas_problems(serial, ("C7511",))[0]
+
+
+def test_the_compile_step_drops_points_that_fail_spill_or_break_a_rule(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake make: per point object, a clean report, a spilling one, or no object (compile error)."""
+    clean, spills, broken = (Point(128, 3, 2, True, False, 32), Point(128, 2, 2, True, False, 24),
+                             Point(128, 2, 2, False, False, 32))
+    fates = {tune_build.object_stem(128, clean): "clean", tune_build.object_stem(128, spills): "spill",
+             tune_build.object_stem(128, broken): "error"}
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tmp_path / "clean.log").write_text(CLEAN_LOG)
+    (tmp_path / "spill.log").write_text(CLEAN_LOG.replace("0 bytes spill stores", "8 bytes spill stores"))
+    script = ["#!/bin/sh", 'for a in "$@"; do case $a in BUILD_DIR=*) b=${a#BUILD_DIR=};; POINTS_FILE=*) '
+              'f=${a#POINTS_FILE=};; esac; done', 'mkdir -p "$b/points"']
+    for stem, fate in fates.items():
+        script.append(f'if grep -q "{stem}" "$f.stems"; then echo "nvcc -o $b/points/{stem}.o"; '
+                      + (f'echo "error: boom" > "$b/points/{stem}.ptxas.log"; ' if fate == "error" else
+                         f'cp {tmp_path}/{fate}.log "$b/points/{stem}.ptxas.log"; touch "$b/points/{stem}.o"; ')
+                      + "fi")
+    script.append('touch "$b/libflashcore.so"')
+    (tools / "make").write_text("\n".join(script) + "\n")
+    (tools / "make").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    real_write = tune_build.write_points_file
+
+    def write(path: Path, pts, header: str) -> None:  # type: ignore[no-untyped-def]
+        real_write(path, pts, header)  # and the stems the fake make reads
+        Path(f"{path}.stems").write_text("\n".join(tune_build.object_stem(hd, p) for hd in pts for p in pts[hd]))
+
+    monkeypatch.setattr(tune_build, "write_points_file", write)
+    space = {128: (DEFAULTS[128], clean, spills, broken, Point(176, 3, 2, True, False, 32))}
+    said: list[str] = []
+    res = tune_build.build_points(tmp_path, space, {128: (DEFAULTS[128],)}, ("C7511",), said.append, jobs=2)
+    assert res.built == {128: [clean]} and res.defaults == {128: [DEFAULTS[128]]}
+    why = {p.name: w for _, p, w in res.rejected}
+    assert "shared memory" in why["n176-s3-w2-pp1-re0-r32"]
+    assert "8 bytes spilled" in why[spills.name] and "compile failed: error: boom" in why[broken.name]
+    assert res.library == tmp_path / "build/tune/libflashcore.so"
+    assert any("compiling p128_128_3_2_1_0_32" in s for s in said)
+    assert (tmp_path / "build/tune/points.inc").read_text().count("FC_POINT(") == 1  # relinked without the failures

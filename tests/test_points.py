@@ -171,3 +171,12 @@ def test_the_compile_step_drops_points_that_fail_spill_or_break_a_rule(tmp_path:
     assert res.library == tmp_path / "build/tune/libflashcore.so"
     assert any("compiling p128_128_3_2_1_0_32" in s for s in said)
     assert (tmp_path / "build/tune/points.inc").read_text().count("FC_POINT(") == 1  # relinked without the failures
+
+
+def test_the_tuner_holds_only_same_tile_shapes_to_bit_identity() -> None:
+    from harness.tune.runner import same_rows_and_keys
+
+    d64 = (128, "n128-s2-w3-pp1-re0-r32", True, 4)
+    assert same_rows_and_keys(d64, (128, "n128-s4-w3-pp0-re0-r32", False, 1))  # stages, ping-pong, order: same bits
+    assert not same_rows_and_keys(d64, (128, "n128-s2-w2-pp1-re0-r32", True, 4))  # 128-row tiles: tolerance
+    assert not same_rows_and_keys(d64, (192, "n192-s2-w2-pp1-re0-r32", True, 4))

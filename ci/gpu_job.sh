@@ -5,6 +5,8 @@
 # logs/), gate.log (the console output), nvidia-smi.txt, exit-code. Appends report/summary.md to
 # $GITHUB_STEP_SUMMARY (outside Actions: $ARTIFACTS/step-summary.md). Exits with the gate's exit code, or 1
 # when the gate exited 0 without writing its report. GATE_PHASE overrides ci/gate-phase for manual runs only.
+# The run history (harness/history) lives outside the checkout, which actions/checkout cleans:
+# $FLASHCORE_HISTORY (default ~/.cache/flashcore/history.sqlite on the runner); a copy goes into $ARTIFACTS.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
@@ -16,9 +18,11 @@ if ! [[ $PHASE =~ ^[1-7]$ ]]; then
   exit 2
 fi
 
+export FLASHCORE_HISTORY=${FLASHCORE_HISTORY:-$HOME/.cache/flashcore/history.sqlite}
 report="$ARTIFACTS/report"
 mkdir -p "$ARTIFACTS" || exit 1
-rm -rf "$report" "$ARTIFACTS/gate.log" "$ARTIFACTS/nvidia-smi.txt" "$ARTIFACTS/exit-code" "$ARTIFACTS/step-summary.md"
+rm -rf "$report" "$ARTIFACTS/gate.log" "$ARTIFACTS/nvidia-smi.txt" "$ARTIFACTS/exit-code" "$ARTIFACTS/step-summary.md" \
+  "$ARTIFACTS/history.sqlite"
 { nvidia-smi || echo "nvidia-smi failed (exit code $?)"; } >"$ARTIFACTS/nvidia-smi.txt" 2>&1
 echo "ci/gpu_job.sh: make gate-phase$PHASE (report in $report)"
 make "gate-phase$PHASE" GATE_ARGS="--out $report" 2>&1 | tee "$ARTIFACTS/gate.log"
@@ -31,6 +35,7 @@ else
     "$PHASE" "$PHASE" "$rc" "$report/summary.md" >>"$SUMMARY"
   [[ $rc -eq 0 ]] && rc=1
 fi
+[[ -f $FLASHCORE_HISTORY ]] && cp "$FLASHCORE_HISTORY" "$ARTIFACTS/history.sqlite"
 echo "$rc" >"$ARTIFACTS/exit-code"
 echo "ci/gpu_job.sh: gate-phase$PHASE exit code $rc"
 exit "$rc"

@@ -74,6 +74,10 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
     print(render(run, color=sys.stdout.isatty()))
     main_file = paths.get("html") or paths.get("json") or next(iter(paths.values()), run_dir)
     print(f"report: {main_file}")
+    if not args.no_history:
+        from harness.history.cli import record_run
+
+        print(record_run(run.to_dict(), args.gates_dir, str(run_dir / "results.json")))
     if render_error:
         print(f"flashcore harness: {render_error}", file=sys.stderr)
         return 1
@@ -108,6 +112,8 @@ def parser() -> argparse.ArgumentParser:
     gate.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
     gate.add_argument("--seed", type=int, help="base seed (default: a fresh one, recorded in the report)")
     gate.add_argument("--plant-fault", choices=sorted(FAULTS), help="test-only: plant a kernel fault (run must fail)")
+    gate.add_argument("--no-history", action="store_true",
+                      help="do not append the run to the history (gates/history.yaml, $FLASHCORE_HISTORY)")
     prs = sub.add_parser("parse", help="re-judge a saved tool output offline and print JSON")
     prs.add_argument("kind", choices=["sanitizer", "ncu"], help="which tool wrote the file")
     prs.add_argument("file", type=Path, help="the saved log (sanitizer) or CSV (ncu)")
@@ -126,6 +132,11 @@ def parser() -> argparse.ArgumentParser:
                                         "results.json")
     ren.add_argument("results", type=Path, help="a results.json written by make gate-phaseN")
     ren.add_argument("--out", type=Path, required=True, help="directory for the report (created; files replaced)")
+    hist = sub.add_parser("history", help="print the last runs and each series' trend, flagging changes beyond "
+                                          "the run-to-run spread; --import stored results.json files")
+    from harness.history.cli import add_arguments as history_arguments
+
+    history_arguments(hist)
     lst = sub.add_parser("list", help="print phases, gates, workloads and sets")
     lst.add_argument("--gates-dir", type=Path, default=Path("gates"))
     return ap
@@ -182,6 +193,10 @@ def _main(argv: list[str] | None = None) -> int:
         return bench_command(args)
     if args.command == "render":
         return cmd_render(args)
+    if args.command == "history":
+        from harness.history.cli import history_command
+
+        return history_command(args)
     if args.command == "selftest":
         from harness import selftest
 

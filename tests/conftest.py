@@ -45,6 +45,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _history_outside_the_checkout(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Gate runs in tests append to a throwaway history, never to the checkout's reports/history.sqlite."""
+    os.environ["FLASHCORE_HISTORY"] = str(tmp_path_factory.mktemp("history") / "history.sqlite")
+
+
 @pytest.fixture
 def gates_dir(tmp_path: Path) -> Path:
     """A copy of the repository's gates/*.yaml that a test may edit."""

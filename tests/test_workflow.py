@@ -119,8 +119,10 @@ def fake_make(tmp_path: Path, rc: int, write_report: bool) -> dict[str, str]:
                       f'for a in "$@"; do case $a in GATE_ARGS=*) GATE_ARGS=${{a#GATE_ARGS=}};; esac; done\n'
                       f'{report}\nexit {rc}\n')
     script.chmod(0o755)
+    history = tmp_path / "history.sqlite"
+    history.write_text("the run history")
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ARTIFACTS": str(tmp_path / "artifacts"),
-            "GITHUB_STEP_SUMMARY": str(tmp_path / "step-summary.md")}
+            "GITHUB_STEP_SUMMARY": str(tmp_path / "step-summary.md"), "FLASHCORE_HISTORY": str(history)}
 
 
 @pytest.mark.parametrize("rc, write_report, expected", [(0, True, 0), (1, True, 1), (0, False, 1), (2, False, 2)])
@@ -137,6 +139,7 @@ def test_gpu_job_runs_the_chosen_phase_and_passes_on_its_exit_code(tmp_path: Pat
     artifacts = tmp_path / "artifacts"
     assert (artifacts / "exit-code").read_text().strip() == str(expected)
     assert (artifacts / "gate.log").is_file() and (artifacts / "nvidia-smi.txt").is_file()
+    assert (artifacts / "history.sqlite").read_text() == "the run history"  # the runner's history, copied out
     summary = (tmp_path / "step-summary.md").read_text()
     assert "stale" not in summary
     if write_report:

@@ -1,0 +1,138 @@
+"""The run history (harness/history): a gate run's numbers go into SQLite once, stored runs import, and the trend
+view flags a change beyond the run-to-run spread (a planted 10 % drop must be flagged; noise must not)."""
+
+from __future__ import annotations
+
+import copy
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import cli
+from harness.history import store
+from harness.history.cli import record_run
+from harness.history.trends import HistorySettings, change_flag, load_history_settings, trends
+from harness.schema import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+SETTINGS = HistorySettings("reports/history.sqlite", 10, ("speed_vs_",), 3.0, 0.03)
+
+
+def run(run_id: str, started: str, ratio: float, spread: float = 0.005, gpu: str = "H100", commit: str = "a" * 40,
+        status: str = "pass") -> dict[str, Any]:
+    checks = [{"workload": "prefill-d128", "metric": "rel_std[speed_vs_fa3]", "measured": spread, "threshold": 0.02,
+               "status": "pass"},
+              {"workload": "prefill-d128", "metric": "speed_vs_fa3", "measured": ratio, "threshold": 0.95,
+               "status": status},
+              {"workload": "prefill-d128", "metric": "err", "measured": "inf", "threshold": 1.0, "status": "fail"}]
+    return {"run_id": run_id, "started_at": started, "phase": 4, "status": status, "elapsed_s": 100.0,
+            "environment": {"gpu": gpu, "git_commit": commit, "driver": "580", "torch": "2.11"},
+            "gates": [{"name": "perf-fa3", "phase": 4, "status": status, "elapsed_s": 9.0, "checks": checks}]}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> sqlite3.Connection:
+    return store.open_db(tmp_path / "h" / "history.sqlite")
+
+
+def test_a_run_is_recorded_once_with_its_spread(db: sqlite3.Connection) -> None:
+    assert store.record(db, run("r1", "2026-01-01T00:00:00Z", 0.97), "x")
+    assert not store.record(db, run("r1", "2026-01-01T00:00:00Z", 0.50), "x")  # same run id: unchanged
+    store.record(db, run("r2", "2026-01-02T00:00:00Z", 0.98, spread=0.01), "y")
+    pts = store.series(db, "perf-fa3", "prefill-d128", "speed_vs_fa3", 10)
+    assert [(p.run_id, p.value, p.rel_std) for p in pts] == [("r1", 0.97, 0.005), ("r2", 0.98, 0.01)]
+    assert store.series(db, "perf-fa3", "prefill-d128", "err", 10) == []  # a non-finite value is not a number
+    assert [r[0] for r in store.runs(db, 1)] == ["r2"]
+
+
+@pytest.mark.parametrize("new, spread, gpu, flagged", [
+    (0.873, 0.005, "H100", True),   # planted: 10 % slower, spreads 0.5 %
+    (0.965, 0.005, "H100", False),  # 0.5 % down: noise
+    (0.873, 0.05, "H100", False),   # 10 % with 5 % spreads: within 3 combined spreads
+    (0.873, 0.005, "H200", False),  # another GPU: not comparable
+])  # fmt: skip
+def test_a_change_beyond_the_spread_is_flagged(db: sqlite3.Connection, new: float, spread: float, gpu: str,
+                                               flagged: bool) -> None:
+    store.record(db, run("r1", "2026-01-01T00:00:00Z", 0.97, spread=spread, gpu=gpu), "x")
+    store.record(db, run("r2", "2026-01-02T00:00:00Z", new, spread=spread), "y")
+    (t,) = trends(db, SETTINGS)
+    assert (t.flag is not None) is flagged, t.flag
+    if flagged:
+        assert t.flag.startswith("-10.00% since aaaaaaa")
+
+
+def test_a_series_without_a_spread_uses_the_min_change(db: sqlite3.Connection) -> None:
+    a, b = run("r1", "2026-01-01T00:00:00Z", 1.0), run("r2", "2026-01-02T00:00:00Z", 1.04)
+    for r in (a, b):
+        r["gates"][0]["checks"] = r["gates"][0]["checks"][1:]  # no rel_std check
+        store.record(db, r, "x")
+    pts = store.series(db, "perf-fa3", "prefill-d128", "speed_vs_fa3", 10)
+    assert pts[-1].rel_std is None and change_flag(pts[0], pts[1], SETTINGS) is not None
+    assert change_flag(pts[0], pts[1], HistorySettings("h.sqlite", 10, ("s",), 3.0, 0.05)) is None
+
+
+def test_the_repository_settings_load_and_a_bad_key_is_named(gates_dir: Path) -> None:
+    s = load_history_settings(REPO / "gates")
+    assert s.file == "reports/history.sqlite" and s.flag_sigmas > 0 and "speed_vs_" in s.metrics
+    path = gates_dir / "history.yaml"
+    path.write_text(path.read_text().replace("last: 10", "last: 0"))
+    with pytest.raises(ConfigError, match="last"):
+        load_history_settings(gates_dir)
+
+
+def test_a_foreign_or_newer_file_is_refused(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(store.HistoryError, match="not a FlashCore history"):
+        store.open_db(junk)
+    newer = tmp_path / "newer.sqlite"
+    store.open_db(newer).execute("UPDATE meta SET value = '99' WHERE key = 'schema'").connection.commit()
+    with pytest.raises(store.HistoryError, match="schema 99"):
+        store.open_db(newer)
+
+
+def test_record_run_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "h.sqlite"))
+    assert "recorded in" in record_run(run("r1", "2026-01-01T00:00:00Z", 1.0), REPO / "gates", "x")
+    assert "already in" in record_run(run("r1", "2026-01-01T00:00:00Z", 1.0), REPO / "gates", "x")
+    broken = copy.deepcopy(run("r2", "2026-01-01T00:00:00Z", 1.0))
+    del broken["gates"]
+    assert "not recorded" in record_run(broken, REPO / "gates", "x")
+    (tmp_path / "dir.sqlite").mkdir()
+    monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "dir.sqlite"))
+    assert "not recorded" in record_run(run("r3", "2026-01-01T00:00:00Z", 1.0), REPO / "gates", "x")
+
+
+def test_history_command_imports_stored_runs_and_prints_the_trend(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    files = []
+    for i, ratio in enumerate((0.97, 0.97, 0.87)):
+        f = tmp_path / f"r{i}.json"
+        f.write_text(json.dumps(run(f"r{i}", f"2026-01-0{i + 1}T00:00:00Z", ratio)))
+        files.append(str(f))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    db = tmp_path / "h.sqlite"
+    assert cli.main(["history", "--db", str(db), "--import", *files, str(bad), "--flagged"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("imported:") == 3 and "skipped" in err and "no `run_id`" in err
+    assert "perf-fa3 prefill-d128 speed_vs_fa3" in out and "CHANGED -10.31% since aaaaaaa" in out
+    assert "1 series, 1 flagged" in out
+    assert cli.main(["history", "--db", str(tmp_path / "none.sqlite")]) == 1
+    assert "does not exist yet" in capsys.readouterr().err
+
+
+def test_the_evidence_runs_import(tmp_path: Path) -> None:
+    db = store.open_db(tmp_path / "h.sqlite")
+    imported = 0
+    for f in sorted((REPO / "reports/evidence").glob("phase*.json")):
+        try:
+            imported += store.import_file(db, f)
+        except store.HistoryError as e:  # a gate-only extract (phase5-gates-*.json) is not a run
+            assert "no `run_id`" in str(e)
+    assert imported >= 5 and len(store.runs(db, 100)) == imported
+    assert store.series_keys(db, ("geomean_speed_vs_fa3",))

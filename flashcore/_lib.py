@@ -90,6 +90,12 @@ def load() -> ctypes.CDLL:
                "this installation has no kernel (no nvcc when it was installed): reinstall with nvcc on PATH "
                "(pip install .), or set FLASHCORE_LIB to a built libflashcore.so")
         raise FileNotFoundError(f"FlashCore library not found at {path}: {how}")
+    return open_library(path)
+
+
+def open_library(path: Path) -> ctypes.CDLL:
+    """The library at `path` with the C signatures of kernel/flashcore.h declared (not cached: load() is the
+    process's library; make tune also reads the default build's points beside the tune build it loads)."""
     lib = ctypes.CDLL(str(path))
     lib.fc_attention_forward.argtypes = [ctypes.POINTER(FcParams), ctypes.c_void_p]
     lib.fc_attention_forward.restype = ctypes.c_int

@@ -59,10 +59,14 @@ class Point:
         bn, st, wg, pp, re_, pr = (int(g) for g in m.groups())
         return cls(bn, st, wg, bool(pp), bool(re_), pr)
 
+    def fields(self, head_dim: int) -> tuple[int, ...]:
+        """FC_POINT's arguments: head dim, then the point's fields as ints (kernel/kernel.mk and kernel/flashcore.cu
+        read them in this order)."""
+        return (head_dim, *(int(x) for x in astuple(self)))
+
     def inc_line(self, head_dim: int) -> str:
         """Its line in a points file (kernel/tuned_points.inc)."""
-        bn, st, wg, pp, re_, pr = (int(x) for x in astuple(self))
-        return f"FC_POINT({head_dim}, {bn}, {st}, {wg}, {pp}, {re_}, {pr})"
+        return f"FC_POINT({', '.join(str(f) for f in self.fields(head_dim))})"
 
     # -- what the kernel derives from (head dim, point): kernel/hopper_config.h HopperTileConfig --
     def launch_regs(self) -> int:
@@ -122,9 +126,7 @@ class Point:
 
 
 def library_points(lib: ctypes.CDLL, head_dim: int, defaults_only: bool = False) -> tuple[Point, ...]:
-    """fc_points() of a loaded library."""
-    lib.fc_points.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int]
-    lib.fc_points.restype = ctypes.c_int
+    """fc_points() of a library opened by flashcore._lib (which declares its signature)."""
     buf = (ctypes.c_int32 * 256)()
     n = lib.fc_points(head_dim, buf, 256, int(defaults_only))
     return tuple(Point.from_code(buf[i]) for i in range(min(n, 256)))

@@ -20,6 +20,14 @@ def _inputs(sq: int = 9, sk: int = 13, hq: int = 4, hkv: int = 2) -> tuple[torch
     return q, k, v
 
 
+def _assert_compiled_matches_eager(layer, *args: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
+    """torch.compile(fullgraph=True) traces `layer` (any graph break raises) and gives the eager result."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the fallback's once-per-device notice
+        compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+        assert torch.allclose(compiled(*args), layer(*args))
+
+
 def test_the_op_is_registered_and_matches_the_function() -> None:
     q, k, v = _inputs()
     with warnings.catch_warnings():
@@ -44,10 +52,7 @@ def test_torch_compile_fullgraph_traces_the_op() -> None:
         out, lse = torch.ops.flashcore.attention(q, k, v, causal=True, fallback="sdpa")
         return out.float().sum(-1) + lse.transpose(1, 2)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
-        assert torch.allclose(compiled(q, k, v), layer(q, k, v))
+    _assert_compiled_matches_eager(layer, q, k, v)
 
 
 def test_bad_input_through_the_op_is_the_same_flashcore_error() -> None:
@@ -65,10 +70,7 @@ def test_torch_compile_fullgraph_traces_flashcore_attention_and_fa3_names() -> N
         other = flashcore.flash_attn_func(q, k, v, causal=True, fallback="sdpa")
         return out.float().sum(-1) + lse.transpose(1, 2) + other.float().sum(-1)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
-        assert torch.allclose(compiled(q, k, v), layer(q, k, v))
+    _assert_compiled_matches_eager(layer, q, k, v)
 
 
 def test_out_and_lse_buffers_are_filled_under_torch_compile() -> None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from harness.history import store
-from harness.history.trends import load_history_settings, render
+from harness.history.trends import HistorySettings, load_history_settings, render
 from harness.schema import ConfigError
 
 EXIT_CONFIG = 2
@@ -26,17 +26,18 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--flagged", action="store_true", help="only the series whose newest value moved")
 
 
-def history_path(gates_dir: Path, explicit: Path | None = None) -> Path:
+def history_path(settings: HistorySettings, explicit: Path | None = None) -> Path:
+    """--db, else $FLASHCORE_HISTORY, else gates/history.yaml's `file`."""
     if explicit is not None:
         return explicit
     env = os.environ.get("FLASHCORE_HISTORY")
-    return Path(env) if env else Path(load_history_settings(gates_dir).file)
+    return Path(env) if env else Path(settings.file)
 
 
 def history_command(args: argparse.Namespace) -> int:
     try:
         settings = load_history_settings(args.gates_dir)
-        path = history_path(args.gates_dir, args.db)
+        path = history_path(settings, args.db)
     except ConfigError as e:
         print(f"flashcore history: bad gate file: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -68,7 +69,7 @@ def record_run(results: dict[str, object], gates_dir: Path, source: str) -> str:
     """Append a finished gate run; the line to print (never raises: a history problem must not lose the run's
     verdict, and the report is already written)."""
     try:
-        path = history_path(gates_dir)
+        path = history_path(load_history_settings(gates_dir))
         db = store.open_db(path)
     except (ConfigError, store.HistoryError, OSError) as e:
         return f"history: not recorded: {e}"

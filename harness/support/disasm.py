@@ -11,28 +11,26 @@ _PTX_ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$]+)")
 _PTX_INSTR = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.:]*)")
 
 
-def sass_opcodes(listing: str) -> dict[str, set[str]]:
-    """Kernel (mangled) name -> SASS opcodes (mnemonic before the first '.') in `cuobjdump --dump-sass`."""
+def _by_kernel(listing: str, entry: re.Pattern[str], instr: re.Pattern[str]) -> dict[str, set[str]]:
+    """Kernel name (entry's group 1) -> the instruction names (instr's group 1) of the lines after it."""
     kernels: dict[str, set[str]] = {}
     current: set[str] | None = None
     for line in listing.splitlines():
-        if m := _SASS_FUNCTION.match(line):
+        if m := entry.match(line):
             current = kernels.setdefault(m.group(1), set())
-        elif current is not None and (m := _SASS_INSTR.match(line)):
+        elif current is not None and (m := instr.match(line)):
             current.add(m.group(1))
     return kernels
+
+
+def sass_opcodes(listing: str) -> dict[str, set[str]]:
+    """Kernel (mangled) name -> SASS opcodes (mnemonic before the first '.') in `cuobjdump --dump-sass`."""
+    return _by_kernel(listing, _SASS_FUNCTION, _SASS_INSTR)
 
 
 def ptx_instructions(ptx: str) -> dict[str, set[str]]:
     """Kernel (mangled) name -> PTX instruction names with their modifiers (e.g. 'wgmma.mma_async.sync...')."""
-    kernels: dict[str, set[str]] = {}
-    current: set[str] | None = None
-    for line in ptx.splitlines():
-        if m := _PTX_ENTRY.match(line):
-            current = kernels.setdefault(m.group(1), set())
-        elif current is not None and (m := _PTX_INSTR.match(line)):
-            current.add(m.group(1))
-    return kernels
+    return _by_kernel(ptx, _PTX_ENTRY, _PTX_INSTR)
 
 
 def has_instruction(found: set[str], wanted: str) -> bool:

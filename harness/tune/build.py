@@ -42,8 +42,7 @@ class PointBuild:
 
 def object_stem(head_dim: int, p: Point) -> str:
     """kernel/kernel.mk's object name for a point: p<hd>_<block_n>_<stages>_<wgs>_<pp>_<re>_<regs>."""
-    fields = (head_dim, p.block_n, p.stages, p.consumer_wgs, int(p.pingpong), int(p.rescale_early), p.producer_regs)
-    return "p" + "_".join(str(f) for f in fields)
+    return "p" + "_".join(str(f) for f in p.fields(head_dim))
 
 
 def write_points_file(path: Path, points: Mapping[int, list[Point]], header: str) -> None:

@@ -252,12 +252,10 @@ def table_points(tables: list[Table]) -> dict[int, list[Point]]:
 
 def _build_points(config: Any, settings: TuneSettings) -> PointBuild:
     """Build the space's points against the defaults of the library make build left (build/libflashcore.so)."""
-    import ctypes
-
     from flashcore import _lib
     from flashcore.points import library_points
 
-    default_lib = ctypes.CDLL(str(_lib.library_path()))
+    default_lib = _lib.open_library(_lib.library_path())
     defaults = {hd: library_points(default_lib, hd, defaults_only=True) for hd in settings.space.points}
     build = next(g.params for g in config.phase(1).gates if g.name == "build")
     return build_points(Path.cwd(), settings.space.points, defaults, tuple(build.serialization_codes), _say)

@@ -20,7 +20,7 @@ from harness.bench.settings import TimingParams
 from harness.bench.stats import summarize_ratios, theil_sen_slope
 
 TIMING = TimingParams(warmup=5, warmup_ms=300.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=1000.0,
-                      flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0, record_kernels=True)
+                      flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0, record_kernels=True, mirrored=False)
 # prefill-d128 on the lent H100 (device run 19): time at the max clock, ms
 PREFILL_MS = {"flashcore": 3.50, "fa2": 6.00, "cudnn": 3.23, "fa3": 2.97}
 
@@ -48,6 +48,38 @@ def test_each_round_runs_every_call_once_and_the_start_rotates() -> None:
     firsts = Counter(o[o.index(next(c for c in o if c.startswith("a/")))] for o in orders)
     assert set(firsts.values()) == {2}
     assert paired.round_order(3, [["only"]]) == ["only"]
+
+
+def test_a_mirrored_round_runs_each_block_forward_then_backward() -> None:
+    layout = [["a/fc", "a/fa2", "a/cudnn"], ["b/fc", "b/fa2"]]
+    assert paired.round_order(1, layout, mirrored=True) == [
+        "b/fa2", "b/fc", "b/fc", "b/fa2", "a/fa2", "a/cudnn", "a/fc", "a/fc", "a/cudnn", "a/fa2"]
+    # whatever the calls' lengths, each call's two runs are centred on the same instant (its block's middle)
+    length = {"a/fc": 50.0, "a/fa2": 115.0, "a/cudnn": 61.0, "b/fc": 3.0, "b/fa2": 7.0}
+    for r in range(6):
+        t, centres = 0.0, dict[str, list[float]]()
+        for c in paired.round_order(r, layout, mirrored=True):
+            centres.setdefault(c, []).append(t + length[c] / 2)
+            t += length[c]
+        mid = {c: sum(v) / 2 for c, v in centres.items()}
+        assert all(len(v) == 2 for v in centres.values())
+        assert mid["a/fc"] == pytest.approx(mid["a/fa2"]) == pytest.approx(mid["a/cudnn"])
+        assert mid["b/fc"] == pytest.approx(mid["b/fa2"])
+
+
+def test_mirrored_rounds_count_runs_not_rounds() -> None:
+    m = dataclasses.replace(TIMING, mirrored=True)
+    assert m.rounds_for([25.0]) == 20 and TIMING.rounds_for([25.0]) == 41  # within the same GPU time: 40 runs
+    assert m.rounds_for([100.0, 100.0]) == 10  # min_reps 20 runs of each
+    assert m.rounds_for([3.0]) == 50 and m.rounds_for([]) == 50  # max_reps 100 runs
+    assert dataclasses.replace(m, min_reps=21).rounds_for([100.0]) == 11  # rounded up to whole rounds
+
+
+def test_round_times_sum_the_runs_of_a_round() -> None:
+    got = paired.round_times([0, 0, 1, 1], [2.0, 3.0, 4.0, 4.0], [1000.0, 2000.0, 1500.0, 1500.0])
+    assert got == {0: (5.0, pytest.approx(1600.0)), 1: (8.0, 1500.0)}
+    assert paired.round_times([0, 1], [2.0, 3.0]) == {0: (2.0, None), 1: (3.0, None)}  # no clock probe
+    assert paired.round_times([0, 0], [2.0, 3.0], [1000.0, 0.0]) == {0: (5.0, None)}  # a reading missing
 
 
 def test_rounds_never_add_repetitions_or_gpu_time() -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
+import typing
 from collections import Counter
 from typing import Any
 
@@ -22,7 +24,7 @@ from harness.gates import gpu as gpu_mod
 from harness.schema import Workload
 
 P = TimingParams(warmup=5, warmup_ms=30.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=100.0, flush_mib=0,
-                 head_start_ms=2.0, clock_probe_us=50.0, record_kernels=False)
+                 head_start_ms=2.0, clock_probe_us=50.0, record_kernels=False, mirrored=False)
 
 
 class SimulatedGpu:
@@ -92,6 +94,52 @@ def test_rounds_pair_the_calls_under_a_stepping_clock(gpu: SimulatedGpu) -> None
     tail = gpu.calls[-2 * 23:]
     assert tail[0:2] == ["fc", "fa2"] and tail[2:4] == ["fa2", "fc"]  # the starting backend rotates
     assert got.clocks_start["source"] == "simulated" and not got.crashed
+
+
+class RampingGpu(SimulatedGpu):
+    """The clock falls linearly from 1980 to 1400 MHz and climbs back, over `period_ms` (a drift under the cap)."""
+
+    def __init__(self, period_ms: float) -> None:
+        super().__init__()
+        self.period_ms = period_ms
+
+    def mhz(self) -> float:
+        phase = (self.now % self.period_ms) / self.period_ms
+        return 1400.0 + 580.0 * abs(1 - 2 * phase)
+
+    def kernel(self, name: str, ms_at_max: float) -> Any:
+        def run() -> None:  # the clock moves during the call: its cycles run at the clock of each 0.5 ms
+            self.calls.append(name)
+            left = ms_at_max * 1980.0
+            while left > 1e-6:
+                step = min(0.5, left / self.mhz())
+                left -= step * self.mhz()
+                self.now += step
+        return run
+
+
+def _ramp_ratios(gpu: SimulatedGpu, mirrored: bool) -> list[float]:
+    gpu.__class__ = RampingGpu  # the patched events and spin keep reading this timeline
+    ramp = typing.cast(RampingGpu, gpu)
+    ramp.period_ms, ramp.now = 2900.0, 0.37  # the clock's phase owes nothing to the rounds
+    calls = [timing.Call(("w", "flashcore"), ramp.kernel("fc", 50.0)),
+             timing.Call(("w", "fa3"), ramp.kernel("fa3", 48.0)),
+             timing.Call(("w", "fa2"), ramp.kernel("fa2", 115.0))]
+    got = timing.time_rounds(calls, dataclasses.replace(P, mirrored=mirrored, min_reps=40), timing.L2Flusher(0))
+    assert len(got.times_ms[("w", "flashcore")]) == 40
+    ours, base = (paired.round_times(got.round_index[("w", b)], got.times_ms[("w", b)]) for b in ("flashcore", "fa2"))
+    return [base[r][0] / ours[r][0] for r in ours]
+
+
+def test_mirrored_rounds_cancel_a_clock_drifting_across_the_block(gpu: SimulatedGpu) -> None:
+    # 64K tokens causal under the cap: 50 ms FlashCore, 48 ms FA3, 115 ms FA2; the clock drifts 1980-1400 MHz
+    plain, mirrored = _ramp_ratios(gpu, False), _ramp_ratios(gpu, True)
+    truth = 115.0 / 50.0
+    jitter = [summarize_ratios(v, 5).rel_std for v in (plain, mirrored)]
+    typical = [statistics.median(abs(r / truth - 1) for r in v) for v in (plain, mirrored)]
+    assert typical[0] > 0.015 and typical[1] < 0.005  # the neighbours' clocks differ; mirrored, they average out
+    assert jitter[1] < jitter[0] / 3  # (rounds across a turn of the clock keep some error)
+    assert summarize_ratios(mirrored, 5).median == pytest.approx(truth, rel=0.005)
 
 
 def test_a_call_that_raises_in_the_rounds_is_dropped_with_why(gpu: SimulatedGpu) -> None:

@@ -9,9 +9,14 @@ moves both and their per-round ratio stays put. Clocks are not locked (shared ma
 Schedule (`round_order`): the calls of a round are grouped by workload (the backends of one workload back to
 back, so each pair is close in time); the starting workload and, within each workload, the starting backend
 rotate from round to round, so no backend always runs first (after the flush, after the same neighbour, at
-the same phase of a clock step). `rounds_for`: as many rounds as fit the GPU time the calls would have had
-one after another (TimingParams.reps_for each), so interleaving never adds repetitions or time.
+the same phase of a clock step). Mirrored (gates/bench.yaml `timing.mirrored`), a workload's block runs twice,
+forward then backward (A B C C B A): whatever the calls' lengths, every call's two runs are centred on the
+block's midpoint, so a clock that drifts linearly across the block moves every backend's round time alike.
+Without it, a 50 ms call and a 115 ms call two neighbours apart (64K tokens, causal, under the power cap) see
+clocks 5-7 % apart from round to round. `rounds_for`: as many rounds as fit the GPU time the calls would
+have had one after another (TimingParams.reps_for each), so interleaving never adds repetitions or time.
 
+A call's round time is the sum of its runs in that round (`round_times`), its clock the cycle-weighted mean.
 Ratios: `speed_ratio(ours, base)` = base time / ours per round (> 1: FlashCore faster); `ratio(a, b)` = a's
 throughput / b's per round, also across workloads of the same rounds (the scaling sweep). The reported
 value is the median of the per-round ratios; the judged spread is its run-to-run spread (relative std of the
@@ -48,10 +53,15 @@ def _rotate(items: Sequence[K], by: int) -> list[K]:
     return [*items[k:], *items[:k]]
 
 
-def round_order(r: int, layout: Sequence[Sequence[K]]) -> list[K]:
+def round_order(r: int, layout: Sequence[Sequence[K]], mirrored: bool = False) -> list[K]:
     """The calls of round `r`: `layout` is the calls per workload (each a list of backends' calls); the
-    workloads start at r mod W and, within each, the backends at r mod B."""
-    return [c for block in _rotate(layout, r) for c in _rotate(block, r)]
+    workloads start at r mod W and, within each, the backends at r mod B; `mirrored`: each workload's block
+    then runs once more backwards."""
+    order: list[K] = []
+    for block in _rotate(layout, r):
+        forward = _rotate(block, r)
+        order += forward + forward[::-1] if mirrored else forward
+    return order
 
 
 def warmup_calls(estimate_ms: float, warmup: int, warmup_ms: float) -> int:
@@ -67,16 +77,28 @@ def paired(a: Measurement, b: Measurement) -> bool:
     return a.paired and b.paired and a.pairing == b.pairing
 
 
-def _by_round(m: Measurement) -> dict[int, int]:
-    return {r: i for i, r in enumerate(m.rounds)}
+def round_times(rounds: Sequence[int], times_ms: Sequence[float],
+                clock_mhz: Sequence[float] = ()) -> dict[int, tuple[float, float | None]]:
+    """Per round, in round order: (the call's time, summed over its runs in that round; its SM clock, the
+    time-weighted mean of the clocks probed before those runs, or None when a reading is missing)."""
+    acc: dict[int, list[float]] = {}
+    clocked = len(clock_mhz) == len(times_ms)
+    for i, r in enumerate(rounds):
+        a = acc.setdefault(r, [0.0, 0.0, 1.0])
+        a[0] += times_ms[i]
+        f = clock_mhz[i] if clocked else 0.0
+        a[1] += times_ms[i] * f
+        a[2] = a[2] if f > 0 else 0.0
+    return {r: (t, (c / t if ok and t > 0 else None)) for r, (t, c, ok) in acc.items()}
 
 
-def pairs(a: Measurement, b: Measurement) -> list[tuple[int, int]] | None:
-    """Index pairs (i in a, j in b) of the rounds both ran in, in round order; None when not paired."""
+def pairs(a: Measurement, b: Measurement) -> list[tuple[tuple[float, float | None], tuple[float, float | None]]] | None:
+    """Per round both ran in, in a's round order: (a's round time and clock, b's); None when not paired."""
     if not paired(a, b):
         return None
-    jb = _by_round(b)
-    return [(i, jb[r]) for i, r in enumerate(a.rounds) if r in jb]
+    ra = round_times(a.rounds, a.times_ms, a.clock_mhz)
+    rb = round_times(b.rounds, b.times_ms, b.clock_mhz)
+    return [(ra[r], rb[r]) for r in ra if r in rb]
 
 
 def _throughput_work(m: Measurement) -> float:
@@ -85,17 +107,16 @@ def _throughput_work(m: Measurement) -> float:
 
 def per_round_ratios(num: Measurement, den: Measurement, per_clock: bool = False) -> list[float] | None:
     """Per round, num's throughput / den's (on one workload: den time / num time); None when not paired.
-    `per_clock`: per SM clock cycle, each call's time times the clock probed right before it (None when a reading
-    is missing)."""
-    idx = pairs(num, den)
-    if idx is None:
+    `per_clock`: per SM clock cycle, each round time times its clock (None when a reading is missing)."""
+    both = pairs(num, den)
+    if both is None:
         return None
     scale = _throughput_work(num) / _throughput_work(den) if num.spec != den.spec else 1.0
     if not per_clock:
-        return [scale * den.times_ms[j] / num.times_ms[i] for i, j in idx]
-    if not num.clock_mhz or not den.clock_mhz or any(num.clock_mhz[i] <= 0 or den.clock_mhz[j] <= 0 for i, j in idx):
+        return [scale * td / tn for (tn, _), (td, _) in both]
+    if any(fn is None or fd is None for (_, fn), (_, fd) in both):
         return None
-    return [scale * den.times_ms[j] * den.clock_mhz[j] / (num.times_ms[i] * num.clock_mhz[i]) for i, j in idx]
+    return [scale * td * fd / (tn * fn) for (tn, fn), (td, fd) in both]  # type: ignore[operator]
 
 
 @dataclass(frozen=True)
@@ -123,17 +144,17 @@ def ratio(num: Measurement, den: Measurement, per_clock: bool = False) -> Paired
     have too few common rounds for num's spread groups). `per_clock`: per SM clock cycle (per_round_ratios), for
     one kernel against itself at two sizes (the scaling sweep), where a 0.2 s call at 128K tokens and a 3 ms call
     at 8K see different clocks in the same round under the power cap; None when a clock reading is missing."""
-    idx = pairs(num, den)
+    both = pairs(num, den)
     values = per_round_ratios(num, den, per_clock)
     groups = num.spread_groups
-    if idx is None or values is None or len(values) < 2 * groups:
+    if both is None or values is None or len(values) < 2 * groups:
         return None
     summary = summarize_ratios(values, groups)
     dependence: float | None = None
     clocks: tuple[float, float, float] | None = None
     fixed: float | None = None
-    if num.clock_mhz and den.clock_mhz:
-        f = [math.sqrt(num.clock_mhz[i] * den.clock_mhz[j]) for i, j in idx]
+    if all(fn is not None and fd is not None for (_, fn), (_, fd) in both):
+        f = [math.sqrt(fn * fd) for (_, fn), (_, fd) in both]  # type: ignore[operator]
         if all(c > 0 for c in f):
             clocks = (min(f), statistics.median(f), max(f))
             logs = [math.log(c) for c in f]

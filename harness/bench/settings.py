@@ -44,6 +44,11 @@ class TimingParams:
     head_start_ms: float = param(ge=0)  # GPU spin before the timed rounds, so host launches run ahead
     clock_probe_us: float = param(ge=0)  # fixed-cycle spin before each call: the SM clock of that call (0: off)
     record_kernels: bool = param()  # name the GPU kernels each backend launched (torch profiler, one call)
+    mirrored: bool = param()  # each round runs a workload's calls twice, A B C then C B A (paired.round_order)
+
+    @property
+    def calls_per_round(self) -> int:
+        return 2 if self.mirrored else 1
 
     def reps_for(self, estimate_ms: float) -> int:
         """Repetitions for a call of about `estimate_ms`: target_ms of GPU time, within [min_reps, max_reps]."""
@@ -51,14 +56,17 @@ class TimingParams:
         return max(self.min_reps, min(self.max_reps, want))
 
     def rounds_for(self, estimates_ms: Sequence[float]) -> int:
-        """Rounds for calls timed together (one call of each per round): the GPU time they would get one after
-        another (reps_for each) divided by the time of one round, within [min_reps, max_reps]. Never more
-        repetitions in all, nor more GPU time, than timing them one after another."""
-        per_round = sum(estimates_ms)
+        """Rounds for calls timed together (`calls_per_round` calls of each per round): the GPU time they would
+        get one after another (reps_for each) divided by the time of one round, so that each call runs within
+        [min_reps, max_reps] times in all (rounded up to whole rounds). Never more repetitions in all, nor more
+        GPU time, than timing them one after another (but for that rounding)."""
+        k = self.calls_per_round
+        lo, hi = -(-self.min_reps // k), -(-self.max_reps // k)
+        per_round = k * sum(estimates_ms)
         if per_round <= 0:
-            return self.max_reps
+            return hi
         budget = sum(self.reps_for(e) * e for e in estimates_ms)
-        return max(self.min_reps, min(self.max_reps, int(budget / per_round + 1e-9)))
+        return max(lo, min(hi, int(budget / per_round + 1e-9)))
 
 
 @dataclass(frozen=True)

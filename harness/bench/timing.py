@@ -9,11 +9,13 @@ scaling sweep; harness/bench/paired.py says why):
 2. NVML clocks and power are read (the start reading), then a GPU spin (`head_start_ms`) lets the host's
    launches get ahead of the GPU: no repetition then waits on the host's launch overhead.
 3. `rounds` rounds (TimingParams.rounds_for: the GPU time the calls would get one after another), queued
-   without any host synchronization. Round r runs each call once, in `paired.round_order(r)`; each call is
+   without any host synchronization. Round r runs each call once (twice when `mirrored`: forward, then
+   backward), in `paired.round_order(r)`; each call is
    flush (write a `flush_mib` buffer, far above the 50 MB L2 of an H100) -> event -> clock probe (a fixed-cycle
    spin, `clock_probe_us`) -> event -> the call -> event. One synchronize at the end, then NVML again.
 Per-repetition times are the events around the call, in milliseconds, GPU clock only; the probe's time gives the
-SM clock right before the call (cycles / time). Each repetition keeps its round index, so pairs can be rebuilt.
+SM clock right before the call (cycles / time). Each repetition keeps its round index, so pairs can be rebuilt
+(paired.round_times sums a call's runs of one round).
 
 Every benchmarked workload runs for milliseconds, so launch gaps are hidden by the queue; CUDA-graph replay
 (for microsecond kernels) is not needed here. A call that raises is dropped from the following rounds and
@@ -173,7 +175,7 @@ def time_rounds(calls: Sequence[Call], p: TimingParams, flush: L2Flusher, before
     if p.head_start_ms and live:
         torch.cuda._sleep(int(cycles_per_ms * p.head_start_ms))
     for r in range(n_rounds):  # 3. the rounds, queued without a host synchronization
-        for c in paired.round_order(r, layout):
+        for c in paired.round_order(r, layout, p.mirrored):
             if c.key in crashed:
                 continue
             flush()

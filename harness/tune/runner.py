@@ -28,6 +28,7 @@ from typing import Any
 
 from flashcore.points import Point
 from flashcore.tuning import DEFAULT, Entry, ShapeKey, Table, TableError, TileConfig, dump_tables, parse_tables
+from harness.bench import paired
 from harness.schema import Workload
 from harness.tune.build import PointBuild, build_points, write_tuned_points
 from harness.tune.settings import TuneSettings
@@ -104,7 +105,8 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
     calls = [Call((wl.name, c.label), _call(fc, q, k, v, wl.causal, c, *outs[c.label])) for c in [DEFAULT, *checked]]
     rounds = time_rounds(calls, timing, flush)
     base = rounds.times_ms.get((wl.name, DEFAULT.label), [])
-    base_round = dict(zip(rounds.round_index.get((wl.name, DEFAULT.label), []), base, strict=True))
+    base_round = {r: t for r, (t, _) in paired.round_times(rounds.round_index.get((wl.name, DEFAULT.label), []),
+                                                          base).items()}
     results: list[dict[str, Any]] = []
     for c in checked:
         key = (wl.name, c.label)
@@ -112,8 +114,8 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
             results.append({"config": dataclasses.asdict(c), "speedup": None,
                             "why": rounds.crashed.get(key, "not timed")})
             continue
-        pairs = [base_round[r] / t for r, t in zip(rounds.round_index[key], rounds.times_ms[key], strict=True)
-                 if r in base_round and t > 0]
+        mine = paired.round_times(rounds.round_index[key], rounds.times_ms[key])
+        pairs = [base_round[r] / t for r, (t, _) in mine.items() if r in base_round and t > 0]
         results.append({"config": dataclasses.asdict(c), "speedup": statistics.median(pairs) if pairs else None,
                         "rounds": len(pairs), "median_ms": statistics.median(rounds.times_ms[key])})
     timed = [r for r in results if r["speedup"] is not None]

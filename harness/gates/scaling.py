@@ -47,6 +47,8 @@ class ScalingParams:
     max_rel_std: float = param(gt=0)  # run-to-run relative std of the paired TFLOPS ratio
     baselines: tuple[str, ...] = param()  # drawn beside FlashCore in the chart, not judged
     per_clock: bool = param(default=False)  # judge TFLOPS per SM clock cycle (time x the clock probed before it)
+    # the spread limit for points of kind long-context (batch 1 past the sweep's tokens); 0: max_rel_std
+    long_context_max_rel_std: float = param(default=0.0, ge=0)
 
 
 def mode(causal: bool) -> str:
@@ -87,11 +89,12 @@ class ScalingGate(Gate):
         tables: list[dict[str, Any]] = []
         for causal in settings.sweep.causal:
             points = {w.seqlen_q: by_wl[w.name][OURS] for w in sweep if w.causal == causal}
+            kinds = {w.seqlen_q: w for w in sweep if w.causal == causal}
             for s in p.judged_seqlens:
-                checks.append(pv.verdict_scaling_spread(mode(causal), points, p.peak_seqlens, s, p.max_rel_std,
-                                                        p.per_clock))
-                checks.append(pv.verdict_scaling(mode(causal), points, p.peak_seqlens, s, p.min_ratio,
-                                                 p.max_rel_std, p.per_clock))
+                limit = pv.spread_limit(kinds[s], p.max_rel_std, p.long_context_max_rel_std)
+                checks.append(pv.verdict_scaling_spread(mode(causal), points, p.peak_seqlens, s, limit, p.per_clock))
+                checks.append(pv.verdict_scaling(mode(causal), points, p.peak_seqlens, s, p.min_ratio, limit,
+                                                 p.per_clock))
             tables += [report.workload_table(w, [by_wl[w.name][b] for b in backends], settings.anchor_for(w))
                        for w in sweep if w.causal == causal]
         log_json = write_measurements(ctx, settings, by_wl)
@@ -105,6 +108,7 @@ class ScalingGate(Gate):
             "judged_seqlens": list(p.judged_seqlens),
             "min_ratio": p.min_ratio,
             "max_rel_std": p.max_rel_std,
+            "long_context_max_rel_std": p.long_context_max_rel_std or p.max_rel_std,
             "per_clock": p.per_clock,
             "timing": timing_dict(settings.timing),
             "workloads": tables,

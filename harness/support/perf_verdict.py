@@ -31,6 +31,7 @@ from harness.bench.paired import PairedRatio
 from harness.bench.record import Measurement, Run
 from harness.bench.settings import BACKENDS
 from harness.results import Check, Status
+from harness.schema import Workload
 
 NOT_JUDGED = "not judged: a spread above the limit makes this number noise (see the rel_std checks)"
 DECISIVE = ("its spread is above the limit, but at least 80 % of the rounds fail on their own: a failure, "
@@ -78,6 +79,14 @@ def _missing(subject: str, metric: str, threshold: float, comparison: str, ours:
         return Check(subject, metric, threshold, None, Status.ERROR, comparison,
                      message=f"FlashCore and {_label(base.backend)} {UNPAIRED}")
     return None
+
+
+def spread_limit(wl: Workload, max_rel_std: float, long_context_max_rel_std: float) -> float:
+    """The spread limit for `wl`: `long_context_max_rel_std` on workloads of kind long-context when set (> 0; calls
+    of 50-500 ms, within which the power cap moves the SM clock: gates/phases.yaml), else `max_rel_std`."""
+    if wl.kind == "long-context" and long_context_max_rel_std > 0:
+        return long_context_max_rel_std
+    return max_rel_std
 
 
 def verdict_ratio_spread(subject: str, ours: Measurement, base: Measurement, max_rel_std: float) -> Check:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
 MAX_FAULT = int(faults.MAX_FAULT)  # debug_fault 1..4: flashcore/faults.py (kernel/config.h FaultKind)
-MAX_SPLITS = 128  # kernel/split_plan.h kMaxSplits
+MAX_SPLITS = tuning.MAX_SPLITS
 MAX_SM_MARGIN = 1 << 20
 FALLBACKS = ("error", "sdpa")
 BSHD = "[B, S, H, D]"
@@ -167,8 +167,9 @@ def compiled_points(head_dim: int, defaults_only: bool = False) -> tuple[points.
 
 def tile_config(call: Call, index: int, name: str) -> tuning.TileConfig:
     """The call's tile configuration: its own, else the tuned table's for its bucket on this GPU and kernel. In
-    deterministic mode the table never picks block_n or a point (what may move the last bits; tables differ per
-    GPU). A table point this library did not compile runs the defaults, said once (rebuild: make build)."""
+    deterministic mode the table never picks block_n, a point or a split count (what may move the last bits; tables
+    differ per GPU). A table point this library did not compile runs the defaults, said once (rebuild: make
+    build)."""
     if call.tile is not None:
         return call.tile
     import torch
@@ -178,7 +179,7 @@ def tile_config(call: Call, index: int, name: str) -> tuning.TileConfig:
     key = tuning.shape_key(q.shape[3], dtype, call.causal, q.shape[2], k.shape[2], q.shape[1], k.shape[1])
     config = tuning.config_for(key, name, _sm_count(index), kernel_id())
     if call.deterministic:
-        return replace(config, block_n=0, point="")
+        return replace(config, block_n=0, point="", num_splits=0)
     if config.point and points.Point.parse(config.point) not in compiled_points(key.head_dim):
         tuning.warn_once("point", f"FlashCore runs its default tile configuration for {key.label}: the tuned table "
                                   f"names point {config.point}, which this library does not compile (make build "
@@ -372,7 +373,8 @@ def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
         head_dim=q.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
         o_stride=_strides(out), softmax_scale=call.scale, causal=int(call.causal),
         dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16, debug_fault=call.debug_fault,
-        num_splits=call.num_splits, deterministic=int(call.deterministic), sm_margin=call.sm_margin,
+        num_splits=call.num_splits or config.num_splits, deterministic=int(call.deterministic),
+        sm_margin=call.sm_margin,
         **config.c_fields(),
     )  # fmt: skip
 

@@ -24,6 +24,7 @@ SCHEDULES = {"default": 0, "static": 1, "dynamic": 2}  # fc_schedule (kernel/fla
 TABLE_VERSION = 1
 PACKAGED_TABLE = Path(__file__).resolve().parent / "tuned.yaml"
 DECODE_MAX_Q = 16  # seqlen_q up to this is a decode call
+MAX_SPLITS = 128  # kernel/split_plan.h kMaxSplits
 SEQLEN_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)  # key lengths round up to one of these
 
 
@@ -46,6 +47,7 @@ class TileConfig:
     schedule: str = "default"  # tile order: default, static or dynamic (atomic tile counter)
     l2_section_pct: int = 0  # dynamic order: % of L2 for one section's K/V; 0: a third
     point: str = ""  # compile-time point (flashcore/points.py name, e.g. n128-s3-w2-pp1-re0-r32); "": the default
+    num_splits: int = 0  # split-KV count (decode); 0: the rule of kernel/split_plan.h. A caller's num_splits wins
 
     def problems(self, block_n_options: tuple[int, ...] | None = None, head_dim: int | None = None,
                  compiled: tuple[Point, ...] | None = None) -> list[str]:
@@ -86,6 +88,9 @@ class TileConfig:
             out.append(f"l2_section_pct {self.l2_section_pct!r} must be an int in 0..100 (0: a third)")
         elif self.l2_section_pct and self.schedule == "static":
             out.append("l2_section_pct applies to the dynamic order only (schedule static takes one head at a time)")
+        if isinstance(self.num_splits, bool) or not isinstance(self.num_splits, int) \
+                or not 0 <= self.num_splits <= MAX_SPLITS:
+            out.append(f"num_splits {self.num_splits!r} must be an int in 0..{MAX_SPLITS} (0: the split rule)")
         return out
 
     @property
@@ -93,7 +98,7 @@ class TileConfig:
         return self == TileConfig()
 
     def c_fields(self) -> dict[str, int]:
-        """The fc_params fields of this configuration."""
+        """The fc_params tile fields of this configuration (num_splits goes with the call's own: api._params)."""
         return {"block_n": self.block_n, "schedule": SCHEDULES[self.schedule], "l2_section_pct": self.l2_section_pct,
                 "point": Point.parse(self.point).code if self.point else 0}
 
@@ -103,7 +108,8 @@ class TileConfig:
             return "default"
         parts = [self.point, f"bn{self.block_n}" if self.block_n else "",
                  self.schedule if self.schedule != "default" else "",
-                 f"l2 {self.l2_section_pct}%" if self.l2_section_pct else ""]
+                 f"l2 {self.l2_section_pct}%" if self.l2_section_pct else "",
+                 f"splits {self.num_splits}" if self.num_splits else ""]
         return "/".join(p for p in parts if p)
 
 
@@ -234,7 +240,8 @@ def dump_tables(tables: list[Table]) -> str:
     for t in tables:
         entries = []
         for e in sorted(t.entries.values(), key=lambda e: tuple(asdict(e.key).values())):
-            config = {k: v for k, v in asdict(e.config).items() if k != "point" or v}  # no point: the default
+            # no point, no split count: the defaults (a table of prefill entries reads as before num_splits)
+            config = {k: v for k, v in asdict(e.config).items() if k not in ("point", "num_splits") or v}
             row: dict[str, Any] = {**asdict(e.key), **config}
             if e.speedup is not None:
                 row["speedup"] = round(e.speedup, 4)

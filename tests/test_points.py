@@ -176,7 +176,8 @@ def test_the_compile_step_drops_points_that_fail_spill_or_break_a_rule(tmp_path:
 def test_the_tuner_holds_only_same_tile_shapes_to_bit_identity() -> None:
     from harness.tune.runner import same_rows_and_keys
 
-    d64 = (128, "n128-s2-w3-pp1-re0-r32", True, 4)
-    assert same_rows_and_keys(d64, (128, "n128-s4-w3-pp0-re0-r32", False, 1))  # stages, ping-pong, order: same bits
-    assert not same_rows_and_keys(d64, (128, "n128-s2-w2-pp1-re0-r32", True, 4))  # 128-row tiles: tolerance
-    assert not same_rows_and_keys(d64, (192, "n192-s2-w2-pp1-re0-r32", True, 4))
+    d64 = (128, "n128-s2-w3-pp1-re0-r32", True, 4, 1)
+    assert same_rows_and_keys(d64, (128, "n128-s4-w3-pp0-re0-r32", False, 1, 1))  # stages, ping-pong, order: same
+    assert not same_rows_and_keys(d64, (128, "n128-s2-w2-pp1-re0-r32", True, 4, 1))  # 128-row tiles: tolerance
+    assert not same_rows_and_keys(d64, (192, "n192-s2-w2-pp1-re0-r32", True, 4, 1))
+    assert not same_rows_and_keys(d64, (128, "n128-s2-w3-pp1-re0-r32", True, 4, 8))  # 8 splits: another sum order

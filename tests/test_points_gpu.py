@@ -43,3 +43,18 @@ def test_an_uncompiled_point_is_refused_with_the_list() -> None:
                    if p not in flashcore.compiled_points(128))
     with pytest.raises(flashcore.FlashCoreError, match="not compiled for head dim 128"):
         flashcore.attention(q, k, v, tile=TileConfig(point=missing.name))
+
+
+@pytest.mark.parametrize("splits", [1, 4, 12])
+def test_a_tile_split_count_is_the_callers_num_splits(splits: int) -> None:
+    """TileConfig(num_splits=n), what a tuned decode entry holds, launches n splits: the same bits as the call's own
+    num_splits=n, close to the reference."""
+    q = torch.randn(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 20000, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    tile = TileConfig(num_splits=splits)
+    assert flashcore.plan(q, k, v, tile=tile).num_splits == splits
+    o, lse = flashcore.attention(q, k, v, tile=tile)
+    o2, lse2 = flashcore.attention(q, k, v, num_splits=splits)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    ref_o, ref_lse = reference(q, k, v, False)
+    assert (o.float() - ref_o).abs().max() < 2e-2 and (lse - ref_lse).abs().max() < 1e-3

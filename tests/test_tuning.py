@@ -25,6 +25,8 @@ KEY = ShapeKey(128, "bf16", True, "prefill", 1, 2048)
     (TileConfig(schedule="fastest"), "schedule"),
     (TileConfig(l2_section_pct=101), "0..100"),
     (TileConfig(schedule="static", l2_section_pct=20), "dynamic order only"),
+    (TileConfig(num_splits=129), "0..128"),
+    (TileConfig(num_splits=True), "num_splits"),  # type: ignore[arg-type]
 ])  # fmt: skip
 def test_an_invalid_point_names_the_rule_it_breaks(config: TileConfig, rule: str) -> None:
     problems = config.problems((128, 176))
@@ -36,6 +38,17 @@ def test_valid_points_and_their_c_fields() -> None:
     assert DEFAULT.is_default and DEFAULT.label == "default"
     assert TileConfig(128, "static").c_fields() == {"block_n": 128, "schedule": 1, "l2_section_pct": 0, "point": 0}
     assert TileConfig(0, "dynamic", 50).label == "dynamic/l2 50%"
+    assert TileConfig(num_splits=8).label == "splits 8" and "num_splits" not in TileConfig(num_splits=8).c_fields()
+
+
+def test_a_split_count_entry_survives_dump_and_parse_and_zero_is_not_written() -> None:
+    decode = ShapeKey(128, "bf16", False, "decode", 4, 65536)
+    t = _table()
+    t.entries[decode] = Entry(decode, TileConfig(num_splits=12), 1.05)
+    text = dump_tables([t])
+    assert text.count("num_splits") == 1  # the prefill entry keeps the rule: nothing written
+    back = parse_tables(text)[0]
+    assert back.entries[decode].config == TileConfig(num_splits=12) and back.entries[KEY].config.num_splits == 0
 
 
 def test_shape_buckets() -> None:
@@ -154,3 +167,27 @@ def test_make_kernel_id_hashes_the_kernel_sources() -> None:
     sources = sorted(sources, key=lambda p: p.name.encode())
     want = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     assert got.strip() == want
+
+
+def test_a_tables_split_count_yields_to_the_caller_and_to_deterministic_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """api.tile_config / api._params on CPU tensors (nothing launched): the table's num_splits reaches fc_params
+    unless the caller passes num_splits, and deterministic mode never takes it (nor block_n or a point)."""
+    import torch
+
+    from flashcore import api
+
+    tuned = TileConfig(block_n=176, num_splits=12)
+    monkeypatch.setattr(tuning, "config_for", lambda key, gpu, sms, kid: tuned)
+    monkeypatch.setattr(api, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(api, "kernel_id", lambda: "k")
+    q, k = torch.randn(1, 1, 32, 128, dtype=torch.bfloat16), torch.randn(1, 4096, 8, 128, dtype=torch.bfloat16)
+
+    def fields(**kw: object) -> tuple[int, int]:
+        call = api.check_call(q, k, k.clone(), device_type="cpu", **kw)  # type: ignore[arg-type]
+        config = api.tile_config(call, 0, "GPU X")
+        p = api._params(call, q, None, config)
+        return p.num_splits, p.block_n
+
+    assert fields() == (12, 176)
+    assert fields(num_splits=3) == (3, 176)  # the caller's count wins
+    assert fields(deterministic=True) == (0, 0)  # the kernel's rule, the default tile

@@ -57,17 +57,21 @@ def done_shapes(out: Path) -> dict[str, dict[str, Any]]:
     return records
 
 
-def plan_key(fc: Any, q: Any, k: Any, v: Any, causal: bool, tile: TileConfig) -> tuple[int, str, bool, int]:
+PlanKey = tuple[int, str, bool, int, int]  # block_n, point, dynamic order, section heads, split count
+
+
+def plan_key(fc: Any, q: Any, k: Any, v: Any, causal: bool, tile: TileConfig) -> PlanKey:
     p = fc.plan(q, k, v, causal=causal, tile=tile)
-    return p.block_n, p.point, p.dynamic, p.section_heads
+    return p.block_n, p.point, p.dynamic, p.section_heads, p.num_splits
 
 
-def same_rows_and_keys(a: tuple[int, str, bool, int], b: tuple[int, str, bool, int]) -> bool:
-    """Whether two plans give bit-identical outputs by construction: the same keys per tile and query rows per tile
-    (consumer warpgroups). Taller tiles may change the split-KV count and run a row through blocks its rows never
-    see (an exp2 of a rounding residue, not exactly 1), so they are held to the tolerance instead."""
+def same_rows_and_keys(a: PlanKey, b: PlanKey) -> bool:
+    """Whether two plans give bit-identical outputs by construction: the same keys per tile, query rows per tile
+    (consumer warpgroups) and split count. Taller tiles may change the split-KV count and run a row through blocks
+    its rows never see (an exp2 of a rounding residue, not exactly 1), and other splits sum in another order, so
+    those are held to the tolerance instead."""
     pa, pb = Point.parse(a[1]), Point.parse(b[1])
-    return (pa.block_n, pa.consumer_wgs) == (pb.block_n, pb.consumer_wgs)
+    return (pa.block_n, pa.consumer_wgs, a[4]) == (pb.block_n, pb.consumer_wgs, b[4])
 
 
 def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush: Any, seed: int,
@@ -81,7 +85,7 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
 
     q, k, v = gpu.make_inputs(wl, seed, "cuda")
     compiled = fc.api.block_n_options(wl.head_dim)
-    valid, rejected = candidates(settings.space, compiled)
+    valid, rejected = candidates(settings.space, compiled, bucket(wl).mode == "decode")
     valid += [TileConfig(point=p.name) for p in points]
     default_plan = plan_key(fc, q, k, v, wl.causal, DEFAULT)
     plans = {default_plan: DEFAULT}  # launch plan -> the first point that makes it

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcore.points import HEAD_DIMS, Point
-from flashcore.tuning import SCHEDULES
+from flashcore.tuning import MAX_SPLITS, SCHEDULES
 from harness.bench.settings import expand
 from harness.schema import Config, ConfigError, Workload, read_yaml
 
@@ -26,6 +26,8 @@ class Space:
     l2_section_pct: tuple[int, ...]
     # Compile-time points per head dim: the product of each key's values (flashcore/points.py), built by make tune.
     points: dict[int, tuple[Point, ...]] = field(default_factory=dict)
+    # split-KV counts tried on decode buckets, each against the rule of kernel/split_plan.h (the default)
+    decode_splits: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,9 @@ def load_tune_settings(config: Config, file: Path | None = None) -> TuneSettings
 
 
 def _space(file: Path, raw: Any) -> Space:
-    if not isinstance(raw, dict) or set(raw) != {"block_n", "schedule", "l2_section_pct", "points"}:
-        raise ConfigError(file, "space", raw, "a mapping with block_n, schedule, l2_section_pct and points")
+    keys = {"block_n", "schedule", "l2_section_pct", "points", "decode_splits"}
+    if not isinstance(raw, dict) or set(raw) != keys:
+        raise ConfigError(file, "space", raw, f"a mapping with {', '.join(sorted(keys))}")
     block_n = raw["block_n"]
     if block_n != "compiled" and not (isinstance(block_n, list) and block_n
                                       and all(isinstance(b, int) and not isinstance(b, bool) and b > 0
@@ -72,8 +75,12 @@ def _space(file: Path, raw: Any) -> Space:
     if not isinstance(pct, list) or not pct or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 100
                                                    for x in pct):
         raise ConfigError(file, "space.l2_section_pct", pct, "a list of ints in 1..100")
+    splits = raw["decode_splits"]
+    if not isinstance(splits, list) or any(isinstance(x, bool) or not isinstance(x, int)
+                                           or not 1 <= x <= MAX_SPLITS for x in splits):
+        raise ConfigError(file, "space.decode_splits", splits, f"a list of ints in 1..{MAX_SPLITS} ([]: none)")
     return Space(block_n if block_n == "compiled" else tuple(block_n), tuple(schedule), tuple(pct),
-                 _points(file, raw["points"]))
+                 _points(file, raw["points"]), tuple(splits))
 
 
 def _points(file: Path, raw: Any) -> dict[int, tuple[Point, ...]]:

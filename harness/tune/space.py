@@ -12,15 +12,19 @@ def bucket(wl: Workload) -> ShapeKey:
     return shape_key(wl.head_dim, wl.dtype, wl.causal, wl.heads_q, wl.heads_kv, wl.seqlen_q, wl.seqlen_k)
 
 
-def candidates(space: Space, compiled: tuple[int, ...]) -> tuple[list[TileConfig], list[tuple[TileConfig, str]]]:
+def candidates(space: Space, compiled: tuple[int, ...], decode: bool = False) -> tuple[list[TileConfig],
+                                                                                     list[tuple[TileConfig, str]]]:
     """(valid points, [(rejected point, the rules it breaks)]). DEFAULT is not among them: it is the reference.
-    `compiled`: fc_block_n_options for the bucket's head dim."""
+    `compiled`: fc_block_n_options for the bucket's head dim; `decode`: a decode bucket, where each split count of
+    `space.decode_splits` is tried too (at the default tile)."""
     widths: tuple[int, ...] = compiled if isinstance(space.block_n, str) else space.block_n
     points = []
     for bn in widths:
         for schedule in space.schedule:
             for pct in (space.l2_section_pct if schedule == "dynamic" else (0,)):
                 points.append(TileConfig(bn, schedule, pct))
+    if decode:
+        points += [TileConfig(num_splits=n) for n in space.decode_splits]
     valid, rejected = [], []
     for p in points:
         bad = p.problems(compiled)

@@ -12,12 +12,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flashcore.faults import BY_NAME
 from harness.config import load_config
 from harness.results import RunResult
 from harness.schema import PHASES, Config, ConfigError
+
+if TYPE_CHECKING:
+    from harness.history.report import TrendReport
 
 EXIT_CONFIG = 2
 # Test-only kernel faults (flashcore.attention's debug_fault): each must turn a gate red (make selftest).
@@ -32,8 +35,10 @@ def make_run_id(phase: int, environment: dict[str, Any]) -> str:
     return f"{stamp}-phase{phase}-{commit}{dirty}"
 
 
-def write_reports(run: RunResult, run_dir: Path) -> tuple[dict[str, Path], str | None]:
+def write_reports(run: RunResult, run_dir: Path, trends: TrendReport | None = None) -> tuple[dict[str, Path],
+                                                                                            str | None]:
     """The renderers' files (index.html, results.json, summary.md); results.json alone when they are absent.
+    `trends`: the history's section of the HTML report.
 
     Returns the paths and, when a renderer failed, why (the run then fails: a report is required)."""
     try:
@@ -41,7 +46,7 @@ def write_reports(run: RunResult, run_dir: Path) -> tuple[dict[str, Path], str |
     except ImportError:
         return {"json": _write_json(run, run_dir)}, None
     try:
-        return dict(write_all(run, run_dir)), None
+        return dict(write_all(run, run_dir, trends)), None
     except Exception as e:  # noqa: BLE001 - keep the verdict even if a renderer breaks
         return {"json": _write_json(run, run_dir)}, f"report renderer failed: {type(e).__name__}: {e}"
 
@@ -70,14 +75,18 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
     fault = FAULTS[args.plant_fault] if args.plant_fault else 0
     run = run_phase(config, args.phase, run_id=run_id, run_dir=run_dir, environment=environment,
                     repo_root=repo_root, seed=args.seed, fault=fault)
-    paths, render_error = write_reports(run, run_dir)
+    history_line, trends = "", None
+    if not args.no_history:  # first, so the report's trend section shows this run too
+        from harness.history.cli import record_run, run_trends
+
+        history_line = record_run(run.to_dict(), args.gates_dir, str(run_dir / "results.json"))
+        trends = run_trends(args.gates_dir, run.run_id, str(environment.get("gpu") or ""))
+    paths, render_error = write_reports(run, run_dir, trends)
     print(render(run, color=sys.stdout.isatty()))
     main_file = paths.get("html") or paths.get("json") or next(iter(paths.values()), run_dir)
     print(f"report: {main_file}")
-    if not args.no_history:
-        from harness.history.cli import record_run
-
-        print(record_run(run.to_dict(), args.gates_dir, str(run_dir / "results.json")))
+    if history_line:
+        print(history_line)
     if render_error:
         print(f"flashcore harness: {render_error}", file=sys.stderr)
         return 1

@@ -172,3 +172,21 @@ def test_make_help_names_every_target_and_variable() -> None:
     assert {t for t in phony if f"make {t}" not in text and f"| {t}" not in text} == set()
     variables = set(re.findall(r"^(\w+)\s*\?=", makefiles, re.M))
     assert {v for v in variables if f"{v}=" not in text} == set()
+
+
+def test_a_gate_run_is_in_the_history_before_its_report_is_written(in_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The second run's report draws both runs (its own included); --no-history leaves both out."""
+    for name in ("build", "correctness", "determinism", "sanitizer"):
+        _stand_in(monkeypatch, name, needs_gpu=False)
+    monkeypatch.setenv("FLASHCORE_HISTORY", str(in_tmp / "h.sqlite"))
+    ids = iter(f"2026010{i}T000000Z-phase1-abc1234" for i in range(1, 4))  # run ids are per second
+    monkeypatch.setattr(cli, "make_run_id", lambda phase, environment: next(ids))
+    assert cli.main(["gate", "--phase", "1", "--out", "one"]) == 0
+    assert "a trend needs two" in (in_tmp / "one/index.html").read_text()
+    assert cli.main(["gate", "--phase", "1", "--out", "two"]) == 0
+    html = (in_tmp / "two/index.html").read_text()
+    assert 'id="trends"' in html and "The last 2 runs" in html and "<svg" in html  # the gates' wall time
+    assert "history: recorded in" in capsys.readouterr().out
+    assert cli.main(["gate", "--phase", "1", "--out", "off", "--no-history"]) == 0
+    assert 'id="trends"' not in (in_tmp / "off/index.html").read_text()

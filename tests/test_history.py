@@ -4,6 +4,7 @@ view flags a change beyond the run-to-run spread (a planted 10 % drop must be fl
 from __future__ import annotations
 
 import copy
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -136,3 +137,66 @@ def test_the_evidence_runs_import(tmp_path: Path) -> None:
             assert "no `run_id`" in str(e)
     assert imported >= 5 and len(store.runs(db, 100)) == imported
     assert store.series_keys(db, ("geomean_speed_vs_fa3",))
+
+
+PANELS = load_history_settings(REPO / "gates").plots
+
+
+def test_the_trend_report_draws_this_gpus_runs_and_flags_this_runs_moves(db: sqlite3.Connection,
+                                                                         tmp_path: Path) -> None:
+    from harness.history.report import trend_report
+
+    path = tmp_path / "h" / "history.sqlite"
+    settings = HistorySettings(str(path), 10, ("speed_vs_",), 3.0, 0.03, PANELS)
+    store.record(db, run("r0", "2026-01-01T00:00:00Z", 0.90, gpu="H200"), "x")  # another GPU: not drawn
+    for i, ratio in enumerate((0.97, 0.971, 0.873)):  # the newest run: a planted 10 % drop
+        store.record(db, run(f"r{i + 1}", f"2026-01-0{i + 2}T00:00:00Z", ratio, commit=f"{i + 1}" * 40), "x")
+    rep = trend_report(path, settings, "r3", "H100")
+    assert rep.runs == ["1111111", "2222222", "3333333"] and not rep.note
+    panels = {p.title: p.lines for p in rep.panels}
+    assert panels["FlashCore speed / FA3's (paired)"] == {"perf-fa3 · prefill-d128": [0.97, 0.971, 0.873]}
+    assert panels["Gate wall time (s)"] == {"perf-fa3": [9.0, 9.0, 9.0]}
+    assert "FlashCore speed / cuDNN's (paired)" not in panels  # nothing measured: no empty panel
+    assert [s for s, _ in rep.flags] == ["perf-fa3 · prefill-d128 speed_vs_fa3"]
+    assert trend_report(path, settings, "r2", "H100").flags == []  # flags are the newest run's only
+    one = trend_report(path, settings, "r0", "H200")
+    assert one.panels == [] and "a trend needs two" in one.note
+    (tmp_path / "dir.sqlite").mkdir()
+    assert "history unreadable" in trend_report(tmp_path / "dir.sqlite", settings, "r3", "H100").note
+
+
+def test_the_report_shows_the_trend_plots_and_the_flags(db: sqlite3.Connection, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.bench import plots
+    from harness.history.report import trend_report
+    from harness.render import render_html
+    from harness.results import RunResult
+
+    path = tmp_path / "h" / "history.sqlite"
+    settings = HistorySettings(str(path), 10, ("speed_vs_",), 3.0, 0.03, PANELS)
+    for i, ratio in enumerate((0.97, 0.873)):
+        store.record(db, run(f"r{i}", f"2026-01-0{i + 1}T00:00:00Z", ratio, commit=f"{i + 1}" * 40), "x")
+    result = RunResult("r1", 4, (), {"gpu": "H100"}, "2026-01-02T00:00:00Z", 10.0)
+    html = render_html(result, trend_report(path, settings, "r1", "H100"))
+    assert 'id="trends"' in html and "<svg" in html and "CHANGED</span> perf-fa3 · prefill-d128" in html
+    assert 'id="trends"' not in render_html(result)  # no history (--no-history): no section
+
+    def no_matplotlib(width: float, height: float) -> None:
+        raise plots.PlotUnavailable("matplotlib cannot be imported (test): tables only")
+
+    monkeypatch.setattr(plots, "_figure", no_matplotlib)
+    html = render_html(result, trend_report(path, settings, "r1", "H100"))
+    assert "matplotlib cannot be imported" in html and "CHANGED</span>" in html
+
+
+@pytest.mark.parametrize("plots_yaml, key", [
+    ("plots: [{title: t}]", "plots[0]"),
+    ("plots: [{title: t, metrics: [elapsed_s, speed_vs_]}]", "plots[0].metrics"),
+    ("plots: {}", "plots"),
+])  # fmt: skip
+def test_a_bad_plot_panel_is_named(gates_dir: Path, plots_yaml: str, key: str) -> None:
+    path = gates_dir / "history.yaml"
+    text = path.read_text()
+    path.write_text(text[:text.index("plots:")] + plots_yaml + "\n")
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_history_settings(gates_dir)

@@ -95,3 +95,27 @@ def throughput_vs_seqlen(panels: Mapping[str, Mapping[str, Sequence[tuple[int, f
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="lower right", framealpha=0.9)
     return _svg(fig, prefix)
+
+
+def trend_lines(panels: Sequence[tuple[str, Mapping[str, Sequence[float | None]]]], runs: Sequence[str],
+                prefix: str = "trend") -> str:
+    """Small multiples, two per row: per panel (title, {line label: one value per run}) a line per label over the
+    runs (oldest left); a missing value breaks its line."""
+    cols = 2 if len(panels) > 1 else 1
+    rows = -(-len(panels) // cols)
+    fig = _figure(12.0 if cols == 2 else 6.5, 3.2 * max(1, rows))
+    axes = fig.subplots(max(1, rows), cols, squeeze=False).flatten()
+    xs = list(range(len(runs)))
+    for ax, (title, lines) in zip(axes, panels, strict=False):
+        for label, values in lines.items():
+            ys = [float("nan") if v is None else v for v in values]
+            ax.plot(xs, ys, marker="o", markersize=2.5, linewidth=1.1, label=label)
+        ax.set_xticks(xs, list(runs), rotation=30, ha="right", fontsize=7)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(alpha=0.3)
+        if len(lines) <= 12:
+            ax.legend(fontsize=6, loc="best", framealpha=0.8)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    return _svg(fig, prefix)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from harness.history import store
+from harness.history.report import TrendReport, trend_report
 from harness.history.trends import HistorySettings, load_history_settings, render
 from harness.schema import ConfigError
 
@@ -80,3 +81,13 @@ def record_run(results: dict[str, object], gates_dir: Path, source: str) -> str:
     finally:
         db.close()
     return f"history: {'recorded in' if added else 'already in'} {path} (python -m harness history)"
+
+
+def run_trends(gates_dir: Path, run_id: str, gpu: str) -> TrendReport | None:
+    """The report's trend section for a run just recorded; None when the history settings cannot be read (the
+    report then has no trend section; record_run has said why)."""
+    try:
+        settings = load_history_settings(gates_dir)
+    except ConfigError:
+        return None
+    return trend_report(history_path(settings), settings, run_id, gpu)

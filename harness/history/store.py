@@ -146,3 +146,16 @@ def runs(db: sqlite3.Connection, last: int) -> list[tuple[str, str, int, str, fl
     rows = db.execute("SELECT run_id, started_at, phase, status, elapsed_s, COALESCE(git_commit, ''), "
                       "COALESCE(gpu, '') FROM runs ORDER BY started_at DESC, run_id DESC LIMIT ?", (last,)).fetchall()
     return list(reversed(rows))
+
+
+def gate_times(db: sqlite3.Connection, run_ids: Iterable[str]) -> dict[str, dict[str, float]]:
+    """Per gate, its wall time in each of these runs that ran it: gate -> {run id: seconds}."""
+    ids = list(run_ids)
+    out: dict[str, dict[str, float]] = {}
+    if not ids:
+        return out
+    marks = ", ".join("?" * len(ids))
+    for run_id, gate, secs in db.execute(f"SELECT run_id, gate, elapsed_s FROM gates WHERE run_id IN ({marks}) "
+                                         "AND elapsed_s IS NOT NULL ORDER BY gate", ids):
+        out.setdefault(gate, {})[run_id] = secs
+    return out

@@ -13,7 +13,16 @@ from harness.history.store import Point, runs, series, series_keys
 from harness.schema import ConfigError, read_yaml
 
 HISTORY_FILE = "history.yaml"
-_KEYS = ("file", "last", "metrics", "flag_sigmas", "flag_min_change")
+_KEYS = ("file", "last", "metrics", "flag_sigmas", "flag_min_change", "plots")
+
+
+@dataclass(frozen=True)
+class PlotPanel:
+    """One panel of the report's trend plots: a line per (gate, workload) whose metric starts with one of `metrics`
+    (`elapsed_s` alone: each gate's wall time)."""
+
+    title: str
+    metrics: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,7 @@ class HistorySettings:
     metrics: tuple[str, ...]  # metric-name prefixes shown
     flag_sigmas: float  # a change beyond this many combined spreads is flagged
     flag_min_change: float  # relative change flagged on a series without a spread
+    plots: tuple[PlotPanel, ...] = ()  # the HTML report's trend panels
 
 
 def load_history_settings(gates_dir: Path) -> HistorySettings:
@@ -45,7 +55,27 @@ def load_history_settings(gates_dir: Path) -> HistorySettings:
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) and m for m in metrics):
         raise ConfigError(file, "metrics", metrics, "a non-empty list of metric-name prefixes")
     sigmas, change = positive("flag_sigmas", False), positive("flag_min_change", False)
-    return HistorySettings(path, positive("last", True), tuple(metrics), float(sigmas), float(change))
+    return HistorySettings(path, positive("last", True), tuple(metrics), float(sigmas), float(change),
+                           _plots(file, data.get("plots")))
+
+
+def _plots(file: Path, raw: Any) -> tuple[PlotPanel, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(file, "plots", raw, "a list of {title, metrics} panels")
+    out = []
+    for i, p in enumerate(raw):
+        where = f"plots[{i}]"
+        if not isinstance(p, dict) or set(p) != {"title", "metrics"}:
+            raise ConfigError(file, where, p, "a mapping with exactly title and metrics")
+        title, metrics = p["title"], p["metrics"]
+        if not isinstance(title, str) or not title.strip():
+            raise ConfigError(file, f"{where}.title", title, "a non-empty string")
+        if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) and m for m in metrics):
+            raise ConfigError(file, f"{where}.metrics", metrics, "a non-empty list of metric-name prefixes")
+        if "elapsed_s" in metrics and metrics != ["elapsed_s"]:
+            raise ConfigError(file, f"{where}.metrics", metrics, "elapsed_s (the gates' wall time) stands alone")
+        out.append(PlotPanel(title, tuple(metrics)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

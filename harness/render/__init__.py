@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.results import Check, RunResult, Status, combine
+
+if TYPE_CHECKING:
+    from harness.history.report import TrendReport
 
 VERDICT_WORD = {
     Status.PASS: "PASS",
@@ -135,10 +138,11 @@ def phase_summaries(run: RunResult) -> list[PhaseSummary]:
     return out
 
 
-def write_all(run: RunResult, run_dir: Path) -> dict[str, Path]:
-    """Write index.html, results.json and summary.md into run_dir; return their paths by format."""
+def write_all(run: RunResult, run_dir: Path, trends: TrendReport | None = None) -> dict[str, Path]:
+    """Write index.html, results.json and summary.md into run_dir; return their paths by format. `trends`: the
+    history's trend section of the HTML report (None: none)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    texts = {"html": render_html(run), "json": render_json(run), "markdown": render_markdown(run)}
+    texts = {"html": render_html(run, trends), "json": render_json(run), "markdown": render_markdown(run)}
     paths: dict[str, Path] = {}
     for kind, text in texts.items():
         paths[kind] = run_dir / OUTPUT_FILES[kind]

@@ -8,6 +8,7 @@ from typing import Any
 
 import jinja2
 
+from harness.history.report import TrendReport
 from harness.render import (
     OUTPUT_FILES,
     VERDICT_WORD,
@@ -74,10 +75,29 @@ def _section_template(gate_name: str) -> str | None:
     return name if name in _environment().list_templates() else None
 
 
-def render_html(run: RunResult) -> str:
+def _trends_view(report: TrendReport | None) -> dict[str, Any] | None:
+    """The trend section: panels as one inline SVG (or, without matplotlib, a note), the flagged series."""
+    if report is None:
+        return None
+    svg, why = None, report.note
+    if report.panels:
+        from harness.bench import plots
+
+        try:
+            svg = plots.trend_lines([(p.title, p.lines) for p in report.panels], report.runs)
+        except plots.PlotUnavailable as e:
+            why = str(e)
+    return {"path": report.path, "gpu": report.gpu, "runs": len(report.runs), "svg": svg, "note": why,
+            "flags": [{"series": s, "why": w} for s, w in report.flags],
+            "panels": [{"title": p.title, "lines": len(p.lines)} for p in report.panels]}
+
+
+def render_html(run: RunResult, trends: TrendReport | None = None) -> str:
+    """The report; `trends`: the history's view of the last runs (the gate command's, after appending this one)."""
     attention, more = summary.attention(run)
     speed, chart = summary.speed(run)
     return _environment().get_template(TEMPLATE).render(
+        trends=_trends_view(trends),
         attention=attention,
         attention_more=more,
         speed=[{k: ("—" if v is None else (f"{v:.3f}" if k in ("fa3", "cudnn", "fa2") else

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NoReturn
 
-from flashcore import _lib, faults, points, tuning, validate
+from flashcore import _lib, fastpath, faults, points, tuning, validate
 from flashcore import fallback as sdpa_fallback
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 
@@ -257,6 +257,12 @@ def attention(
     if torch.compiler.is_compiling():  # traced by torch.compile: the registered op, so no graph break
         return _traced(q, k, v, causal, softmax_scale, out, lse, deterministic, fallback, num_splits, sm_margin,
                        tile, debug_fault)
+    key = None
+    if out is None and lse is None and tile is None and debug_fault == 0:  # a repeat call: flashcore/fastpath.py
+        key = fastpath.signature(q, k, v, causal, softmax_scale, deterministic, fallback, num_splits, sm_margin)
+        entry = fastpath.lookup(key)
+        if entry is not None and fastpath.aligned(q, k, v):
+            return _launch_again(entry, q, k, v)
     # fallback="sdpa" takes CPU tensors too: torch SDPA computes the same contract there (testable without a GPU).
     on_cpu = fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu"
     call = check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
@@ -297,8 +303,31 @@ def attention(
         _entry_calls += 1
         status = lib.fc_attention_forward(params, stream)
     if status == _lib.FC_OK:
+        fastpath.remember(key, params, need)
         return out, lse
     _raise(lib, status)
+
+
+def _launch_again(entry: fastpath.Entry, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A call with the signature of an earlier checked launch: its parameters, these pointers, new outputs."""
+    global _entry_calls
+    import torch
+
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty(entry.lse_shape, dtype=torch.float32, device=q.device)
+    params = fastpath.params_for(entry, q, k, v, out, lse)
+    lib = _lib.load()
+    with torch.cuda.device(q.device):
+        workspace = None
+        if entry.workspace_bytes:
+            workspace = torch.empty(entry.workspace_bytes, dtype=torch.uint8, device=q.device)
+            params.workspace, params.workspace_bytes = workspace.data_ptr(), entry.workspace_bytes
+        _entry_calls += 1
+        status = lib.fc_attention_forward(params, torch.cuda.current_stream(q.device).cuda_stream)
+    if status != _lib.FC_OK:
+        _raise(lib, status)
+    return out, lse
 
 
 def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float | None,

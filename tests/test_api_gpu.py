@@ -69,3 +69,42 @@ def test_bad_input_raises_before_launch_and_context_survives():
     q, k, v = rand(1, 64, 2, 64), rand(1, 64, 2, 64), rand(1, 64, 2, 64)
     out, _ = flashcore.attention(q, k, v)
     assert torch.isfinite(out).all()
+
+
+def test_a_repeat_call_takes_the_fast_path_and_gives_the_same_bits():
+    """flashcore/fastpath.py: the second call with the same signature is not checked or planned again (the cache
+    holds one entry for it), writes fresh outputs and gives the checked call's bits, split-KV included."""
+    from flashcore import fastpath
+
+    fastpath.clear()
+    for shape_q, shape_k in (((2, 300, 8, 128), (2, 700, 2, 128)), ((1, 1, 32, 128), (1, 20000, 8, 128))):
+        q, k, v = rand(*shape_q), rand(*shape_k), rand(*shape_k)
+        first = flashcore.attention(q, k, v, causal=True)
+        kept = fastpath.size()
+        again = flashcore.attention(q, k, v, causal=True)
+        assert fastpath.size() == kept
+        assert again[0].data_ptr() != first[0].data_ptr()
+        assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+        other = rand(*shape_q)  # new data, same signature: its own result
+        ref_o, ref_lse = reference(other, k, v, True)
+        o, lse = flashcore.attention(other, k, v, causal=True)
+        assert (o.float() - ref_o).abs().max() < 2e-2 and (lse - ref_lse).abs().max() < 1e-3
+
+
+def test_a_repeat_call_that_the_checks_refuse_is_still_refused():
+    """After a good call, the same metadata at a misaligned address, or needing grad, gets the checked path's
+    error; nothing reaches the kernel."""
+    from flashcore import api
+
+    buf = rand(2 * 300 * 4 * 64 + 8)
+    q = buf[:-8].view(2, 300, 4, 64)
+    k, v = rand(2, 300, 2, 64), rand(2, 300, 2, 64)
+    flashcore.attention(q, k, v)
+    calls = api.entry_calls()
+    with pytest.raises(flashcore.FlashCoreError, match="16-byte"):
+        flashcore.attention(buf[1:-7].view(2, 300, 4, 64), k, v)  # 2 bytes past the boundary
+    with pytest.raises(flashcore.FlashCoreError, match="forward-only"):
+        flashcore.attention(q, k, v.clone().requires_grad_())
+    assert api.entry_calls() == calls
+    with torch.no_grad():  # grad mode off: the same tensors are fine
+        flashcore.attention(q, k, v.clone().requires_grad_())

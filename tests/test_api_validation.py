@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import flashcore
-from flashcore import api, fallback, validate
+from flashcore import api, fallback, fastpath, validate
 from tests.conftest import REPO, attention_fp32
 
 
@@ -226,6 +226,7 @@ def test_fallback_on_a_pretend_non_hopper_gpu(monkeypatch: pytest.MonkeyPatch) -
     q, k, v = (t.cuda() for t in qkv(sq=100, sk=300, hq=8, hkv=2))
     kernel_out, kernel_lse = flashcore.attention(q, k, v, causal=True)
     monkeypatch.setattr(api, "_device_info", lambda index: ((8, 0), "Pretend A100"))
+    fastpath.clear()  # a device does not change its capability within a process; this pretend one does
     monkeypatch.setattr(fallback, "_warned", set())
     with pytest.raises(flashcore.UnsupportedDeviceError, match=r"SM 8\.0"):
         flashcore.attention(q, k, v, causal=True)

@@ -336,7 +336,7 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sof
             debug_fault: int) -> tuple[torch.Tensor, torch.Tensor]:
     """attention() under torch.compile: torch.ops.flashcore.attention (flashcore/ops.py), whose fake implementation
     Dynamo traces; out= and lse= are filled by copies in the graph. Eager calls skip the op: its dispatch adds
-    35-40 % to the host time per call (bench/host_cost.py on the H100)."""
+    75-85 % to a repeat call's host time (bench/host_cost.py on the H100)."""
     import torch
 
     import flashcore.ops  # noqa: F401  (registers the op)

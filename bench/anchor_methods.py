@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO))  # `python bench/anchor_methods.py` puts bench/, n
 from harness.bench import backends, flops, timing  # noqa: E402
 from harness.bench.settings import BACKENDS, Anchor, TimingParams, load_bench_settings, timing_dict  # noqa: E402
 from harness.config import load_config  # noqa: E402
-from harness.gates import gpu  # noqa: E402
 from harness.schema import Workload  # noqa: E402
+from harness.support import gpu  # noqa: E402
 
 METHODS = ("do_bench", "by_hand", "ours")
 WARMUP_MS, REP_MS, FLUSH_MIB = 25, 100, 256  # do_bench's defaults and the size of its cache-clearing buffer

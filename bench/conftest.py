@@ -33,8 +33,8 @@ from bench_support import PROGRESS, STATE, Case, State
 from harness.bench.runner import Measurer, Options
 from harness.bench.settings import BACKENDS, BenchSettings, check_backends, expand, load_bench_settings, timing_dict
 from harness.config import load_config
-from harness.gates.gpu import cuda_unavailable_reason
 from harness.schema import Config, ConfigError
+from harness.support.gpu import cuda_unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_SKIP_REASON = "needs an H100"

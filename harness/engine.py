@@ -17,10 +17,10 @@ from typing import Any, TextIO
 
 from harness.gates import registry
 from harness.gates.base import GateContext
-from harness.gates.gpu import cuda_unavailable_reason, nvtx_range
 from harness.progress import Progress
 from harness.results import GateResult, RunResult, Status
 from harness.schema import Config, GateSpec
+from harness.support.gpu import cuda_unavailable_reason, nvtx_range
 
 
 def run_gate(spec: GateSpec, ctx: GateContext, gpu_reason: str | None) -> GateResult:

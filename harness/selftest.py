@@ -52,9 +52,9 @@ def _one_gate(gate: str, fault: int, planted: str = "") -> Runner:
         from harness import env
         from harness.engine import run_gate
         from harness.gates.base import GateContext
-        from harness.gates.gpu import cuda_unavailable_reason
         from harness.render import write_all
         from harness.results import RunResult
+        from harness.support.gpu import cuda_unavailable_reason
 
         spec = next(g for phase in config.phases for g in phase.gates if g.name == gate)
         (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -255,7 +255,7 @@ def select(names: str | None) -> list[Case]:
 
 def main(gates_dir: Path = Path("gates"), cases: str | None = None) -> int:
     chosen = select(cases)
-    from harness.gates import gpu
+    from harness.support import gpu
 
     if why := gpu.cuda_unavailable_reason():  # every case plants a fault in a GPU run: without one, none can judge
         print(f"selftest: needs an SM 9.0 GPU, none here ({why}); nothing was run", file=sys.stderr)

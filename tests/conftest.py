@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from harness.gates.base import GateContext
-from harness.gates.gpu import cuda_unavailable_reason
 from harness.schema import Config, GateSpec, Workload
+from harness.support.gpu import cuda_unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_SKIP_REASON = "needs an H100"

@@ -16,10 +16,10 @@ import flashcore
 from flashcore import api, fallback
 from harness.config import load_config
 from harness.gates import api as api_gate
-from harness.gates import correctness, gpu
+from harness.gates import correctness
 from harness.results import Status
 from harness.schema import ConfigError
-from harness.support import reference
+from harness.support import gpu, reference
 from harness.support.api_cases import Case, CaseTable, build, load_cases
 from tests.conftest import REPO, make_context
 

@@ -18,11 +18,12 @@ from harness.bench import plots, runner
 from harness.bench.backends import SLOW_FAULT
 from harness.bench.record import Measurement, not_available
 from harness.config import load_config
-from harness.gates import gpu, perf, scaling
+from harness.gates import perf, scaling
 from harness.gates.base import GateContext
 from harness.render import render_html
 from harness.results import GateResult, RunResult, Status
 from harness.schema import Config, Workload
+from harness.support import gpu
 
 GPU = "NVIDIA H100 80GB HBM3"
 ANCHORS = {"fa2": 351.0, "cudnn": 591.0, "efficient": 280.0, "fa3": 625.0}

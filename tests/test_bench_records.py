@@ -167,7 +167,7 @@ def test_update_baseline_refuses_a_noisy_planted_or_missing_flashcore(
 
 def test_bench_without_a_gpu_says_so(repo_copy: Path, capsys: pytest.CaptureFixture[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.gates import gpu
+    from harness.support import gpu
 
     monkeypatch.setattr(gpu, "cuda_unavailable_reason", lambda: gpu.NO_GPU_LINE)
     assert cli.main(["bench"]) == 1

@@ -20,8 +20,8 @@ from harness.bench import backends, paired, runner, timing
 from harness.bench.record import CRASHED
 from harness.bench.settings import TimingParams
 from harness.bench.stats import summarize, summarize_ratios
-from harness.gates import gpu as gpu_mod
 from harness.schema import Workload
+from harness.support import gpu as gpu_mod
 
 P = TimingParams(warmup=5, warmup_ms=30.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=100.0, flush_mib=0,
                  head_start_ms=2.0, clock_probe_us=50.0, record_kernels=False, mirrored=False)

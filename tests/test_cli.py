@@ -13,9 +13,10 @@ import torch
 import yaml
 
 from harness import cli
-from harness.gates import gpu, registry
+from harness.gates import registry
 from harness.gates.base import Gate, GateContext
 from harness.results import Check, GateResult, Status
+from harness.support import gpu
 
 
 class _Passing(Gate):

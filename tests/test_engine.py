@@ -14,12 +14,13 @@ import torch
 from conftest import workload
 
 from harness.engine import run_phase
-from harness.gates import gpu, registry
+from harness.gates import registry
 from harness.gates.base import Gate, GateContext
 from harness.gates.correctness import CorrectnessParams
 from harness.progress import Progress
 from harness.results import Check, GateResult, Status
 from harness.schema import Config, GateSpec, PhaseSpec
+from harness.support import gpu
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from conftest import fake_flashcore, make_context, workload
 
-from harness.gates import correctness, gpu
+from harness.gates import correctness
 from harness.gates.correctness import CorrectnessParams, Measured, verdict_lse, verdict_output, verdict_written
 from harness.results import Status, combine
-from harness.support import reference
+from harness.support import gpu, reference
 from harness.support.reference import ErrorStats
 
 P = CorrectnessParams(workloads=("w",), seeds=1, fp16_max_abs=2.0e-3, bf16_error_factor=2.0, bf16_error_slack=1.0e-5,

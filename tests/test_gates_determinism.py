@@ -8,9 +8,10 @@ import pytest
 import torch
 from conftest import fake_flashcore, make_context, workload
 
-from harness.gates import determinism, gpu
+from harness.gates import determinism
 from harness.gates.determinism import DeterminismParams, RepeatStats, verdict_determinism
 from harness.results import Status
+from harness.support import gpu
 
 P = DeterminismParams(workloads=("w",), repeats=6)
 WL = workload("w", b=2, hq=4, hkv=2, sq=19, sk=19, d=64, dtype="bf16", causal=True)

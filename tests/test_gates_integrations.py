@@ -59,7 +59,7 @@ def test_phase7_yaml_entry_parses(gates_dir: Path) -> None:
 
 
 def test_without_a_gpu_it_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.gates import gpu
+    from harness.support import gpu
 
     monkeypatch.setattr(gpu, "cuda_unavailable_reason", lambda: "no CUDA GPU (test)")
     result = integrations.IntegrationsGate().run(make_context(tmp_path, "integrations", P))
@@ -67,9 +67,9 @@ def test_without_a_gpu_it_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_a_crash_while_measuring_is_an_error_not_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.gates import gpu
+    from harness.gates import base
 
-    monkeypatch.setattr(gpu, "flashcore_for", lambda ctx: object())
+    monkeypatch.setattr(base, "flashcore_for", lambda ctx: object())
 
     def crash(p: IntegrationsParams, seed: int, fault: int) -> Measured:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -80,10 +80,10 @@ def test_a_crash_while_measuring_is_an_error_not_a_pass(tmp_path: Path, monkeypa
 
 
 def test_the_planted_fault_reaches_the_measurement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.gates import gpu
+    from harness.gates import base
 
     seen = []
-    monkeypatch.setattr(gpu, "flashcore_for", lambda ctx: object())
+    monkeypatch.setattr(base, "flashcore_for", lambda ctx: object())
     monkeypatch.setattr(integrations, "measure",
                         lambda p, seed, fault: seen.append(fault) or Measured(GOOD, "", {"compiled": True,
                                                                                           "cuda_graph": True}))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.gates.gpu import not_hopper_reason
+from harness.support.gpu import not_hopper_reason
 
 
 def test_a_gpu_that_is_not_hopper_means_the_kernel_was_not_tested() -> None:

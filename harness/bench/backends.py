@@ -26,8 +26,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from flashcore.faults import Fault
-from harness.gates import gpu
 from harness.schema import Workload
+from harness.support import gpu
 
 if TYPE_CHECKING:
     import torch

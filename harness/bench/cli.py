@@ -136,7 +136,7 @@ def bench_command(args: argparse.Namespace) -> int:
         source = args.from_json
         out = args.out
     else:
-        from harness.gates.gpu import cuda_unavailable_reason
+        from harness.support.gpu import cuda_unavailable_reason
 
         reason = cuda_unavailable_reason()
         if reason is not None:

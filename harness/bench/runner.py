@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from harness.bench import backends, timing
 from harness.bench.record import CRASHED, Measurement, not_available
 from harness.bench.settings import TimingParams
-from harness.gates import gpu
 from harness.schema import Workload
+from harness.support import gpu
 
 if TYPE_CHECKING:
     import torch

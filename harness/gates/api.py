@@ -21,11 +21,12 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-from harness.gates import correctness, gpu
+from harness.gates import correctness
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES, ConfigError, param
+from harness.support import gpu
 from harness.support.api_cases import Case, CaseTable, Dims, build, load_cases
 
 AFTER_SUITE = "after-suite"

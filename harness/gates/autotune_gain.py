@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from flashcore.tuning import TileConfig
-from harness.gates import gpu
-from harness.gates.base import GateContext
+from harness.gates.base import GateContext, flashcore_for
 from harness.gates.perf import PerfGate, run_perf
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
@@ -41,7 +40,7 @@ def same_launch_check(wl: Workload) -> Check:
 @register("autotune-gain")
 class AutotuneGainGate(PerfGate):
     def run(self, ctx: GateContext) -> GateResult:
-        fc = gpu.flashcore_for(ctx)  # NOT_RUN without a usable GPU, ERROR without the library
+        fc = flashcore_for(ctx)  # NOT_RUN without a usable GPU, ERROR without the library
         if isinstance(fc, GateResult):
             return fc
         import torch

@@ -92,9 +92,7 @@ class FlashcoreGate(Gate):
     needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
-        from harness.gates import gpu  # late: gpu imports torch helpers; base stays light
-
-        fc = gpu.flashcore_for(ctx)
+        fc = flashcore_for(ctx)
         if isinstance(fc, GateResult):
             return fc
         return self.measure(ctx, fc)
@@ -133,3 +131,44 @@ def summarize(checks: Sequence[Check]) -> str:
     shown = "; ".join(f"{c.workload} {c.metric}: {c.message or c.status.value}" for c in bad[:3])
     more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
     return f"{len(bad)} of {len(checks)} checks not passed: {shown}{more}"
+
+
+# ---- GPU gates: the flashcore module, and a kernel crash as a verdict ---------------------------------------
+
+
+def flashcore_for(ctx: GateContext) -> ModuleType | GateResult:
+    """The flashcore module a GPU gate calls (with the context's planted fault, if any), or the result the gate
+    returns instead: NOT_RUN without a usable CUDA GPU, ERROR when the library cannot be loaded."""
+    from harness.support import gpu  # late: torch helpers; base stays light
+
+    reason = gpu.cuda_unavailable_reason()
+    if reason is not None:
+        return ctx.verdict_only(Status.NOT_RUN, reason)
+    try:
+        return gpu.load_flashcore(ctx.fault)
+    except gpu.FlashcoreUnavailable as e:
+        return ctx.verdict_only(Status.ERROR, str(e))
+
+
+def crash_verdict(fc: ModuleType, subject: str, label: str, seed: int, exc: BaseException,
+                  log: Any) -> tuple[Check, dict[str, Any]]:
+    """One workload's crash as that workload's verdict: the check, its details entry, the traceback logged."""
+    import traceback
+
+    log(f"{subject} ({label}, seed {seed}):\n{traceback.format_exc()}")
+    text = f"{type(exc).__name__}: {exc}"
+    return (Check(subject, "run", None, None, exception_status(fc, exc), message=text),
+            {"shape": label, "seed": seed, "error": text})
+
+
+def exception_status(fc: ModuleType, exc: BaseException) -> Status:
+    """The kernel failing its own contract (a workload rejected with FlashCoreError, a failed launch) is a
+    FAIL. A wrong device or any other exception means no verdict: ERROR."""
+    unsupported = getattr(fc, "UnsupportedDeviceError", None)
+    if isinstance(unsupported, type) and isinstance(exc, unsupported):
+        return Status.ERROR
+    for name in ("FlashCoreError", "KernelLaunchError"):
+        cls = getattr(fc, name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return Status.FAIL
+    return Status.ERROR

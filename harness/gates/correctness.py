@@ -17,12 +17,11 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.gates import gpu
-from harness.gates.base import FlashcoreGate, GateContext, finite_or_none, margin_le
+from harness.gates.base import FlashcoreGate, GateContext, crash_verdict, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
-from harness.support import reference
+from harness.support import gpu, reference
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,7 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
             try:
                 m = measure_pooled(fc, wl, seed, p, device)
             except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-                check, details[subject] = gpu.crash_verdict(fc, subject, wl.label, seed, e, ctx.log)
+                check, details[subject] = crash_verdict(fc, subject, wl.label, seed, e, ctx.log)
                 checks.append(check)
                 continue
             finally:

@@ -13,11 +13,11 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
-from harness.gates import gpu
-from harness.gates.base import FlashcoreGate, GateContext, finite_or_none
+from harness.gates.base import FlashcoreGate, GateContext, crash_verdict, finite_or_none
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
+from harness.support import gpu
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
         try:
             s = measure(fc, wl, seed, p.repeats, device, partial(_step_repeat, ctx, where, p.repeats))
         except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-            check, details[wl.name] = gpu.crash_verdict(fc, wl.name, wl.label, seed, e, ctx.log)
+            check, details[wl.name] = crash_verdict(fc, wl.name, wl.label, seed, e, ctx.log)
             checks.append(check)
             continue
         finally:

@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.gates import gpu
-from harness.gates.base import FlashcoreGate, GateContext, finite_or_none
+from harness.gates.base import FlashcoreGate, GateContext, crash_verdict, finite_or_none
 from harness.gates.determinism import DeterminismParams, RepeatStats, repeat_bits, verdict_determinism
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
+from harness.support import gpu
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def check_workloads(ctx: GateContext, fc: ModuleType) -> GateResult:
         try:
             s, plan = measure(fc, wl, seed, p)
         except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-            check, details[wl.name] = gpu.crash_verdict(fc, wl.name, wl.label, seed, e, ctx.log)
+            check, details[wl.name] = crash_verdict(fc, wl.name, wl.label, seed, e, ctx.log)
             checks.append(check)
             continue
         finally:

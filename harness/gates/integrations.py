@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.gates import gpu
 from harness.gates.base import FlashcoreGate, GateContext, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import param
+from harness.support import gpu
 
 INSTALL_HINT = "pip install 'transformers>=5' (the HF backend's tests and this gate build a model from a config)"
 

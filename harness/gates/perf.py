@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Any
 from harness.bench import report
 from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
 from harness.bench.settings import BASELINES, OURS, BenchSettings, check_backends, load_bench_settings, timing_dict
-from harness.gates import gpu
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES_FILE, ConfigError, Workload, param
+from harness.support import gpu
 from harness.support import perf_verdict as pv
 
-if TYPE_CHECKING:  # the runner imports harness.gates.gpu, whose package imports this module: import it late
+if TYPE_CHECKING:  # the runner imports harness.support.gpu, whose package imports this module: import it late
     from harness.bench.runner import Measurer
 
 

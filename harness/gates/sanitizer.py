@@ -16,7 +16,6 @@ from typing import Any
 
 from harness.driver_args import driver_args
 from harness.env import find_cuda_tool
-from harness.gates import gpu
 from harness.gates.base import Gate, GateContext
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
@@ -25,6 +24,7 @@ from harness.sanitizer.budget import Budget, budget_check, not_run_check
 from harness.sanitizer.model import TOOLS
 from harness.sanitizer.suppressions import Suppression, load_suppressions
 from harness.schema import PHASES_FILE, ConfigError, param
+from harness.support import gpu
 
 LOG_DIR = "logs"  # raw logs: logs/<gate>/<tool>-<workload>.log (two sanitizer gates share one run directory)
 COMPLETION = "RESULT status=ok"  # the driver's last line when it ran to the end (kernel/driver.cu)

@@ -30,12 +30,12 @@ from typing import Any
 
 from harness.bench import report
 from harness.bench.settings import BASELINES, OURS, check_backends, load_bench_settings, timing_dict
-from harness.gates import gpu
 from harness.gates.base import Gate, GateContext
 from harness.gates.perf import measure_all, write_measurements
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES_FILE, ConfigError, param
+from harness.support import gpu
 from harness.support import perf_verdict as pv
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from harness.gates import gpu
 from harness.schema import ConfigError, mapping, param, parse_dataclass, read_yaml
+from harness.support import gpu
 
 if TYPE_CHECKING:
     import torch

@@ -81,7 +81,7 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
     import torch
 
     from harness.bench.timing import Call, time_rounds
-    from harness.gates import gpu
+    from harness.support import gpu
 
     q, k, v = gpu.make_inputs(wl, seed, "cuda")
     compiled = fc.api.block_n_options(wl.head_dim)
@@ -168,8 +168,8 @@ def main(argv: list[str] | None) -> int:
     from harness.bench.settings import load_bench_settings
     from harness.bench.timing import L2Flusher
     from harness.config import load_config
-    from harness.gates import gpu
     from harness.schema import ConfigError
+    from harness.support import gpu
     from harness.tune.settings import load_tune_settings
 
     try:

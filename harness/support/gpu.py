@@ -1,4 +1,5 @@
-"""GPU helpers shared by the kernel gates: availability, loading flashcore, inputs, poisoned buffers, nvtx.
+"""GPU helpers shared by the kernel gates, the benchmark and the tuner: availability, loading flashcore, inputs,
+poisoned buffers, nvtx (the gates' verdicts on a kernel crash: harness/gates/base.py).
 
 torch is imported inside functions so that the CPU parts of the harness (config, verdicts) load fast.
 """
@@ -13,14 +14,11 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.results import Check, Status
 from harness.schema import Workload
 
 if TYPE_CHECKING:
     import torch
 
-    from harness.gates.base import GateContext
-    from harness.results import GateResult
 
 NO_GPU_LINE = (
     "FlashCore: no CUDA GPU on this machine (torch.cuda.is_available() is False): GPU gates not run; this run fails."
@@ -74,42 +72,6 @@ def load_flashcore(fault: int = 0) -> ModuleType:
     planted.__dict__.update(fc.__dict__)
     planted.attention = functools.partial(fc.attention, debug_fault=fault)  # type: ignore[attr-defined]
     return planted
-
-
-def flashcore_for(ctx: GateContext) -> ModuleType | GateResult:
-    """The flashcore module a GPU gate calls (with the context's planted fault, if any), or the result the gate
-    returns instead: NOT_RUN without a usable CUDA GPU, ERROR when the library cannot be loaded."""
-    reason = cuda_unavailable_reason()
-    if reason is not None:
-        return ctx.verdict_only(Status.NOT_RUN, reason)
-    try:
-        return load_flashcore(ctx.fault)
-    except FlashcoreUnavailable as e:
-        return ctx.verdict_only(Status.ERROR, str(e))
-
-
-def crash_verdict(fc: ModuleType, subject: str, label: str, seed: int, exc: BaseException,
-                  log: Any) -> tuple[Check, dict[str, Any]]:
-    """One workload's crash as that workload's verdict: the check, its details entry, the traceback logged."""
-    import traceback
-
-    log(f"{subject} ({label}, seed {seed}):\n{traceback.format_exc()}")
-    text = f"{type(exc).__name__}: {exc}"
-    return (Check(subject, "run", None, None, exception_status(fc, exc), message=text),
-            {"shape": label, "seed": seed, "error": text})
-
-
-def exception_status(fc: ModuleType, exc: BaseException) -> Status:
-    """The kernel failing its own contract (a workload rejected with FlashCoreError, a failed launch) is a
-    FAIL. A wrong device or any other exception means no verdict: ERROR."""
-    unsupported = getattr(fc, "UnsupportedDeviceError", None)
-    if isinstance(unsupported, type) and isinstance(exc, unsupported):
-        return Status.ERROR
-    for name in ("FlashCoreError", "KernelLaunchError"):
-        cls = getattr(fc, name, None)
-        if isinstance(cls, type) and isinstance(exc, cls):
-            return Status.FAIL
-    return Status.ERROR
 
 
 def workload_seed(base: int, gate: str, workload: str, index: int = 0) -> int:

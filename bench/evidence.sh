@@ -81,7 +81,7 @@ from harness import env
 from harness.config import load_config
 from harness.engine import run_gate
 from harness.gates.base import GateContext
-from harness.gates.gpu import cuda_unavailable_reason
+from harness.support.gpu import cuda_unavailable_reason
 from harness.render import write_all
 from harness.results import RunResult
 

@@ -3,6 +3,7 @@ PYTHON    ?= python3
 NVCC      ?= nvcc
 BUILD_DIR ?= build
 GATE_ARGS ?=
+GPUS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 TUNE_ARGS ?=
@@ -21,6 +22,7 @@ help:
 	@echo "make build          build $(BUILD_DIR)/libflashcore.so, flashcore_driver, ptxas.log (needs nvcc)"
 	@echo "make ptx | sass     dump the kernel's PTX / SASS (kernel/kernel.mk)"
 	@echo "make gate-phaseN    run the gates of phases 1..N (N = 1..7) on an H100; report under reports/<run-id>/"
+	@echo "                    GPUS=all (or 0,1): spread them over those GPUs, one worker each (gates/shard.yaml)"
 	@echo "make selftest       GPU: plant one fault per gate and check that each gate fails"
 	@echo "make bench          GPU: the benchmark suite (bench/, gates/bench.yaml) with live progress and a table"
 	@echo "make bench-baseline GPU: the suite, then store FlashCore's times as the perf gates' regression reference"
@@ -29,12 +31,12 @@ help:
 	@echo "make clean          remove $(BUILD_DIR)/ and tool caches; 'make distclean' also removes the venvs"
 	@echo "make planted        build the planted-bug binary the sanitizer selftest runs (tests/planted/)"
 	@echo "make kernel-id      print the hash of the kernel sources (fc_kernel_id; the tuned table is keyed by it)"
-	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' PYTEST_ARGS='$(PYTEST_ARGS)'"
+	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' GPUS=$(GPUS) PYTEST_ARGS='$(PYTEST_ARGS)'"
 	@echo "           BENCH_ARGS='$(BENCH_ARGS)' TUNE_ARGS='$(TUNE_ARGS)' NVCC_EXTRA='$(NVCC_EXTRA)' POINTS_FILE=$(POINTS_FILE) (kernel/kernel.mk)"
 
 # The build gate runs the build itself, so a failing build still yields a report.
 $(addprefix gate-phase,$(PHASES)): gate-phase%:
-	@PY=$$(ci/pyenv.sh gate) && $$PY -m harness gate --phase $* $(GATE_ARGS)
+	@PY=$$(ci/pyenv.sh gate) && $$PY -m harness gate --phase $* $(if $(GPUS),--gpus $(GPUS)) $(GATE_ARGS)
 
 # GPU host: plant one fault per gate (kernel faults, a spilling build, planted sanitizer bugs); each must turn red.
 selftest:

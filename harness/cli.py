@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,14 +68,37 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
         print(f"flashcore harness: phase {args.phase} is not in {config.gates_dir}/phases.yaml ({known})",
               file=sys.stderr)
         return EXIT_CONFIG
+    names = [g.name for g in config.gates_through(args.phase)]
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    if only is not None and (unknown := [n for n in only if n not in names]):
+        print(f"flashcore harness: --only {', '.join(unknown)}: not a gate of phases 1..{args.phase} "
+              f"({', '.join(names)})", file=sys.stderr)
+        return EXIT_CONFIG
+    gpus = None
+    if args.gpus:
+        from harness import shard
+        from harness.support.gpu import visible_gpu_count
+
+        try:
+            gpus = shard.gpu_list(args.gpus, visible_gpu_count)
+            shard.load_shard_settings(args.gates_dir)
+        except (ValueError, ConfigError) as e:
+            print(f"flashcore harness: {e}", file=sys.stderr)
+            return EXIT_CONFIG
+        if only is not None or args.plant_fault:
+            print("flashcore harness: --gpus takes the whole phase (no --only, no --plant-fault)", file=sys.stderr)
+            return EXIT_CONFIG
     repo_root = Path.cwd()
     environment = env.collect(repo_root)
     run_id = make_run_id(args.phase, environment)
     run_dir = Path(args.out) if args.out else Path("reports") / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     fault = FAULTS[args.plant_fault] if args.plant_fault else 0
-    run = run_phase(config, args.phase, run_id=run_id, run_dir=run_dir, environment=environment,
-                    repo_root=repo_root, seed=args.seed, fault=fault)
+    if gpus is None:
+        run = run_phase(config, args.phase, run_id=run_id, run_dir=run_dir, environment=environment,
+                        repo_root=repo_root, seed=args.seed, fault=fault, only=only)
+    else:
+        run = _run_sharded(args, config, gpus, run_id, run_dir, environment, repo_root)
     history_line, trends = "", None
     if not args.no_history:  # first, so the report's trend section shows this run too
         from harness.history.cli import record_run, run_trends
@@ -91,6 +115,29 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
         print(f"flashcore harness: {render_error}", file=sys.stderr)
         return 1
     return run.exit_code
+
+
+def _run_sharded(args: argparse.Namespace, config: Config, gpus: list[int], run_id: str, run_dir: Path,
+                 environment: dict[str, Any], repo_root: Path) -> RunResult:
+    """The phase over several GPUs (harness/shard.py), the gates balanced by their last wall times in the history."""
+    import secrets
+
+    from harness import shard
+    from harness.engine import run_phase
+    from harness.history.cli import history_path
+    from harness.history.trends import load_history_settings
+
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    try:
+        seconds = shard.last_gate_seconds(history_path(load_history_settings(args.gates_dir)))
+    except ConfigError:
+        seconds = {}
+
+    def first(names: Sequence[str]) -> RunResult:
+        return run_phase(config, args.phase, run_id=run_id, run_dir=run_dir, environment=environment,
+                         repo_root=repo_root, seed=seed, only=names)
+
+    return shard.run_sharded(config, args.phase, gpus, first, seed, run_dir, args.gates_dir, seconds)
 
 
 def cmd_list(config: Config) -> int:
@@ -121,6 +168,9 @@ def parser() -> argparse.ArgumentParser:
     gate.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
     gate.add_argument("--seed", type=int, help="base seed (default: a fresh one, recorded in the report)")
     gate.add_argument("--plant-fault", choices=sorted(FAULTS), help="test-only: plant a kernel fault (run must fail)")
+    gate.add_argument("--only", metavar="GATES", help="comma-separated: run only these gates of phases 1..N")
+    gate.add_argument("--gpus", metavar="all|I,J", help="spread the gates over these GPUs, one worker each "
+                      "(harness/shard.py, gates/shard.yaml); one merged report")
     gate.add_argument("--no-history", action="store_true",
                       help="do not append the run to the history (gates/history.yaml, $FLASHCORE_HISTORY)")
     prs = sub.add_parser("parse", help="re-judge a saved tool output offline and print JSON")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import secrets
 import sys
 import time
 import traceback
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,6 +22,7 @@ from harness.gates.base import GateContext
 from harness.progress import Progress
 from harness.results import GateResult, RunResult, Status
 from harness.schema import Config, GateSpec
+from harness.shard import GPU_INDEX_ENV, gpu_state
 from harness.support.gpu import cuda_unavailable_reason, nvtx_range
 
 
@@ -65,14 +68,16 @@ def run_phase(
     fault: int = 0,
     stream: TextIO | None = None,
     live: bool | None = None,
+    only: Collection[str] | None = None,
 ) -> RunResult:
-    """Run every gate of phases 1..`phase`; write raw logs under `run_dir/logs`."""
+    """Run every gate of phases 1..`phase` (only those named in `only`, when given: a shard of a run over several
+    GPUs, harness/shard.py); write raw logs under `run_dir/logs`."""
     progress = Progress(stream or sys.stderr, live=live)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     t_run = time.monotonic()
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     base_seed = secrets.randbelow(2**31) if seed is None else seed
-    specs = config.gates_through(phase)
+    specs = tuple(s for s in config.gates_through(phase) if only is None or s.name in only)
     gpu_reason = cuda_unavailable_reason()
     needs_gpu = any((g := registry.get(s.name)) is not None and g.needs_gpu for s in specs)
     notice = gpu_reason if gpu_reason is not None and needs_gpu else ""
@@ -81,16 +86,20 @@ def run_phase(
     if notice:
         progress.line(notice)
     results: list[GateResult] = []
+    shard_gpu = os.environ.get(GPU_INDEX_ENV)  # a worker of a run over several GPUs: say which GPU ran each gate
     for phase_spec in (p for p in config.phases if p.number <= phase):
-        if not phase_spec.gates:
+        if not phase_spec.gates and only is None:
             results.append(phase_without_gates(phase_spec.number))
-        for spec in phase_spec.gates:
+        for spec in (s for s in phase_spec.gates if s in specs):
             ctx = GateContext(spec=spec, config=config, run_dir=run_dir, repo_root=repo_root, seed=base_seed,
                               step=progress.step, fault=fault)
             progress.start(f"[phase {spec.phase}] {spec.name}")
+            gpu_at_start = gpu_state(shard_gpu) if shard_gpu else None
             t0 = time.monotonic()
             result = run_gate(spec, ctx, gpu_reason)
             result = dataclasses.replace(result, phase=spec.phase, elapsed_s=time.monotonic() - t0)
+            if gpu_at_start is not None:
+                result = dataclasses.replace(result, details={**result.details, "gpu": gpu_at_start})
             progress.finish(result)
             results.append(result)
     return RunResult(

@@ -64,7 +64,18 @@ def _gate_view(gate: GateResult) -> dict[str, Any]:
         "details": json.dumps(gate.details, indent=2, default=str) if gate.details else "",
         "data": gate.details,
         "section": _section_template(gate.name),
+        **_gpu_cell(gate.details.get("gpu") if isinstance(gate.details, dict) else None),
     }
+
+
+def _gpu_cell(gpu: Any) -> dict[str, str]:
+    """A run over several GPUs (harness/shard.py) names each gate's GPU: index and name in the cell, UUID, SM clock
+    and power at the gate's start in its title."""
+    if not isinstance(gpu, dict):
+        return {"gpu": "", "gpu_title": ""}
+    cell = f"{gpu.get('index', '?')}" + (f" · {gpu['name']}" if gpu.get("name") else "")
+    title = ", ".join(f"{k} {gpu[k]}" for k in ("uuid", "sm_mhz", "power_w") if gpu.get(k) is not None)
+    return {"gpu": cell, "gpu_title": title}
 
 
 def _section_template(gate_name: str) -> str | None:
@@ -117,6 +128,7 @@ def render_html(run: RunResult, trends: TrendReport | None = None) -> str:
         phases=[{"number": p.number, "status": p.status.value, "word": VERDICT_WORD[p.status], "text": p.text}
                 for p in phase_summaries(run)],
         gates=[_gate_view(g) for g in run.gates],
+        gpu_column=any(isinstance(g.details, dict) and g.details.get("gpu") for g in run.gates),
         environment=flat_environment(run.environment),
         files=OUTPUT_FILES,
     )

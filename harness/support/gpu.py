@@ -45,6 +45,16 @@ def cuda_unavailable_reason() -> str | None:
     return not_hopper_reason(torch.cuda.get_device_capability(0), torch.cuda.get_device_name(0))
 
 
+def visible_gpu_count() -> int:
+    """CUDA devices this process can see (honours CUDA_VISIBLE_DEVICES); 0 without torch or a driver."""
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except Exception:  # noqa: BLE001 - no torch, no driver: none
+        return 0
+
+
 def not_hopper_reason(capability: tuple[int, int], name: str) -> str | None:
     """On a GPU that is not SM 9.0 the kernel cannot run (flashcore raises; fallback='sdpa' would test torch, not
     FlashCore): the GPU gates are not run, and the report says so."""

@@ -1,0 +1,195 @@
+"""harness/shard.py on the CPU: a phase spread over GPUs (make gate-phaseN GPUS=...). The placement keeps the
+measurement-sharing gates in one worker and balances the rest by their last wall times; workers are stand-in
+processes here (no GPU): their results merge into one run in the configuration's order, each gate tagged with its
+GPU; a worker that dies makes its gates ERRORs naming its log, and the others still count."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import cli, shard
+from harness.config import load_config
+from harness.gates import registry
+from harness.results import GateResult, RunResult, Status
+from harness.schema import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE_WORKER = textwrap.dedent("""
+    import json, os, sys
+    args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+    if os.environ.get("FAKE_DIE") == os.environ["CUDA_VISIBLE_DEVICES"]:
+        print("Segmentation fault (simulated)"); sys.exit(139)
+    gates = [{"name": g, "phase": 0, "status": "pass", "message": "ok", "elapsed_s": 1.0, "logs": [f"logs/{g}.log"],
+              "details": {}, "checks": [{"workload": "w", "metric": "m", "threshold": None, "measured": None,
+                                         "status": "pass", "comparison": "", "margin": None, "message": ""}]}
+             for g in args["--only"].split(",")]
+    os.makedirs(args["--out"], exist_ok=True)
+    run = {"schema": "flashcore.run/1", "run_id": "w", "phase": 7, "status": "pass", "notice": "", "phase_names": {},
+           "started_at": "", "elapsed_s": 1.0, "environment": {"seed": args["--seed"]}, "gates": gates}
+    open(os.path.join(args["--out"], "results.json"), "w").write(json.dumps(run))
+""")
+
+
+@pytest.fixture
+def settings() -> shard.ShardSettings:
+    return shard.load_shard_settings(REPO / "gates")
+
+
+def test_the_repository_settings_name_real_gates(settings: shard.ShardSettings) -> None:
+    names = {g.name for g in load_config(REPO / "gates").gates_through(7)}
+    assert settings.first == ("build",) and set(settings.first) <= names
+    assert all(set(g) <= names for g in settings.together)
+    assert {"perf-fa2", "perf-cudnn", "perf-fa3", "scaling"} <= set(settings.together[0])  # one shared measurement
+
+
+def test_a_bad_shard_file_names_the_key(gates_dir: Path) -> None:
+    path = gates_dir / "shard.yaml"
+    path.write_text(path.read_text().replace("default_seconds: 30", "default_seconds: 0"))
+    with pytest.raises(ConfigError, match="default_seconds"):
+        shard.load_shard_settings(gates_dir)
+
+
+@pytest.mark.parametrize("spec, count, expected", [
+    ("all", 2, [0, 1]), ("0,2", 8, [0, 2]), ("1", 8, [1]),
+    ("all", 0, "no GPU"), ("0,0", 2, "distinct"), ("x", 2, "indices"), (",", 2, "distinct"),
+])  # fmt: skip
+def test_gpu_lists(spec: str, count: int, expected: list[int] | str) -> None:
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=expected):
+            shard.gpu_list(spec, lambda: count)
+    else:
+        assert shard.gpu_list(spec, lambda: count) == expected
+
+
+def test_the_placement_keeps_groups_whole_and_balances_by_wall_time(settings: shard.ShardSettings) -> None:
+    names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
+    seconds = {"perf-fa2": 145.0, "perf-cudnn": 17.0, "sanitizer-all": 188.0, "correctness": 23.0}
+    placed = shard.plan(names, [0, 1], settings, seconds)
+    assert "build" not in {g for gs in placed.values() for g in gs}  # the parent runs it first
+    assert sorted(g for gs in placed.values() for g in gs) == sorted(n for n in names if n != "build")
+    perf_gpu = next(i for i, gs in placed.items() if "perf-fa2" in gs)
+    assert set(settings.together[0]) <= set(placed[perf_gpu])
+    assert "sanitizer-all" not in placed[perf_gpu]  # the two longest units on different GPUs
+    for gs in placed.values():
+        assert gs == sorted(gs, key=names.index)  # phase order within a worker
+    load = {i: sum(seconds.get(g, settings.default_seconds) for g in gs) for i, gs in placed.items()}
+    assert max(load.values()) < 0.6 * sum(load.values())
+    assert shard.plan(names, [3], settings, {}) == {3: [n for n in names if n != "build"]}
+
+
+def test_physical_ids_follow_the_parents_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,GPU-abc")
+    assert (shard.physical_id(0), shard.physical_id(1)) == ("3", "GPU-abc")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert shard.physical_id(1) == "1"
+
+
+def _fake(tmp_path: Path) -> Path:
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    return script
+
+
+def test_a_dead_worker_is_an_error_for_its_gates_with_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _fake(tmp_path)
+    ok = shard.run_worker([sys.executable, str(script), "--only", "a,b", "--out", str(tmp_path / "s/gpu0"),
+                           "--seed", "5"], 0, tmp_path, "s/gpu0", ["a", "b"])
+    assert [(r.name, r.status, r.logs) for r in ok] == [("a", Status.PASS, ("s/gpu0/logs/a.log",)),
+                                                        ("b", Status.PASS, ("s/gpu0/logs/b.log",))]
+    monkeypatch.setenv("FAKE_DIE", "1")
+    dead = shard.run_worker([sys.executable, str(script), "--only", "c", "--out", str(tmp_path / "s/gpu1"),
+                             "--seed", "5"], 1, tmp_path, "s/gpu1", ["c"])
+    assert [r.status for r in dead] == [Status.ERROR] and "exit code 139" in dead[0].message
+    assert dead[0].logs == ("s/gpu1/worker.log",) and "Segmentation" in (tmp_path / "s/gpu1/worker.log").read_text()
+    short = shard.run_worker([sys.executable, str(script), "--only", "a", "--out", str(tmp_path / "s/gpu2"),
+                              "--seed", "5"], 2, tmp_path, "s/gpu2", ["a", "z"])
+    assert [(r.name, r.status) for r in short] == [("a", Status.PASS), ("z", Status.ERROR)]
+    assert "stopped before this gate" in short[1].message
+
+
+def test_merge_orders_by_the_configuration_and_tags_each_gate_with_its_gpu() -> None:
+    config = load_config(REPO / "gates")
+    names = [g.name for g in config.gates_through(2)]
+    first = [GateResult("build", 1, Status.PASS)]
+    shards = {0: [GateResult(n, 0, Status.PASS) for n in names[2::2]],
+              1: [GateResult(n, 0, Status.PASS, details={"gpu": {"index": "1", "uuid": "GPU-x"}}) for n in names[1::2]]}
+    base = RunResult("r", 2, tuple(first), {}, "", 1.0)
+    merged = shard.merge(config, 2, first, shards, base)
+    assert [g.name for g in merged.gates] == names
+    assert [g.phase for g in merged.gates] == [g.phase for g in config.gates_through(2)]
+    tags = {g.name: g.details.get("gpu") for g in merged.gates}
+    assert tags["build"] is None and tags[names[1]] == {"index": "1", "uuid": "GPU-x"}
+    assert tags[names[2]] == {"index": 0}
+
+
+def _stand_in_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.gates.base import Gate, GateContext
+    from harness.results import Check
+
+    real = registry.get("build")
+    assert real is not None
+
+    class Build(Gate):
+        Params = real.Params
+
+        def run(self, ctx: GateContext) -> GateResult:
+            return ctx.result([Check("(stand-in)", "ok", None, None, Status.PASS)])
+
+    monkeypatch.setitem(registry._REGISTRY, "build", Build)
+
+
+def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """make gate-phase7 GPUS=0,1 with stand-in workers: one merged results.json, each gate once, its GPU named;
+    then GPU 1's worker dies: its gates are ERRORs (exit 1), GPU 0's results still count."""
+    monkeypatch.chdir(REPO)
+    _stand_in_build(monkeypatch)
+    script = _fake(tmp_path)
+    monkeypatch.setattr(shard, "worker_command", lambda phase, gates, out, seed, gates_dir: [
+        sys.executable, str(script), "--only", ",".join(gates), "--out", str(out), "--seed", str(seed)])
+    assert cli.main(["gate", "--phase", "7", "--gpus", "0,1", "--seed", "7", "--out", str(tmp_path / "run"),
+                     "--no-history"]) == 0
+    data = json.loads((tmp_path / "run/results.json").read_text())
+    names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
+    assert [g["name"] for g in data["gates"]] == names and data["status"] == "pass"
+    gpus = {g["name"]: g["details"].get("gpu", {}).get("index") for g in data["gates"]}
+    assert gpus["build"] is None and {gpus["perf-fa2"], gpus["sanitizer-all"]} == {0, 1}
+    assert data["environment"]["gpus_used"] == [0, 1]
+    assert all(json.loads((tmp_path / f"run/shards/gpu{i}/results.json").read_text())["environment"]["seed"] == "7"
+               for i in (0, 1))  # every worker got the run's seed
+    monkeypatch.setenv("FAKE_DIE", "1")
+    assert cli.main(["gate", "--phase", "7", "--gpus", "0,1", "--out", str(tmp_path / "dead"), "--no-history"]) == 1
+    data = json.loads((tmp_path / "dead/results.json").read_text())
+    status = {g["name"]: g["status"] for g in data["gates"]}
+    dead = [n for n, s in status.items() if s == "error"]
+    assert dead and all("worker on GPU 1" in g["message"] for g in data["gates"] if g["name"] in dead)
+    assert [n for n, s in status.items() if s == "pass"]  # GPU 0's share still reported
+    assert "[shard] GPU 1 done: 0/" in capsys.readouterr().out
+
+
+def test_only_and_its_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(REPO)
+    _stand_in_build(monkeypatch)
+    assert cli.main(["gate", "--phase", "1", "--only", "build", "--out", str(tmp_path / "o"), "--no-history"]) == 0
+    assert [g["name"] for g in json.loads((tmp_path / "o/results.json").read_text())["gates"]] == ["build"]
+    assert cli.main(["gate", "--phase", "1", "--only", "perf-fa2", "--out", str(tmp_path / "p")]) == 2
+    assert "not a gate of phases 1..1" in capsys.readouterr().err
+    assert cli.main(["gate", "--phase", "1", "--gpus", "nope", "--out", str(tmp_path / "q")]) == 2
+    assert cli.main(["gate", "--phase", "1", "--gpus", "0", "--only", "build", "--out", str(tmp_path / "q")]) == 2
+
+
+def test_the_report_has_a_gpu_column_only_for_a_run_over_several_gpus() -> None:
+    from harness.render import render_html
+
+    gpu = {"index": "1", "name": "NVIDIA H200", "uuid": "GPU-1234", "sm_mhz": 1980.0, "power_w": 512.0}
+    run = RunResult("r", 1, (GateResult("build", 1, Status.PASS),
+                             GateResult("correctness", 1, Status.PASS, details={"gpu": gpu})), {}, "", 1.0)
+    html = render_html(run)
+    assert "<th>GPU</th>" in html and "1 · NVIDIA H200" in html and "uuid GPU-1234, sm_mhz 1980.0" in html
+    assert "<th>GPU</th>" not in render_html(RunResult("r", 1, (GateResult("build", 1, Status.PASS),), {}, "", 1.0))

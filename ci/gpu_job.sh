@@ -5,6 +5,8 @@
 # logs/), gate.log (the console output), nvidia-smi.txt, exit-code. Appends report/summary.md to
 # $GITHUB_STEP_SUMMARY (outside Actions: $ARTIFACTS/step-summary.md). Exits with the gate's exit code, or 1
 # when the gate exited 0 without writing its report. GATE_PHASE overrides ci/gate-phase for manual runs only.
+# SHARD=I/N (the workflow's matrix, ci/gate-shards): run share I of N of the phase (`--shard I/N`); the merge job
+# joins the shares' reports. Unset or 1/1: the whole phase.
 # The run history (harness/history) lives outside the checkout, which actions/checkout cleans:
 # $FLASHCORE_HISTORY (default ~/.cache/flashcore/history.sqlite on the runner); a copy goes into $ARTIFACTS.
 set -uo pipefail
@@ -18,14 +20,22 @@ if ! [[ $PHASE =~ ^[1-7]$ ]]; then
   exit 2
 fi
 
+SHARD=${SHARD:-1/1}
+if ! [[ $SHARD =~ ^([1-9][0-9]*)/([1-9][0-9]*)$ ]] || (( BASH_REMATCH[1] > BASH_REMATCH[2] )); then
+  echo "ci/gpu_job.sh: SHARD is '$SHARD': expected I/N with 1 <= I <= N" >&2
+  exit 2
+fi
+shard_args=""
+[[ $SHARD == 1/1 ]] || shard_args=" --shard $SHARD"
+
 export FLASHCORE_HISTORY=${FLASHCORE_HISTORY:-$HOME/.cache/flashcore/history.sqlite}
 report="$ARTIFACTS/report"
 mkdir -p "$ARTIFACTS" || exit 1
 rm -rf "$report" "$ARTIFACTS/gate.log" "$ARTIFACTS/nvidia-smi.txt" "$ARTIFACTS/exit-code" "$ARTIFACTS/step-summary.md" \
   "$ARTIFACTS/history.sqlite"
 { nvidia-smi || echo "nvidia-smi failed (exit code $?)"; } >"$ARTIFACTS/nvidia-smi.txt" 2>&1
-echo "ci/gpu_job.sh: make gate-phase$PHASE (report in $report)"
-make "gate-phase$PHASE" GATE_ARGS="--out $report" 2>&1 | tee "$ARTIFACTS/gate.log"
+echo "ci/gpu_job.sh: make gate-phase$PHASE, share $SHARD (report in $report)"
+make "gate-phase$PHASE" GATE_ARGS="--out $report$shard_args" 2>&1 | tee "$ARTIFACTS/gate.log"
 rc=${PIPESTATUS[0]}
 
 if [[ -f $report/summary.md ]]; then

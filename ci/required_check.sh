@@ -3,7 +3,8 @@
 # Passes only when the cpu and gpu jobs both succeeded. A pull request from a fork never runs the gpu job
 # (fork code must not run on the self-hosted H100 runner), so the check fails for it by design and says how
 # a maintainer gets the GPU gates run. Inputs (env): CPU_RESULT, GPU_RESULT (a job's needs.<job>.result:
-# success, failure, cancelled, skipped), FORK_PR (true for a pull request from another repository).
+# success, failure, cancelled, skipped; GPU_RESULT is the merge job's, the verdict of every share of the gpu job,
+# or skipped with it), FORK_PR (true for a pull request from another repository).
 set -uo pipefail
 SUMMARY=${GITHUB_STEP_SUMMARY:-/dev/null}
 cpu=${CPU_RESULT:-missing} gpu=${GPU_RESULT:-missing} fork=${FORK_PR:-false}

@@ -74,6 +74,20 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
         print(f"flashcore harness: --only {', '.join(unknown)}: not a gate of phases 1..{args.phase} "
               f"({', '.join(names)})", file=sys.stderr)
         return EXIT_CONFIG
+    shard_of = None
+    if args.shard:
+        from harness import shard
+
+        try:
+            shard_of = shard.parse_shard(args.shard)
+            settings = shard.load_shard_settings(args.gates_dir)
+        except (ValueError, ConfigError) as e:
+            print(f"flashcore harness: {e}", file=sys.stderr)
+            return EXIT_CONFIG
+        if only is not None or args.gpus:
+            print("flashcore harness: --shard picks the gates itself (no --only, no --gpus)", file=sys.stderr)
+            return EXIT_CONFIG
+        only = shard.shard_gates(names, *shard_of, settings)
     gpus = None
     if args.gpus:
         from harness import shard
@@ -90,6 +104,8 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
             return EXIT_CONFIG
     repo_root = Path.cwd()
     environment = env.collect(repo_root)
+    if shard_of is not None:
+        environment["shard"] = f"{shard_of[0]}/{shard_of[1]}"
     run_id = make_run_id(args.phase, environment)
     run_dir = Path(args.out) if args.out else Path("reports") / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -171,6 +187,14 @@ def parser() -> argparse.ArgumentParser:
     gate.add_argument("--only", metavar="GATES", help="comma-separated: run only these gates of phases 1..N")
     gate.add_argument("--gpus", metavar="all|I,J", help="spread the gates over these GPUs, one worker each "
                       "(harness/shard.py, gates/shard.yaml); one merged report")
+    gate.add_argument("--shard", metavar="I/N", help="run share I of N (the build gate on every share): one runner "
+                      "of several; `python -m harness merge` joins their results.json")
+    mrg = sub.add_parser("merge", help="join the results.json of the shards of one phase (gate --shard I/N) into one "
+                         "report and exit code")
+    mrg.add_argument("results", type=Path, nargs="+", help="each shard's results.json")
+    mrg.add_argument("--phase", type=int, required=True, choices=list(PHASES), metavar="N")
+    mrg.add_argument("--out", type=Path, required=True, help="directory for the merged report")
+    mrg.add_argument("--gates-dir", type=Path, default=Path("gates"))
     gate.add_argument("--no-history", action="store_true",
                       help="do not append the run to the history (gates/history.yaml, $FLASHCORE_HISTORY)")
     prs = sub.add_parser("parse", help="re-judge a saved tool output offline and print JSON")
@@ -217,6 +241,35 @@ def cmd_render(args: argparse.Namespace) -> int:
         return 1
     print(f"{run.run_id} ({run.status.value}, {len(run.gates)} gates): " + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def cmd_merge(args: argparse.Namespace, config: Config) -> int:
+    """The shards of one phase as one report: exit 0 when every gate passed, 1 otherwise, EXIT_CONFIG when a file
+    is unusable."""
+    from harness import shard
+    from harness.render.stored import StoredRunError, read_run
+
+    runs = []
+    for f in args.results:
+        try:
+            runs.append(read_run(f))
+        except StoredRunError as e:
+            print(f"flashcore harness: {e}", file=sys.stderr)
+            return EXIT_CONFIG
+    if wrong := [str(f) for f, r in zip(args.results, runs, strict=True) if r.phase != args.phase]:
+        print(f"flashcore harness: not a phase-{args.phase} run: {', '.join(wrong)}", file=sys.stderr)
+        return EXIT_CONFIG
+    run = shard.merge_runs(config, args.phase, runs, [str(f) for f in args.results])
+    args.out.mkdir(parents=True, exist_ok=True)
+    paths, error = write_reports(run, args.out)
+    from harness.render.terminal import render
+
+    print(render(run, color=sys.stdout.isatty()))
+    print(f"report: {paths.get('html') or paths.get('json')}")
+    if error:
+        print(f"flashcore harness: {error}", file=sys.stderr)
+        return 1
+    return run.exit_code
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
@@ -267,4 +320,6 @@ def _main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "list":
         return cmd_list(config)
+    if args.command == "merge":
+        return cmd_merge(args, config)
     return cmd_gate(args, config)

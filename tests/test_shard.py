@@ -193,3 +193,69 @@ def test_the_report_has_a_gpu_column_only_for_a_run_over_several_gpus() -> None:
     html = render_html(run)
     assert "<th>GPU</th>" in html and "1 · NVIDIA H200" in html and "uuid GPU-1234, sm_mhz 1980.0" in html
     assert "<th>GPU</th>" not in render_html(RunResult("r", 1, (GateResult("build", 1, Status.PASS),), {}, "", 1.0))
+
+
+# ---- over runners ----------------------------------------------------------------------------------------------
+
+
+def test_runner_shares_cover_the_phase_once_and_build_everywhere(settings: shard.ShardSettings) -> None:
+    names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
+    shares = [shard.shard_gates(names, i, 3, settings) for i in (1, 2, 3)]
+    assert all("build" in s for s in shares)
+    rest = [g for s in shares for g in s if g != "build"]
+    assert sorted(rest) == sorted(n for n in names if n != "build")  # each other gate on exactly one runner
+    assert shares == [shard.shard_gates(names, i, 3, settings) for i in (1, 2, 3)]  # every runner computes alike
+    assert shard.shard_gates(names, 1, 1, settings) == names
+    for bad in ("3/2", "0/2", "a/b", "2"):
+        with pytest.raises(ValueError, match="--shard"):
+            shard.parse_shard(bad)
+
+
+def _stand_in_all(monkeypatch: pytest.MonkeyPatch, phase: int) -> None:
+    from harness.gates.base import Gate, GateContext
+    from harness.results import Check
+
+    for spec in load_config(REPO / "gates").gates_through(phase):
+        real = registry.get(spec.name)
+        assert real is not None
+
+        class StandIn(Gate):
+            Params = real.Params
+
+            def run(self, ctx: GateContext) -> GateResult:
+                return ctx.result([Check("(stand-in)", "ok", None, None, Status.PASS)])
+
+        monkeypatch.setitem(registry._REGISTRY, spec.name, StandIn)
+
+
+def test_shards_run_by_two_runners_merge_into_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(REPO)
+    _stand_in_all(monkeypatch, 7)
+    for i in (1, 2):
+        assert cli.main(["gate", "--phase", "7", "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"),
+                         "--no-history"]) == 0
+    one = json.loads((tmp_path / "s1/results.json").read_text())
+    assert one["environment"]["shard"] == "1/2" and len(one["gates"]) < 21
+    files = [str(tmp_path / f"s{i}/results.json") for i in (1, 2)]
+    assert cli.main(["merge", "--phase", "7", "--out", str(tmp_path / "m"), *files]) == 0
+    merged = json.loads((tmp_path / "m/results.json").read_text())
+    names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
+    assert [g["name"] for g in merged["gates"]] == names and merged["status"] == "pass"
+    build = merged["gates"][0]
+    assert build["details"]["ran_on"] == 2 and {g["details"]["shard"] for g in merged["gates"]} == {"1/2", "2/2"}
+    assert "<th>GPU</th>" in (tmp_path / "m/index.html").read_text()
+    # one runner's report missing: its gates are ERRORs, the merge fails
+    assert cli.main(["merge", "--phase", "7", "--out", str(tmp_path / "m1"), files[0]]) == 1
+    lost = [g for g in json.loads((tmp_path / "m1/results.json").read_text())["gates"] if g["status"] == "error"]
+    assert lost and all("no shard ran this gate" in g["message"] for g in lost)
+    # a failing build on one runner is the merged build's verdict
+    bad = json.loads(Path(files[1]).read_text())
+    bad["gates"][0]["status"], bad["status"] = "fail", "fail"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    assert cli.main(["merge", "--phase", "7", "--out", str(tmp_path / "m2"), files[0], str(tmp_path / "bad.json")]) == 1
+    assert json.loads((tmp_path / "m2/results.json").read_text())["gates"][0]["status"] == "fail"
+    capsys.readouterr()
+    assert cli.main(["merge", "--phase", "6", "--out", str(tmp_path / "m3"), *files]) == 2
+    assert "not a phase-6 run" in capsys.readouterr().err
+    assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--only", "build", "--out", str(tmp_path / "x")]) == 2

@@ -3,6 +3,7 @@ target, the security rules hold, and ci/gpu_job.sh and ci/required_check.sh beha
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -91,14 +92,26 @@ def test_security_and_job_shape() -> None:
     gpu = jobs["gpu"]
     assert gpu["runs-on"] == H100_LABELS
     assert "github.event.pull_request.head.repo.full_name == github.repository" in gpu["if"]
-    assert gpu["concurrency"] == {"group": "flashcore-h100", "cancel-in-progress": False}
+    # one pending job per share: two shares of one run never replace each other in a concurrency group
+    assert gpu["concurrency"] == {"group": "flashcore-h100-${{ matrix.shard }}", "cancel-in-progress": False}
+    assert gpu["needs"] == "plan" and gpu["strategy"]["fail-fast"] is False
+    assert gpu["strategy"]["matrix"]["shard"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
+    assert any(s.get("env", {}).get("SHARD") == "${{ matrix.shard }}/${{ needs.plan.outputs.count }}"
+               for s in gpu["steps"])
+    merge = jobs["merge"]
+    assert merge["needs"] == "gpu" and "needs.gpu.result == 'failure'" in merge["if"]
+    assert merge["runs-on"] == "ubuntu-latest" and any(s.get("run") == "ci/merge_job.sh shards" for s in merge["steps"])
+    downloads = [s for s in merge["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")]
+    assert downloads and downloads[0]["with"]["pattern"].endswith("-shard*")
     assert all("timeout-minutes" in job for job in jobs.values())
     uploads = [s for s in gpu["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     assert len(uploads) == 2 and all(s["if"] == "always()" for s in uploads)
     assert any(s["with"]["path"].endswith("index.html") for s in uploads)
     assert jobs["cpu"]["runs-on"] == "ubuntu-latest" and any(s.get("run") == "make test" for s in jobs["cpu"]["steps"])
     required = jobs["required"]
-    assert required["needs"] == ["cpu", "gpu"] and required["if"] == "always()"
+    assert required["needs"] == ["cpu", "gpu", "merge"] and required["if"] == "always()"
+    gpu_result = next(st["env"]["GPU_RESULT"] for st in required["steps"] if "env" in st)
+    assert "needs.merge.result" in gpu_result and "needs.gpu.result == 'skipped'" in gpu_result
     for job in jobs.values():
         for step in job["steps"]:
             if str(step.get("uses", "")).startswith("actions/checkout@"):
@@ -112,7 +125,7 @@ def fake_make(tmp_path: Path, rc: int, write_report: bool) -> dict[str, str]:
     """A `make` on PATH that records its arguments and writes a report into the --out directory of GATE_ARGS."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    report = 'out=${GATE_ARGS#--out }; mkdir -p "$out"; echo "## summary of $1" >"$out/summary.md"; ' \
+    report = 'out=${GATE_ARGS#--out }; out=${out%% *}; mkdir -p "$out"; echo "## summary of $1" >"$out/summary.md"; ' \
              'echo "<html>" >"$out/index.html"' if write_report else ":"
     script = bin_dir / "make"
     script.write_text(f'#!/usr/bin/env bash\necho "$@" >>"{tmp_path}/make-args"\n'
@@ -169,3 +182,66 @@ def test_required_check(tmp_path: Path, cpu: str, gpu: str, fork: str, rc: int, 
     proc = subprocess.run([str(REPO / "ci/required_check.sh")], env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == rc and words in proc.stdout
     assert words in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("shard, args", [("2/3", "--shard 2/3"), ("1/1", None), (None, None)])
+def test_gpu_job_runs_its_share(tmp_path: Path, shard: str | None, args: str | None) -> None:
+    env = fake_make(tmp_path, 0, True)
+    if shard:
+        env["SHARD"] = shard
+    proc = subprocess.run([str(REPO / "ci/gpu_job.sh")], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    made = (tmp_path / "make-args").read_text()
+    assert (args in made) if args else ("--shard" not in made)
+    assert (tmp_path / "artifacts/report/index.html").is_file()
+
+
+@pytest.mark.parametrize("shard", ["3/2", "0/1", "x"])
+def test_gpu_job_refuses_a_bad_share(tmp_path: Path, shard: str) -> None:
+    env = {**fake_make(tmp_path, 0, True), "SHARD": shard}
+    proc = subprocess.run([str(REPO / "ci/gpu_job.sh")], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "SHARD" in proc.stderr and not (tmp_path / "make-args").exists()
+
+
+def test_the_plan_job_reads_the_number_of_runners() -> None:
+    proc = subprocess.run([str(REPO / "ci/gate_shards.sh")], capture_output=True, text=True, check=True)
+    n = int((REPO / "ci/gate-shards").read_text())
+    assert proc.stdout.splitlines() == [f"count={n}", f"shards=[{','.join(str(i) for i in range(1, n + 1))}]"]
+
+
+def _shard_run(tmp_path: Path, name: str, gates: list[str], status: str = "pass") -> None:
+    from harness.results import Check, GateResult, RunResult, Status
+
+    phase = int(gate_phase())
+    run = RunResult(name, phase, tuple(GateResult(g, 1, Status(status), (Check("w", "m", None, None, Status(status)),))
+                                       for g in gates), {"git_commit": "abc"}, "", 1.0)
+    out = tmp_path / "shards" / name / "report"
+    out.mkdir(parents=True)
+    (out / "results.json").write_text(json.dumps(run.to_dict()))
+
+
+def test_merge_job_joins_the_shards_and_exits_with_the_verdict(tmp_path: Path) -> None:
+    from harness.config import load_config
+    from harness.shard import load_shard_settings, shard_gates
+
+    names = [g.name for g in load_config(REPO / "gates").gates_through(int(gate_phase()))]
+    settings = load_shard_settings(REPO / "gates")
+    for i in (1, 2):
+        _shard_run(tmp_path, f"s{i}", shard_gates(names, i, 2, settings))
+    env = {**os.environ, "ARTIFACTS": str(tmp_path / "merged"), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+           "PYTHON": sys.executable}
+    proc = subprocess.run([str(REPO / "ci/merge_job.sh"), str(tmp_path / "shards")], env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    merged = json.loads((tmp_path / "merged/report/results.json").read_text())
+    assert [g["name"] for g in merged["gates"]] == names
+    assert (tmp_path / "merged/exit-code").read_text().strip() == "0"
+    assert "PASS" in (tmp_path / "summary.md").read_text()
+    (tmp_path / "shards/s2/report/results.json").unlink()  # a share that left no report: its gates are missing
+    proc = subprocess.run([str(REPO / "ci/merge_job.sh"), str(tmp_path / "shards")], env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 1 and "no shard ran this gate" in (tmp_path / "merged/report/results.json").read_text()
+    (tmp_path / "shards/s1/report/results.json").unlink()
+    proc = subprocess.run([str(REPO / "ci/merge_job.sh"), str(tmp_path / "shards")], env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 1 and "no shard left a report" in proc.stdout

@@ -1,6 +1,7 @@
 """`python -m harness selftest` (make selftest, GPU host): prove that each gate can fail.
 
-Each case plants one fault and names the gate that must turn red; a clean run must stay green.
+Each case plants one fault and names the gate that must turn red; a clean run must stay green. A gate declares its
+own cases (`selftests` on its class, harness/gates/base.py SelfTest); this module knows how to plant each kind.
 Exit 0 only when every expectation held. Results go to reports/selftest-<time>/<case>/.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from flashcore.faults import Fault
 from harness.config import load_config
+from harness.gates.base import SelfTest
 from harness.results import Status
 from harness.schema import Config
 
@@ -85,13 +87,12 @@ def _api_without(check: str) -> Runner:
     return _gate_while("api", f"no-op flashcore.validate.{check}", lambda: check_disabled(check))
 
 
-def _strict_without_flag() -> Runner:
-    """determinism-strict with flashcore.attention ignoring deterministic=True: the split count then follows
-    sm_margin, and the results' last bits with it."""
+def _flag_dropped(gate: str, flag: str) -> Runner:
+    """`gate` with flashcore.attention ignoring `flag` (e.g. deterministic=True: the split count then follows
+    sm_margin, and the results' last bits with it)."""
     from harness.planted_checks import flag_dropped
 
-    return _gate_while("determinism-strict", "attention() ignoring deterministic=True",
-                       lambda: flag_dropped("deterministic"))
+    return _gate_while(gate, f"attention() ignoring {flag}=True", lambda: flag_dropped(flag))
 
 
 def _planted_spill(config: Config, out: Path) -> dict[str, Status]:
@@ -187,47 +188,43 @@ def _perf(plant: str) -> Runner:
     return run
 
 
-CASES = (
-    Case("clean", _phase1(Fault.NONE), None, "the real kernel passes every phase-1 gate"),
-    Case("tail-mask", _phase1(Fault.TAIL_MASK), "correctness", "key seqlen_k leaks past the tail mask"),
-    Case("skip-row", _phase1(Fault.SKIP_ROW), "correctness", "the first row of every query tile is never written"),
-    Case("long-skip-row", _one_gate("correctness-long", Fault.SKIP_ROW), "correctness-long",
-         "the first row of every query tile is never written, at 64K and 128K tokens (blocked fp32 reference)"),
-    Case("hf-skip-row", _one_gate("integrations", Fault.SKIP_ROW), "integrations",
-         "the first row of every query tile is never written, inside a Transformers model (attn_implementation "
-         "'fcore'): its logits move away from eager's"),
-    Case("nondeterministic", _phase1(Fault.NONDETERMINISTIC), "determinism",
-         "a racy global accumulation feeds the output"),
-    Case("spill", _planted_spill, "build", "a 51-register cap makes ptxas spill"),
-    Case("slow-loads", _one_gate("ncu-dram", Fault.SLOW), "ncu-dram",
-         "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),
-    Case("strict-flag-ignored", _strict_without_flag(), "determinism-strict",
-         "deterministic=True dropped: sm_margin moves the split count and the bits"),
-    Case("api-no-layout-check", _api_without("layout"), "api",
-         "flashcore.validate.layout is a no-op: misaligned, odd-strided and broadcast inputs are no longer rejected "
-         "before the library"),
-    # perf-fa2 against a stored run measured moments before (harness/gates/perf.py)
-    Case("perf-clean", _perf("clean"), None, "a clean re-run is within the spread limit and the regression margin"),
-    Case("perf-slow", _perf("slow"), "perf-fa2/regression",
-         "kernel fault 4 (producer waits after every K/V tile) is > 5 % slower relative to the reference backend"),
-    Case("perf-noisy", _perf("noisy"), "perf-fa2/spread",
-         "side-stream matmul bursts alongside FlashCore's calls (later half of the rounds) fail the paired ratios'"
-         " spread limit, and no speed verdict is drawn from them"),
-    # compute-sanitizer on tests/planted/planted.cu: each tool FAILs on its bug and PASSes the clean mode
-    Case("memcheck-oob", _planted_sanitizer("memcheck", "oob"), "sanitizer",
-         "a write one past the end of a buffer, into the next allocation unless padded"),
-    Case("memcheck-leak", _planted_sanitizer("memcheck", "leak"), "sanitizer", "a cudaMalloc never freed"),
-    Case("racecheck-race", _planted_sanitizer("racecheck", "race"), "sanitizer",
-         "shared memory written and read by other threads with the barrier left out"),
-    Case("synccheck-divergent", _planted_sanitizer("synccheck", "divergent"), "sanitizer",
-         "__syncthreads reached by half of each warp"),
-    Case("synccheck-mbar", _planted_sanitizer("synccheck", "mbar"), "sanitizer",
-         "an arrive on an mbarrier that was never initialized"),
-    Case("initcheck-uninit", _planted_sanitizer("initcheck", "uninit"), "sanitizer",
-         "a kernel reads device memory nothing wrote"),
-    *(Case(f"{tool}-clean", _planted_sanitizer(tool, "clean"), None, f"{tool} passes the planted program's clean mode")
-      for tool in ("memcheck", "racecheck", "synccheck", "initcheck")),
-)
+PLANTS = ("phase1", "gate", "spill", "validate-off", "flag-dropped", "perf", "sanitizer")  # SelfTest.plant kinds
+
+
+def runner_for(gate: str, t: SelfTest) -> Runner:
+    """The runner of a gate's declared planted fault (harness/gates/base.py SelfTest)."""
+    if t.plant == "phase1":
+        return _phase1(Fault[t.arg])
+    if t.plant == "gate":
+        return _one_gate(gate, Fault[t.arg])
+    if t.plant == "spill":
+        return _planted_spill
+    if t.plant == "validate-off":
+        return _api_without(t.arg)
+    if t.plant == "flag-dropped":
+        return _flag_dropped(gate, t.arg)
+    if t.plant == "perf":
+        return _perf(t.arg)
+    if t.plant == "sanitizer":
+        tool, _, mode = t.arg.partition(":")
+        return _planted_sanitizer(tool, mode)
+    raise ValueError(f"gate {gate}: selftest {t.name}: unknown plant {t.plant!r} (known: {', '.join(PLANTS)})")
+
+
+def declared_cases() -> tuple[Case, ...]:
+    """The clean phase-1 run, then each registered gate's declared planted faults (`Gate.selftests`)."""
+    from harness.gates import registry
+
+    cases = [Case("clean", _phase1(Fault.NONE), None, "the real kernel passes every phase-1 gate")]
+    for name in registry.names():
+        gate = registry.get(name)
+        for t in gate.selftests if gate is not None else ():
+            must_fail = None if t.must_fail == "-" else (t.must_fail or name)
+            cases.append(Case(t.name, runner_for(name, t), must_fail, t.why))
+    return tuple(cases)
+
+
+CASES = declared_cases()
 
 
 def judge(case: Case, statuses: dict[str, Status]) -> tuple[bool, str]:

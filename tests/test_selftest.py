@@ -104,3 +104,41 @@ def test_cases_can_be_chosen_by_name() -> None:
     assert len(select(None)) == len(CASES)
     with pytest.raises(SystemExit, match="unknown case"):
         select("clean,nope")
+
+
+# ---- each gate declares its own planted faults --------------------------------------------------------------
+
+
+def test_every_gate_declares_its_planted_faults_or_why_it_has_none() -> None:
+    """A new gate joins the selftest in its own module (harness/gates/base.py SelfTest); one without a planted GPU
+    case says where its fault is planted instead. Declared on the class itself: a subclass inherits nothing."""
+    from harness.gates import registry
+
+    for name in registry.names():
+        gate = registry.get(name)
+        assert gate is not None
+        own = gate.__dict__
+        assert own.get("selftests") or own.get("selftest_none"), f"{name}: no selftests and no selftest_none"
+
+
+def test_declared_cases_are_the_selftest_and_each_plant_is_known() -> None:
+    from harness.gates import registry
+    from harness.gates.base import SelfTest
+    from harness.selftest import PLANTS, runner_for
+
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names)) and names[0] == "clean"
+    assert set(names) == {"clean", "tail-mask", "skip-row", "long-skip-row", "hf-skip-row", "nondeterministic",
+                          "spill", "slow-loads", "strict-flag-ignored", "api-no-layout-check", "perf-clean",
+                          "perf-slow", "perf-noisy", "memcheck-oob", "memcheck-leak", "racecheck-race",
+                          "synccheck-divergent", "synccheck-mbar", "initcheck-uninit", "memcheck-clean",
+                          "racecheck-clean", "synccheck-clean", "initcheck-clean"}
+    for name in registry.names():
+        gate = registry.get(name)
+        assert gate is not None
+        assert all(t.plant in PLANTS for t in gate.selftests), name
+    with pytest.raises(ValueError, match="unknown plant 'laser'"):
+        runner_for("build", SelfTest("x", "laser"))
+    by_name = {c.name: c for c in CASES}
+    assert by_name["perf-clean"].must_fail is None and by_name["perf-slow"].must_fail == "perf-fa2/regression"
+    assert by_name["long-skip-row"].must_fail == "correctness-long" and by_name["memcheck-clean"].must_fail is None

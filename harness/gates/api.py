@@ -22,7 +22,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from harness.gates import correctness
-from harness.gates.base import Gate, GateContext
+from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES, ConfigError, param
@@ -229,6 +229,9 @@ def check_cases(ctx: GateContext, fc: ModuleType, api: ModuleType, table: CaseTa
 class ApiGate(Gate):
     Params = ApiParams
     needs_gpu = True
+    selftests = (SelfTest("api-no-layout-check", "validate-off", "layout",
+                          "flashcore.validate.layout is a no-op: misaligned, odd-strided and broadcast inputs are no "
+                          "longer rejected before the library"),)
 
     def run(self, ctx: GateContext) -> GateResult:
         reason = gpu.cuda_unavailable_reason()

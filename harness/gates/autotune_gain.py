@@ -39,6 +39,9 @@ def same_launch_check(wl: Workload) -> Check:
 
 @register("autotune-gain")
 class AutotuneGainGate(PerfGate):
+    selftests = ()
+    selftest_none = "perf-fa2's code against the default tiles (its planted cases); tests/test_autotune.py"
+
     def run(self, ctx: GateContext) -> GateResult:
         fc = flashcore_for(ctx)  # NOT_RUN without a usable GPU, ERROR without the library
         if isinstance(fc, GateResult):

@@ -100,6 +100,7 @@ def host_of(fc: Any, gpu_name: str, sm_count: int) -> Host:
 @register("autotune-table")
 class AutotuneTableGate(FlashcoreGate):
     Params = AutotuneTableParams
+    selftest_none = "stale, foreign, invalid and incomplete tables planted on the CPU: tests/test_autotune.py"
 
     def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         import torch

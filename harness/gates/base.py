@@ -74,12 +74,34 @@ class GateContext:
         return GateResult(self.spec.name, self.spec.phase, status, message=message, logs=own_log)
 
 
+@dataclass(frozen=True)
+class SelfTest:
+    """A planted fault that must turn this gate red (`python -m harness selftest`, harness/selftest.py).
+
+    plant: how it is planted, one of harness/selftest.py PLANTS: "phase1" (phases 1's gates with kernel fault
+    `arg`), "gate" (this gate alone with kernel fault `arg`), "spill" (a build with a planted register cap),
+    "validate-off" (flashcore.validate.`arg` made a no-op), "flag-dropped" (attention() ignoring the flag `arg`),
+    "perf" (`arg`: clean, slow or noisy, against a stored run measured moments before), "sanitizer" (`arg`:
+    tool:mode of tests/planted/planted.cu). must_fail: the gate, or gate/part, that must FAIL ("": this gate;
+    "-": nothing may fail, a clean case)."""
+
+    name: str
+    plant: str
+    arg: str = ""
+    why: str = ""
+    must_fail: str = ""
+
+
 class Gate(abc.ABC):
     """One gate: `run(ctx)` measures and returns a GateResult; the verdicts are pure functions beside it."""
 
     name: ClassVar[str]  # set by @register
     Params: ClassVar[type]  # frozen dataclass of this gate's YAML params (fields declared with config.param)
     needs_gpu: ClassVar[bool] = False
+    # the planted faults that must turn it red (harness/selftest.py), or why it has none there (`selftest_none`:
+    # e.g. the CPU test that plants its fault); tests/test_selftest.py requires one of the two
+    selftests: ClassVar[tuple[SelfTest, ...]] = ()
+    selftest_none: ClassVar[str] = ""
 
     @abc.abstractmethod
     def run(self, ctx: GateContext) -> GateResult: ...

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.env import find_cuda_tool
-from harness.gates.base import Gate, GateContext, margin_le
+from harness.gates.base import Gate, GateContext, SelfTest, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import param
@@ -109,6 +109,7 @@ def _library_archs(ctx: GateContext, library: Path) -> tuple[list[str] | None, s
 class BuildGate(Gate):
     Params = BuildParams
     needs_gpu = False
+    selftests = (SelfTest("spill", "spill", why="a 51-register cap makes ptxas spill"),)
 
     def run(self, ctx: GateContext) -> GateResult:
         p: BuildParams = ctx.params

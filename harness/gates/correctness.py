@@ -15,9 +15,9 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.gates.base import FlashcoreGate, GateContext, crash_verdict, finite_or_none, margin_le
+from harness.gates.base import FlashcoreGate, GateContext, SelfTest, crash_verdict, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
@@ -186,6 +186,9 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
 @register("correctness")
 class CorrectnessGate(FlashcoreGate):
     Params = CorrectnessParams
+    selftests: ClassVar[tuple[SelfTest, ...]] = (
+        SelfTest("tail-mask", "phase1", "TAIL_MASK", "key seqlen_k leaks past the tail mask"),
+        SelfTest("skip-row", "phase1", "SKIP_ROW", "the first row of every query tile is never written"))
 
     def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         return check_workloads(ctx, fc, "cuda")
@@ -194,3 +197,6 @@ class CorrectnessGate(FlashcoreGate):
 @register("correctness-long")
 class LongCorrectnessGate(CorrectnessGate):
     """The same gate on the long-context workloads (phase 6): its own name, so its verdict and time show apart."""
+
+    selftests = (SelfTest("long-skip-row", "gate", "SKIP_ROW", "the first row of every query tile is never written, "
+                          "at 64K and 128K tokens (blocked fp32 reference)"),)

@@ -13,7 +13,7 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
-from harness.gates.base import FlashcoreGate, GateContext, crash_verdict, finite_or_none
+from harness.gates.base import FlashcoreGate, GateContext, SelfTest, crash_verdict, finite_or_none
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
@@ -93,6 +93,8 @@ def repeat_bits(fc: ModuleType, wl: Workload, inputs: tuple[Any, Any, Any], seed
 @register("determinism")
 class DeterminismGate(FlashcoreGate):
     Params = DeterminismParams
+    selftests = (SelfTest("nondeterministic", "phase1", "NONDETERMINISTIC",
+                          "a racy global accumulation feeds the output"),)
 
     def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         return check_workloads(ctx, fc, "cuda")

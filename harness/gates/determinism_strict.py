@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.gates.base import FlashcoreGate, GateContext, crash_verdict, finite_or_none
+from harness.gates.base import FlashcoreGate, GateContext, SelfTest, crash_verdict, finite_or_none
 from harness.gates.determinism import DeterminismParams, RepeatStats, repeat_bits, verdict_determinism
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
@@ -92,6 +92,8 @@ def check_workloads(ctx: GateContext, fc: ModuleType) -> GateResult:
 @register("determinism-strict")
 class StrictDeterminismGate(FlashcoreGate):
     Params = StrictParams
+    selftests = (SelfTest("strict-flag-ignored", "flag-dropped", "deterministic",
+                          "deterministic=True dropped: sm_margin moves the split count and the bits"),)
 
     def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         return check_workloads(ctx, fc)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.gates.base import FlashcoreGate, GateContext, finite_or_none, margin_le
+from harness.gates.base import FlashcoreGate, GateContext, SelfTest, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import param
@@ -184,6 +184,9 @@ def measure(p: IntegrationsParams, seed: int, fault: int) -> Measured:
 @register("integrations")
 class IntegrationsGate(FlashcoreGate):
     Params = IntegrationsParams
+    selftests = (SelfTest("hf-skip-row", "gate", "SKIP_ROW", "the first row of every query tile is never written, "
+                          "inside a Transformers model (attn_implementation 'fcore'): its logits move away from "
+                          "eager's"),)
 
     def measure(self, ctx: GateContext, fc: ModuleType) -> GateResult:
         p: IntegrationsParams = ctx.params

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.gates.base import Gate, GateContext
+from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.ncu import runner
 from harness.ncu.parse import Kernel, NcuCsv, group_kernels
@@ -130,12 +130,20 @@ class NcuThroughputGate(Gate):
 class NcuDramGate(NcuThroughputGate):
     """Phase 2: DRAM throughput on the memory-bound workloads."""
 
+    selftests = (SelfTest("slow-loads", "gate", "SLOW",
+                          "one producer lane issues every K/V copy, without prefetch: decode starves DRAM"),)
+
 
 @register("ncu-sm")
 class NcuSmGate(NcuThroughputGate):
     """Phase 3: SM throughput on the compute-bound workloads."""
 
+    selftest_none = ("the same code as ncu-dram with another metric; red on the phase-1 kernel in "
+                     "tests/test_ncu_gates.py test_sm_gate_fails_the_phase1_kernel_on_prefill")
+
 
 @register("ncu-sm-pipeline")
 class NcuSmPipelineGate(NcuThroughputGate):
     """Phase 4: SM throughput on the compute-bound workloads with the pipelined kernel (ROADMAP: >= 80 %)."""
+
+    selftest_none = "ncu-sm's code and metric with an 80 % threshold (tests/test_ncu_gates.py)"

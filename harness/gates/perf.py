@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from harness.bench import report
 from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
 from harness.bench.settings import BASELINES, OURS, BenchSettings, check_backends, load_bench_settings, timing_dict
-from harness.gates.base import Gate, GateContext
+from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES_FILE, ConfigError, Workload, param
@@ -248,14 +248,31 @@ class PerfGate(Gate):
 class PerfFa2Gate(PerfGate):
     """Phase 3: at least as fast as FA2 (torch SDPA's flash backend)."""
 
+    # against a stored run measured moments before (harness/selftest.py _perf)
+    selftests = (
+        SelfTest("perf-clean", "perf", "clean", "a clean re-run is within the spread limit and the regression margin",
+                 must_fail="-"),
+        SelfTest("perf-slow", "perf", "slow", "kernel fault 4 (producer waits after every K/V tile) is > 5 % slower "
+                 "relative to the reference backend", must_fail="perf-fa2/regression"),
+        SelfTest("perf-noisy", "perf", "noisy", "side-stream matmul bursts alongside FlashCore's calls (later half of "
+                 "the rounds) fail the paired ratios' spread limit, and no speed verdict is drawn from them",
+                 must_fail="perf-fa2/spread"),
+    )
+
 
 @register("perf-cudnn")
 class PerfCudnnGate(PerfGate):
     """Phase 4: at least as fast as cuDNN (torch SDPA's cuDNN backend)."""
+
+    selftest_none = ("perf-fa2's code against another baseline (its planted cases); judged red on the CPU in "
+                     "tests/test_bench_gates.py test_perf_cudnn_judges_cudnn")
 
 
 @register("perf-fa3")
 class PerfFa3Gate(PerfGate):
     """Phase 4: paired speed against FlashAttention-3 per workload and as a geometric mean. Without FA3 on the
     host the gate is an ERROR that says how to install it (harness/bench/backends.py), never a pass."""
+
+    selftest_none = ("perf-fa2's code against FA3 (its planted cases); red on the CPU in tests/test_bench_gates.py "
+                     "test_planted_slow_kernel_turns_perf_fa3_red")
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.driver_args import driver_args
 from harness.env import find_cuda_tool
-from harness.gates.base import Gate, GateContext
+from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.sanitizer import runner
@@ -190,6 +190,21 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None) -> GateResult:
 class SanitizerGate(Gate):
     Params = SanitizerParams
     needs_gpu = True
+    # compute-sanitizer on tests/planted/planted.cu: each tool FAILs on its bug and PASSes the clean mode
+    selftests: ClassVar[tuple[SelfTest, ...]] = (
+        SelfTest("memcheck-oob", "sanitizer", "memcheck:oob",
+                 "a write one past the end of a buffer, into the next allocation unless padded"),
+        SelfTest("memcheck-leak", "sanitizer", "memcheck:leak", "a cudaMalloc never freed"),
+        SelfTest("racecheck-race", "sanitizer", "racecheck:race",
+                 "shared memory written and read by other threads with the barrier left out"),
+        SelfTest("synccheck-divergent", "sanitizer", "synccheck:divergent",
+                 "__syncthreads reached by half of each warp"),
+        SelfTest("synccheck-mbar", "sanitizer", "synccheck:mbar",
+                 "an arrive on an mbarrier that was never initialized"),
+        SelfTest("initcheck-uninit", "sanitizer", "initcheck:uninit", "a kernel reads device memory nothing wrote"),
+        *(SelfTest(f"{tool}-clean", "sanitizer", f"{tool}:clean", f"{tool} passes the planted program's clean mode",
+                   must_fail="-") for tool in ("memcheck", "racecheck", "synccheck", "initcheck")),
+    )
 
     def run(self, ctx: GateContext) -> GateResult:
         return run_sanitizer(ctx)

@@ -27,6 +27,8 @@ class SanitizerAllParams(SanitizerParams):
 @register("sanitizer-all")
 class SanitizerAllGate(SanitizerGate):
     Params = SanitizerAllParams
+    selftests = ()
+    selftest_none = "the sanitizer gate's runner and parser over every workload (its planted cases)"
 
     def run(self, ctx: GateContext) -> GateResult:
         return run_sanitizer(ctx, Budget(ctx.params.budget_s))

@@ -59,6 +59,7 @@ def mode(causal: bool) -> str:
 class ScalingGate(Gate):
     Params = ScalingParams
     needs_gpu = True
+    selftest_none = "a collapse at 32K planted on the CPU: tests/test_bench_gates.py test_scaling_gate"
 
     def run(self, ctx: GateContext) -> GateResult:
         reason = gpu.cuda_unavailable_reason()

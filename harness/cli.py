@@ -58,6 +58,27 @@ def _write_json(run: RunResult, run_dir: Path) -> Path:
     return path
 
 
+def _placement(args: argparse.Namespace, names: list[str], only: list[str] | None) -> tuple[
+        list[str] | None, tuple[int, int] | None, list[int] | None]:
+    """(the gates this process runs, --shard's (I, N), --gpus' list); ValueError / ConfigError when they clash or
+    are malformed (harness/shard.py)."""
+    if not (args.shard or args.gpus):
+        return only, None, None
+    from harness import shard
+    from harness.support.gpu import visible_gpu_count
+
+    settings = shard.load_shard_settings(args.gates_dir)
+    if args.shard and args.gpus:
+        raise ValueError("--shard and --gpus: choose one (a runner's share, or this host's GPUs)")
+    if only is not None or args.plant_fault:
+        raise ValueError(f"{'--shard' if args.shard else '--gpus'} picks the gates itself (no --only, no "
+                         "--plant-fault)")
+    if args.shard:
+        shard_of = shard.parse_shard(args.shard)
+        return shard.shard_gates(names, *shard_of, settings), shard_of, None
+    return None, None, shard.gpu_list(args.gpus, visible_gpu_count)
+
+
 def cmd_gate(args: argparse.Namespace, config: Config) -> int:
     from harness import env
     from harness.engine import run_phase
@@ -74,34 +95,11 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
         print(f"flashcore harness: --only {', '.join(unknown)}: not a gate of phases 1..{args.phase} "
               f"({', '.join(names)})", file=sys.stderr)
         return EXIT_CONFIG
-    shard_of = None
-    if args.shard:
-        from harness import shard
-
-        try:
-            shard_of = shard.parse_shard(args.shard)
-            settings = shard.load_shard_settings(args.gates_dir)
-        except (ValueError, ConfigError) as e:
-            print(f"flashcore harness: {e}", file=sys.stderr)
-            return EXIT_CONFIG
-        if only is not None or args.gpus:
-            print("flashcore harness: --shard picks the gates itself (no --only, no --gpus)", file=sys.stderr)
-            return EXIT_CONFIG
-        only = shard.shard_gates(names, *shard_of, settings)
-    gpus = None
-    if args.gpus:
-        from harness import shard
-        from harness.support.gpu import visible_gpu_count
-
-        try:
-            gpus = shard.gpu_list(args.gpus, visible_gpu_count)
-            shard.load_shard_settings(args.gates_dir)
-        except (ValueError, ConfigError) as e:
-            print(f"flashcore harness: {e}", file=sys.stderr)
-            return EXIT_CONFIG
-        if only is not None or args.plant_fault:
-            print("flashcore harness: --gpus takes the whole phase (no --only, no --plant-fault)", file=sys.stderr)
-            return EXIT_CONFIG
+    try:
+        only, shard_of, gpus = _placement(args, names, only)
+    except (ValueError, ConfigError) as e:
+        print(f"flashcore harness: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     repo_root = Path.cwd()
     environment = env.collect(repo_root)
     if shard_of is not None:

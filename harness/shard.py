@@ -46,9 +46,6 @@ class ShardSettings:
 def load_shard_settings(gates_dir: Path) -> ShardSettings:
     file = gates_dir / SHARD_FILE
     data = read_yaml(file, _KEYS)
-    if unknown := set(data) - set(_KEYS):
-        name = sorted(unknown)[0]
-        raise ConfigError(file, name, data[name], "unknown key")
 
     def names(key: str, value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):

@@ -259,3 +259,5 @@ def test_shards_run_by_two_runners_merge_into_one_report(tmp_path: Path, monkeyp
     assert cli.main(["merge", "--phase", "6", "--out", str(tmp_path / "m3"), *files]) == 2
     assert "not a phase-6 run" in capsys.readouterr().err
     assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--only", "build", "--out", str(tmp_path / "x")]) == 2
+    assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--gpus", "0", "--out", str(tmp_path / "x")]) == 2
+    assert "choose one" in capsys.readouterr().err

@@ -8,10 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from harness.results import Check, GateResult, Status, combine
 from harness.schema import Config, GateSpec, Workload
+
+T = TypeVar("T")
 
 
 def _no_step(_: str) -> None:
@@ -194,3 +196,17 @@ def exception_status(fc: ModuleType, exc: BaseException) -> Status:
         if isinstance(cls, type) and isinstance(exc, cls):
             return Status.FAIL
     return Status.ERROR
+
+
+def guarded(fc: ModuleType, subject: str, label: str, seed: int, log: Any,
+            fn: Callable[[], T]) -> tuple[T, None] | tuple[None, tuple[Check, dict[str, Any]]]:
+    """fn(), one workload's measurement, with its crash as that workload's verdict (crash_verdict) instead of the
+    gate's; the GPU memory it held is freed either way."""
+    from harness.support import gpu
+
+    try:
+        return fn(), None
+    except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
+        return None, crash_verdict(fc, subject, label, seed, e, log)
+    finally:
+        gpu.free_memory()

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any, ClassVar
 
-from harness.gates.base import FlashcoreGate, GateContext, SelfTest, crash_verdict, finite_or_none, margin_le
+from harness.gates.base import FlashcoreGate, GateContext, SelfTest, finite_or_none, guarded, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
@@ -163,14 +164,13 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
             ctx.step(f"{subject} ({i + 1}/{len(workloads)})")
             seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name, s)
             t0 = time.perf_counter()
-            try:
-                m = measure_pooled(fc, wl, seed, p, device)
-            except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-                check, details[subject] = crash_verdict(fc, subject, wl.label, seed, e, ctx.log)
-                checks.append(check)
+            m, crashed = guarded(fc, subject, wl.label, seed, ctx.log,
+                                 partial(measure_pooled, fc, wl, seed, p, device))
+            if crashed is not None:
+                checks.append(crashed[0])
+                details[subject] = crashed[1]
                 continue
-            finally:
-                gpu.free_memory()
+            assert m is not None
             new = verdicts(subject, wl.dtype, m, p)
             checks.extend(new)
             rule = next(c for c in new if c.metric in ("max_abs_vs_sdpa", "err_vs_fp32"))

@@ -13,7 +13,7 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
-from harness.gates.base import FlashcoreGate, GateContext, SelfTest, crash_verdict, finite_or_none
+from harness.gates.base import FlashcoreGate, GateContext, SelfTest, finite_or_none, guarded
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
@@ -113,14 +113,14 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
         where = f"{wl.name} ({i + 1}/{len(workloads)})"
         ctx.step(where)
         seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name)
-        try:
-            s = measure(fc, wl, seed, p.repeats, device, partial(_step_repeat, ctx, where, p.repeats))
-        except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-            check, details[wl.name] = crash_verdict(fc, wl.name, wl.label, seed, e, ctx.log)
-            checks.append(check)
+        s, crashed = guarded(fc, wl.name, wl.label, seed, ctx.log,
+                             partial(measure, fc, wl, seed, p.repeats, device,
+                                     partial(_step_repeat, ctx, where, p.repeats)))
+        if crashed is not None:
+            checks.append(crashed[0])
+            details[wl.name] = crashed[1]
             continue
-        finally:
-            gpu.free_memory()
+        assert s is not None
         checks.append(verdict_determinism(wl.name, s, p))
         details[wl.name] = {"shape": wl.label, **asdict(s), "max_abs_diff": finite_or_none(s.max_abs_diff)}
         ctx.log(f"{wl.name} ({wl.label}): {details[wl.name]}")

@@ -12,10 +12,11 @@ and the gate is an ERROR. The selftest makes attention() drop the flag (harness/
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any
 
-from harness.gates.base import FlashcoreGate, GateContext, SelfTest, crash_verdict, finite_or_none
+from harness.gates.base import FlashcoreGate, GateContext, SelfTest, finite_or_none, guarded
 from harness.gates.determinism import DeterminismParams, RepeatStats, repeat_bits, verdict_determinism
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
@@ -72,14 +73,13 @@ def check_workloads(ctx: GateContext, fc: ModuleType) -> GateResult:
     for i, wl in enumerate(workloads):
         ctx.step(f"{wl.name} ({i + 1}/{len(workloads)}), sm_margin {list(p.sm_margins)}")
         seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name)
-        try:
-            s, plan = measure(fc, wl, seed, p)
-        except Exception as e:  # noqa: BLE001 - one workload's crash is that workload's verdict
-            check, details[wl.name] = crash_verdict(fc, wl.name, wl.label, seed, e, ctx.log)
-            checks.append(check)
+        got, crashed = guarded(fc, wl.name, wl.label, seed, ctx.log, partial(measure, fc, wl, seed, p))
+        if crashed is not None:
+            checks.append(crashed[0])
+            details[wl.name] = crashed[1]
             continue
-        finally:
-            gpu.free_memory()
+        assert got is not None
+        s, plan = got
         checks.append(verdict_determinism(wl.name, s, p.as_determinism()))
         details[wl.name] = {"shape": wl.label, **asdict(s), "max_abs_diff": finite_or_none(s.max_abs_diff),
                             "plans": plan}

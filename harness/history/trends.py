@@ -38,9 +38,6 @@ class HistorySettings:
 def load_history_settings(gates_dir: Path) -> HistorySettings:
     file = gates_dir / HISTORY_FILE
     data = read_yaml(file, _KEYS)
-    if unknown := set(data) - set(_KEYS):
-        name = sorted(unknown)[0]
-        raise ConfigError(file, name, data[name], "unknown key")
 
     def positive(key: str, integer: bool) -> Any:
         v = data.get(key)

@@ -42,9 +42,6 @@ class TuneSettings:
 def load_tune_settings(config: Config, file: Path | None = None) -> TuneSettings:
     file = file or config.gates_dir / TUNE_FILE
     data = read_yaml(file, ("space", "workloads", "adopt_min_speedup", "table"))
-    if unknown := set(data) - {"space", "workloads", "adopt_min_speedup", "table"}:
-        name = sorted(unknown)[0]
-        raise ConfigError(file, name, data[name], "unknown key")
     space = _space(file, data.get("space"))
     names = data.get("workloads")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):

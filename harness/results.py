@@ -12,12 +12,15 @@ class Status(str, enum.Enum):
 
     ERROR means the gate could not produce a verdict (no GPU, tool missing, crash): it is never a pass.
     NOT_RUN means the gate was skipped because an earlier condition made it impossible; it also fails a run.
+    NOT_APPLICABLE means the question does not arise on this host (cross-GPU determinism with one GPU): shown with
+    its reason, never a pass, and left out of the run's verdict; a run of nothing else is not a pass either.
     """
 
     PASS = "pass"
     FAIL = "fail"
     ERROR = "error"
     NOT_RUN = "not_run"
+    NOT_APPLICABLE = "not_applicable"
 
     @property
     def ok(self) -> bool:
@@ -25,9 +28,13 @@ class Status(str, enum.Enum):
 
 
 def combine(statuses: list[Status]) -> Status:
-    """Worst status wins: ERROR > FAIL > NOT_RUN > PASS. An empty list is an ERROR (nothing was checked)."""
+    """Worst status wins: ERROR > FAIL > NOT_RUN > PASS; NOT_APPLICABLE is left out (all of them: NOT_APPLICABLE).
+    An empty list is an ERROR (nothing was checked)."""
     if not statuses:
         return Status.ERROR
+    if all(s is Status.NOT_APPLICABLE for s in statuses):
+        return Status.NOT_APPLICABLE
+    statuses = [s for s in statuses if s is not Status.NOT_APPLICABLE]
     for worst in (Status.ERROR, Status.FAIL, Status.NOT_RUN):
         if worst in statuses:
             return worst

@@ -42,7 +42,7 @@ def settings() -> shard.ShardSettings:
 
 def test_the_repository_settings_name_real_gates(settings: shard.ShardSettings) -> None:
     names = {g.name for g in load_config(REPO / "gates").gates_through(7)}
-    assert settings.first == ("build",) and set(settings.first) <= names
+    assert settings.first == ("build", "determinism-gpus") and set(settings.first) <= names
     assert all(set(g) <= names for g in settings.together)
     assert {"perf-fa2", "perf-cudnn", "perf-fa3", "scaling"} <= set(settings.together[0])  # one shared measurement
 
@@ -70,8 +70,8 @@ def test_the_placement_keeps_groups_whole_and_balances_by_wall_time(settings: sh
     names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
     seconds = {"perf-fa2": 145.0, "perf-cudnn": 17.0, "sanitizer-all": 188.0, "correctness": 23.0}
     placed = shard.plan(names, [0, 1], settings, seconds)
-    assert "build" not in {g for gs in placed.values() for g in gs}  # the parent runs it first
-    assert sorted(g for gs in placed.values() for g in gs) == sorted(n for n in names if n != "build")
+    assert not set(settings.first) & {g for gs in placed.values() for g in gs}  # the parent runs them first
+    assert sorted(g for gs in placed.values() for g in gs) == sorted(n for n in names if n not in settings.first)
     perf_gpu = next(i for i, gs in placed.items() if "perf-fa2" in gs)
     assert set(settings.together[0]) <= set(placed[perf_gpu])
     assert "sanitizer-all" not in placed[perf_gpu]  # the two longest units on different GPUs
@@ -79,7 +79,7 @@ def test_the_placement_keeps_groups_whole_and_balances_by_wall_time(settings: sh
         assert gs == sorted(gs, key=names.index)  # phase order within a worker
     load = {i: sum(seconds.get(g, settings.default_seconds) for g in gs) for i, gs in placed.items()}
     assert max(load.values()) < 0.6 * sum(load.values())
-    assert shard.plan(names, [3], settings, {}) == {3: [n for n in names if n != "build"]}
+    assert shard.plan(names, [3], settings, {}) == {3: [n for n in names if n not in settings.first]}
 
 
 def test_physical_ids_follow_the_parents_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,19 +128,21 @@ def test_merge_orders_by_the_configuration_and_tags_each_gate_with_its_gpu() -> 
 
 
 def _stand_in_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-ins for the gates the parent runs itself (gates/shard.yaml `first`)."""
     from harness.gates.base import Gate, GateContext
     from harness.results import Check
 
-    real = registry.get("build")
-    assert real is not None
+    for name in shard.load_shard_settings(REPO / "gates").first:
+        real = registry.get(name)
+        assert real is not None
 
-    class Build(Gate):
-        Params = real.Params
+        class First(Gate):
+            Params = real.Params
 
-        def run(self, ctx: GateContext) -> GateResult:
-            return ctx.result([Check("(stand-in)", "ok", None, None, Status.PASS)])
+            def run(self, ctx: GateContext) -> GateResult:
+                return ctx.result([Check("(stand-in)", "ok", None, None, Status.PASS)])
 
-    monkeypatch.setitem(registry._REGISTRY, "build", Build)
+        monkeypatch.setitem(registry._REGISTRY, name, First)
 
 
 def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -201,9 +203,9 @@ def test_the_report_has_a_gpu_column_only_for_a_run_over_several_gpus() -> None:
 def test_runner_shares_cover_the_phase_once_and_build_everywhere(settings: shard.ShardSettings) -> None:
     names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
     shares = [shard.shard_gates(names, i, 3, settings) for i in (1, 2, 3)]
-    assert all("build" in s for s in shares)
-    rest = [g for s in shares for g in s if g != "build"]
-    assert sorted(rest) == sorted(n for n in names if n != "build")  # each other gate on exactly one runner
+    assert all(set(settings.first) <= set(s) for s in shares)
+    rest = [g for s in shares for g in s if g not in settings.first]
+    assert sorted(rest) == sorted(n for n in names if n not in settings.first)  # each other gate on one runner
     assert shares == [shard.shard_gates(names, i, 3, settings) for i in (1, 2, 3)]  # every runner computes alike
     assert shard.shard_gates(names, 1, 1, settings) == names
     for bad in ("3/2", "0/2", "a/b", "2"):

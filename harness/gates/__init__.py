@@ -6,6 +6,7 @@ from harness.gates import autotune_table as autotune_table
 from harness.gates import build as build
 from harness.gates import correctness as correctness
 from harness.gates import determinism as determinism
+from harness.gates import determinism_gpus as determinism_gpus
 from harness.gates import determinism_strict as determinism_strict
 from harness.gates import integrations as integrations
 from harness.gates import ncu as ncu
@@ -19,7 +20,7 @@ from harness.gates.base import Gate, GateContext
 from harness.gates.registry import get, names, register
 
 __all__ = ["Gate", "GateContext", "api", "autotune_gain", "autotune_table", "build", "correctness", "determinism",
-           "determinism_strict",
+           "determinism_gpus", "determinism_strict",
            "get", "integrations", "names",
            "ncu", "ncu_stalls", "perf", "register", "sanitizer", "sanitizer_all",
            "scaling", "structure"]

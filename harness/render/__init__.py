@@ -21,6 +21,7 @@ VERDICT_WORD = {
     Status.FAIL: "FAIL",
     Status.ERROR: "ERROR",
     Status.NOT_RUN: "NOT RUN",
+    Status.NOT_APPLICABLE: "N/A",
 }
 
 OUTPUT_FILES = {"html": "index.html", "json": "results.json", "markdown": "summary.md"}

@@ -13,7 +13,7 @@ from harness.render import (
 )
 from harness.results import GateResult, RunResult, Status
 
-ICON = {Status.PASS: "✅", Status.FAIL: "❌", Status.ERROR: "⚠️", Status.NOT_RUN: "⏭️"}
+ICON = {Status.PASS: "✅", Status.FAIL: "❌", Status.ERROR: "⚠️", Status.NOT_RUN: "⏭️", Status.NOT_APPLICABLE: "➖"}
 
 
 def cell(text: str) -> str:

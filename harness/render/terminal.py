@@ -6,8 +6,9 @@ from __future__ import annotations
 from harness.render import phase_summaries
 from harness.results import GateResult, RunResult, Status
 
-WORDS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.NOT_RUN: "NOT RUN"}
-_COLORS = {Status.PASS: "32", Status.FAIL: "31", Status.ERROR: "35", Status.NOT_RUN: "33"}
+WORDS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.NOT_RUN: "NOT RUN",
+         Status.NOT_APPLICABLE: "N/A"}
+_COLORS = {Status.PASS: "32", Status.FAIL: "31", Status.ERROR: "35", Status.NOT_RUN: "33", Status.NOT_APPLICABLE: "36"}
 MAX_FAILED_CHECKS = 5  # per gate, under its row
 
 

@@ -64,7 +64,7 @@ def _placement(args: argparse.Namespace, names: list[str], only: list[str] | Non
     are malformed (harness/shard.py)."""
     if not (args.shard or args.gpus):
         return only, None, None
-    from harness import shard
+    from harness import shard, shard_runners
     from harness.support.gpu import visible_gpu_count
 
     settings = shard.load_shard_settings(args.gates_dir)
@@ -74,8 +74,8 @@ def _placement(args: argparse.Namespace, names: list[str], only: list[str] | Non
         raise ValueError(f"{'--shard' if args.shard else '--gpus'} picks the gates itself (no --only, no "
                          "--plant-fault)")
     if args.shard:
-        shard_of = shard.parse_shard(args.shard)
-        return shard.shard_gates(names, *shard_of, settings), shard_of, None
+        shard_of = shard_runners.parse_shard(args.shard)
+        return shard_runners.shard_gates(names, *shard_of, settings), shard_of, None
     return None, None, shard.gpu_list(args.gpus, visible_gpu_count)
 
 
@@ -244,7 +244,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace, config: Config) -> int:
     """The shards of one phase as one report: exit 0 when every gate passed, 1 otherwise, EXIT_CONFIG when a file
     is unusable."""
-    from harness import shard
+    from harness import shard_runners
     from harness.render.stored import StoredRunError, read_run
 
     runs = []
@@ -257,7 +257,7 @@ def cmd_merge(args: argparse.Namespace, config: Config) -> int:
     if wrong := [str(f) for f, r in zip(args.results, runs, strict=True) if r.phase != args.phase]:
         print(f"flashcore harness: not a phase-{args.phase} run: {', '.join(wrong)}", file=sys.stderr)
         return EXIT_CONFIG
-    run = shard.merge_runs(config, args.phase, runs, [str(f) for f in args.results])
+    run = shard_runners.merge_runs(config, args.phase, runs, [str(f) for f in args.results])
     args.out.mkdir(parents=True, exist_ok=True)
     paths, error = write_reports(run, args.out)
     from harness.render.terminal import render

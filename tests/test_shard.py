@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, shard
+from harness import cli, shard, shard_runners
 from harness.config import load_config
 from harness.gates import registry
 from harness.results import GateResult, RunResult, Status
@@ -202,15 +202,15 @@ def test_the_report_has_a_gpu_column_only_for_a_run_over_several_gpus() -> None:
 
 def test_runner_shares_cover_the_phase_once_and_build_everywhere(settings: shard.ShardSettings) -> None:
     names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
-    shares = [shard.shard_gates(names, i, 3, settings) for i in (1, 2, 3)]
+    shares = [shard_runners.shard_gates(names, i, 3, settings) for i in (1, 2, 3)]
     assert all(set(settings.first) <= set(s) for s in shares)
     rest = [g for s in shares for g in s if g not in settings.first]
     assert sorted(rest) == sorted(n for n in names if n not in settings.first)  # each other gate on one runner
-    assert shares == [shard.shard_gates(names, i, 3, settings) for i in (1, 2, 3)]  # every runner computes alike
-    assert shard.shard_gates(names, 1, 1, settings) == names
+    assert shares == [shard_runners.shard_gates(names, i, 3, settings) for i in (1, 2, 3)]  # all runners agree
+    assert shard_runners.shard_gates(names, 1, 1, settings) == names
     for bad in ("3/2", "0/2", "a/b", "2"):
         with pytest.raises(ValueError, match="--shard"):
-            shard.parse_shard(bad)
+            shard_runners.parse_shard(bad)
 
 
 def _stand_in_all(monkeypatch: pytest.MonkeyPatch, phase: int) -> None:

@@ -222,7 +222,8 @@ def _shard_run(tmp_path: Path, name: str, gates: list[str], status: str = "pass"
 
 def test_merge_job_joins_the_shards_and_exits_with_the_verdict(tmp_path: Path) -> None:
     from harness.config import load_config
-    from harness.shard import load_shard_settings, shard_gates
+    from harness.shard import load_shard_settings
+    from harness.shard_runners import shard_gates
 
     names = [g.name for g in load_config(REPO / "gates").gates_through(int(gate_phase()))]
     settings = load_shard_settings(REPO / "gates")

@@ -251,7 +251,6 @@ def attention(
     debug_fault: test-only planted fault (0 = none); see docs/design.md.
     Raises FlashCoreError (a ValueError) for any unsupported input, before anything is launched.
     """
-    global _entry_calls
     import torch
 
     if torch.compiler.is_compiling():  # traced by torch.compile: the registered op, so no graph break
@@ -293,41 +292,38 @@ def attention(
     lib = _lib.load()
     with torch.cuda.device(q.device):
         need = workspace_bytes(lib, params, index)
-        workspace = None
-        if need:
-            # From torch's caching allocator (512-byte aligned), on the current stream: freed for reuse by the
-            # next call on this stream, never while the kernels may still read it.
-            workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
-            params.workspace, params.workspace_bytes = workspace.data_ptr(), need
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        _entry_calls += 1
-        status = lib.fc_attention_forward(params, stream)
-    if status == _lib.FC_OK:
-        fastpath.remember(key, params, need)
-        return out, lse
-    _raise(lib, status)
+    _forward(lib, params, need, q.device)
+    fastpath.remember(key, params, need)
+    return out, lse
 
 
 def _launch_again(entry: fastpath.Entry, q: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A call with the signature of an earlier checked launch: its parameters, these pointers, new outputs."""
-    global _entry_calls
     import torch
 
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(entry.lse_shape, dtype=torch.float32, device=q.device)
-    params = fastpath.params_for(entry, q, k, v, out, lse)
-    lib = _lib.load()
-    with torch.cuda.device(q.device):
+    _forward(_lib.load(), fastpath.params_for(entry, q, k, v, out, lse), entry.workspace_bytes, q.device)
+    return out, lse
+
+
+def _forward(lib: ctypes.CDLL, params: _lib.FcParams, need: int, device: torch.device) -> None:
+    """fc_attention_forward on the current stream of `device`, with a `need`-byte workspace; raises on failure."""
+    global _entry_calls
+    import torch
+
+    with torch.cuda.device(device):
         workspace = None
-        if entry.workspace_bytes:
-            workspace = torch.empty(entry.workspace_bytes, dtype=torch.uint8, device=q.device)
-            params.workspace, params.workspace_bytes = workspace.data_ptr(), entry.workspace_bytes
+        if need:
+            # From torch's caching allocator (512-byte aligned), on the current stream: freed for reuse by the
+            # next call on this stream, never while the kernels may still read it.
+            workspace = torch.empty(need, dtype=torch.uint8, device=device)
+            params.workspace, params.workspace_bytes = workspace.data_ptr(), need
         _entry_calls += 1
-        status = lib.fc_attention_forward(params, torch.cuda.current_stream(q.device).cuda_stream)
+        status = lib.fc_attention_forward(params, torch.cuda.current_stream(device).cuda_stream)
     if status != _lib.FC_OK:
         _raise(lib, status)
-    return out, lse
 
 
 def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float | None,

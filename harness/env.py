@@ -44,11 +44,18 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def query_gpu(fields: tuple[str, ...], device: str | None = None) -> dict[str, str]:
+    """nvidia-smi --query-gpu `fields` of one GPU (`device`: an index or UUID, physical numbering; None: the
+    first); {} when nvidia-smi is missing, fails or answers otherwise."""
+    out = _run(["nvidia-smi", *(["-i", device] if device is not None else []), f"--query-gpu={','.join(fields)}",
+                "--format=csv,noheader,nounits"])
+    values = [v.strip() for v in out.splitlines()[0].split(",")] if out else []
+    return dict(zip(fields, values, strict=True)) if len(values) == len(fields) else {}
+
+
 def nvidia_smi() -> dict[str, Any]:
     """First GPU's name, driver and clocks (MHz) from nvidia-smi; nulls without it."""
-    out = _run(["nvidia-smi", f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits"])
-    values = [v.strip() for v in out.splitlines()[0].split(",")] if out else []
-    got = dict(zip(_SMI_FIELDS, values, strict=False)) if len(values) == len(_SMI_FIELDS) else {}
+    got = query_gpu(_SMI_FIELDS)
     return {
         "gpu_smi": got.get("name"),
         "driver": got.get("driver_version"),

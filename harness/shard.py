@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results import GateResult, RunResult, Status
-from harness.schema import Config, ConfigError, read_yaml
+from harness.schema import Config, ConfigError, GateSpec, read_yaml
 
 SHARD_FILE = "shard.yaml"
 _KEYS = ("first", "together", "default_seconds")
@@ -110,16 +110,11 @@ def physical_id(gpu: int) -> str:
 def gpu_state(index: str) -> dict[str, Any]:
     """This GPU's id, name, UUID, SM clock (MHz) and power (W) now, from nvidia-smi -i (an index or a UUID);
     {"index": index} when it cannot be read."""
-    fields = ("name", "uuid", "clocks.sm", "power.draw")
-    try:
-        out = subprocess.run(["nvidia-smi", "-i", str(index), f"--query-gpu={','.join(fields)}",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
+    from harness.env import query_gpu
+
+    got = query_gpu(("name", "uuid", "clocks.sm", "power.draw"), index)
+    if not got:
         return {"index": index}
-    values = [v.strip() for v in out.strip().splitlines()[0].split(",")] if out.strip() else []
-    if len(values) != len(fields):
-        return {"index": index}
-    name, uuid, clock, power = values
 
     def number(text: str) -> float | None:
         try:
@@ -127,7 +122,8 @@ def gpu_state(index: str) -> dict[str, Any]:
         except ValueError:
             return None
 
-    return {"index": index, "name": name, "uuid": uuid, "sm_mhz": number(clock), "power_w": number(power)}
+    return {"index": index, "name": got["name"], "uuid": got["uuid"], "sm_mhz": number(got["clocks.sm"]),
+            "power_w": number(got["power.draw"])}
 
 
 def worker_command(phase: int, gates: Sequence[str], out: Path, seed: int, gates_dir: Path) -> list[str]:
@@ -160,25 +156,34 @@ def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Se
     return [got[n] for n in gate_names if n in got] + lost
 
 
-def merge(config: Config, phase: int, first: Sequence[GateResult], shards: dict[int, list[GateResult]],
-          base: RunResult) -> RunResult:
-    """One RunResult in the configuration's gate order; each shard's gates tagged with their GPU; a phase without
-    gates still fails the run, as in a one-GPU run."""
+def in_config_order(config: Config, phase: int, result_for: Callable[[GateSpec], GateResult | None]) -> tuple[
+        GateResult, ...]:
+    """One result per gate of phases 1..N in the configuration's order (result_for: a gate's result, None to leave
+    it out); a phase without gates gets its failing entry, as in a one-GPU run."""
     from harness.engine import phase_without_gates
 
-    spec_phase = {g.name: g.phase for g in config.gates_through(phase)}
-    by_name: dict[str, GateResult] = {g.name: g for g in first}
-    for gpu, results in shards.items():
-        for r in results:
-            gpu_info = (r.details or {}).get("gpu") or {"index": gpu}
-            by_name[r.name] = dataclasses.replace(r, phase=spec_phase.get(r.name, r.phase),
-                                                  details={**(r.details or {}), "gpu": gpu_info})
     ordered: list[GateResult] = []
     for p in (p for p in config.phases if p.number <= phase):
         if not p.gates:
             ordered.append(phase_without_gates(p.number))
-        ordered += [by_name[g.name] for g in p.gates if g.name in by_name]
-    return dataclasses.replace(base, gates=tuple(ordered))
+        ordered += [r for r in map(result_for, p.gates) if r is not None]
+    return tuple(ordered)
+
+
+def merge(config: Config, phase: int, first: Sequence[GateResult], shards: dict[int, list[GateResult]],
+          base: RunResult) -> RunResult:
+    """One RunResult in the configuration's gate order; each shard's gates tagged with their GPU."""
+    by_name: dict[str, GateResult] = {g.name: g for g in first}
+    for gpu, results in shards.items():
+        for r in results:
+            by_name[r.name] = dataclasses.replace(r, details={**(r.details or {}),
+                                                              "gpu": (r.details or {}).get("gpu") or {"index": gpu}})
+
+    def result_for(spec: GateSpec) -> GateResult | None:
+        r = by_name.get(spec.name)
+        return dataclasses.replace(r, phase=spec.phase) if r is not None else None
+
+    return dataclasses.replace(base, gates=in_config_order(config, phase, result_for))
 
 
 def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Callable[[Sequence[str]], RunResult],
@@ -209,16 +214,16 @@ def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Call
 
 
 def last_gate_seconds(db_path: Path) -> dict[str, float]:
-    """Each gate's wall time in the newest run of the history that ran it ({} without a history)."""
+    """Each gate's wall time in the newest run of the history that ran it ({} without a readable history)."""
+    from harness.history import store
+
     if not db_path.is_file():
         return {}
-    import sqlite3
-
     try:
-        db = sqlite3.connect(db_path)
-        rows = db.execute("SELECT g.gate, g.elapsed_s FROM gates g JOIN runs r USING (run_id) WHERE g.elapsed_s IS "
-                          "NOT NULL ORDER BY r.started_at").fetchall()
-        db.close()
-    except sqlite3.Error:
+        db = store.open_db(db_path)
+    except store.HistoryError:
         return {}
-    return {gate: float(secs) for gate, secs in rows}
+    try:
+        return store.latest_gate_seconds(db)
+    finally:
+        db.close()

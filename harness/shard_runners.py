@@ -13,8 +13,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from harness.results import GateResult, RunResult, Status
-from harness.schema import Config
-from harness.shard import ShardSettings, plan
+from harness.schema import Config, GateSpec
+from harness.shard import ShardSettings, in_config_order, plan
 
 
 def parse_shard(spec: str) -> tuple[int, int]:
@@ -38,30 +38,27 @@ def shard_gates(names: Sequence[str], i: int, n: int, settings: ShardSettings) -
 def merge_runs(config: Config, phase: int, runs: Sequence[RunResult], sources: Sequence[str]) -> RunResult:
     """The shards' runs as one: each gate of phases 1..N from the run that ran it (a gate every runner ran, like
     build, from the worst of them); a gate no shard ran is an ERROR; a phase without gates fails, as always."""
-    from harness.engine import phase_without_gates
     from harness.results import combine
 
     got: dict[str, list[tuple[GateResult, str, RunResult]]] = {}
     for run, source in zip(runs, sources, strict=True):
         for g in run.gates:
             got.setdefault(g.name, []).append((g, source, run))
-    gates: list[GateResult] = []
-    for p in (p for p in config.phases if p.number <= phase):
-        if not p.gates:
-            gates.append(phase_without_gates(p.number))
-        for spec in p.gates:
-            ran = got.get(spec.name, [])
-            if not ran:
-                gates.append(GateResult(spec.name, spec.phase, Status.ERROR,
-                                        message=f"no shard ran this gate (merged: {', '.join(sources)})"))
-                continue
-            worst = combine([g.status for g, _, _ in ran])
-            g, source, run = next(x for x in ran if x[0].status is worst)
-            gpu = (g.details or {}).get("gpu") or {"index": 0, "name": run.environment.get("gpu"),
-                                                   "host": run.environment.get("hostname")}
-            gates.append(dataclasses.replace(g, phase=spec.phase, details={
-                **(g.details or {}), "gpu": gpu, "shard": run.environment.get("shard"), "from": source,
-                **({"ran_on": len(ran)} if len(ran) > 1 else {})}))
+
+    def result_for(spec: GateSpec) -> GateResult:
+        ran = got.get(spec.name, [])
+        if not ran:
+            return GateResult(spec.name, spec.phase, Status.ERROR,
+                              message=f"no shard ran this gate (merged: {', '.join(sources)})")
+        worst = combine([g.status for g, _, _ in ran])
+        g, source, run = next(x for x in ran if x[0].status is worst)
+        gpu = (g.details or {}).get("gpu") or {"index": 0, "name": run.environment.get("gpu"),
+                                               "host": run.environment.get("hostname")}
+        return dataclasses.replace(g, phase=spec.phase, details={
+            **(g.details or {}), "gpu": gpu, "shard": run.environment.get("shard"), "from": source,
+            **({"ran_on": len(ran)} if len(ran) > 1 else {})})
+
+    gates = in_config_order(config, phase, result_for)
     first = runs[0] if runs else None
     env = dict(first.environment) if first else {}
     env["merged_from"] = [{"file": s, "run_id": r.run_id, "shard": r.environment.get("shard"),
@@ -69,7 +66,7 @@ def merge_runs(config: Config, phase: int, runs: Sequence[RunResult], sources: S
                           for r, s in zip(runs, sources, strict=True)]
     commits = {r.environment.get("git_commit") for r in runs}
     notice = f"shards of different commits merged: {sorted(str(c) for c in commits)}" if len(commits) > 1 else ""
-    return RunResult(run_id=(first.run_id + "-merged") if first else "merged", phase=phase, gates=tuple(gates),
+    return RunResult(run_id=(first.run_id + "-merged") if first else "merged", phase=phase, gates=gates,
                      environment=env, started_at=min((r.started_at for r in runs), default=""),
                      elapsed_s=max((r.elapsed_s for r in runs), default=0.0), notice=notice,
                      phase_names={p.number: p.name for p in config.phases if p.number <= phase})

@@ -263,3 +263,17 @@ def test_shards_run_by_two_runners_merge_into_one_report(tmp_path: Path, monkeyp
     assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--only", "build", "--out", str(tmp_path / "x")]) == 2
     assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--gpus", "0", "--out", str(tmp_path / "x")]) == 2
     assert "choose one" in capsys.readouterr().err
+
+
+def test_the_balance_reads_each_gates_latest_wall_time_from_the_history(tmp_path: Path) -> None:
+    from harness.history import store
+
+    db = store.open_db(tmp_path / "h.sqlite")
+    for run_id, started, secs in (("r1", "2026-01-01T00:00:00Z", 50.0), ("r2", "2026-01-02T00:00:00Z", 40.0)):
+        store.record(db, {"run_id": run_id, "started_at": started, "phase": 1, "status": "pass", "environment": {},
+                          "gates": [{"name": "build", "phase": 1, "status": "pass", "elapsed_s": secs}]}, "x")
+    db.close()
+    assert shard.last_gate_seconds(tmp_path / "h.sqlite") == {"build": 40.0}
+    assert shard.last_gate_seconds(tmp_path / "none.sqlite") == {}
+    (tmp_path / "junk.sqlite").write_bytes(b"not sqlite" * 100)
+    assert shard.last_gate_seconds(tmp_path / "junk.sqlite") == {}

@@ -123,8 +123,9 @@ class CrossGpuDeterminismGate(FlashcoreGate):
                                     f"every GPU needs {p.min_gpus} or more; not applicable on this host (not a pass)")
         checks: list[Check] = []
         details: dict[str, Any] = {"devices": [d.kind for d in devices], "sm_margins": list(p.sm_margins)}
-        for i, wl in enumerate(ctx.workloads()):
-            ctx.step(f"{wl.name} ({i + 1}/{len(ctx.workloads())}) on {len(devices)} GPUs")
+        workloads = ctx.workloads()
+        for i, wl in enumerate(workloads):
+            ctx.step(f"{wl.name} ({i + 1}/{len(workloads)}) on {len(devices)} GPUs")
             seed = gpu.workload_seed(ctx.seed, ctx.spec.name, wl.name)
             default, deterministic = measure(fc, wl, seed, devices, p.sm_margins)
             new, info = verdicts(wl.name, devices, default, deterministic)

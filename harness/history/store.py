@@ -159,3 +159,10 @@ def gate_times(db: sqlite3.Connection, run_ids: Iterable[str]) -> dict[str, dict
                                          "AND elapsed_s IS NOT NULL ORDER BY gate", ids):
         out.setdefault(gate, {})[run_id] = secs
     return out
+
+
+def latest_gate_seconds(db: sqlite3.Connection) -> dict[str, float]:
+    """Each gate's wall time in the newest run that ran it."""
+    rows = db.execute("SELECT g.gate, g.elapsed_s FROM gates g JOIN runs r USING (run_id) WHERE g.elapsed_s IS NOT "
+                      "NULL ORDER BY r.started_at, r.run_id").fetchall()
+    return {gate: float(secs) for gate, secs in rows}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, workload
 
 from harness.config import load_config
 from harness.gates import base, determinism_gpus
@@ -89,3 +89,19 @@ def test_not_applicable_is_left_out_of_the_verdict_and_shown_everywhere() -> Non
     assert RunResult("r", 7, (na,), {}, "", 1.0).exit_code == 1
     assert 'class="badge not_applicable">N/A' in render_html(run)
     assert "➖" in render_markdown(run) and "N/A" in render(run, color=False)
+
+
+def test_a_call_is_hashed_from_poisoned_buffers_it_fills() -> None:
+    torch = pytest.importorskip("torch")
+    wl = workload("w")
+
+    class Fake:  # writes a fixed pattern into out (all of it) and lse (all but the last row when told)
+        @staticmethod
+        def attention(q, k, v, causal, out, lse, skip_lse_row=False):  # type: ignore[no-untyped-def]
+            out.fill_(0.5)
+            (lse[..., :-1] if skip_lse_row else lse).fill_(1.0)
+
+    inputs = tuple(torch.zeros(1) for _ in range(3))
+    full = determinism_gpus.hashed_call(Fake, wl, inputs, "cpu")
+    assert full == determinism_gpus.hashed_call(Fake, wl, inputs, "cpu")
+    assert determinism_gpus.hashed_call(Fake, wl, inputs, "cpu", skip_lse_row=True) != full  # poison is hashed too

@@ -92,6 +92,13 @@ def devices_here() -> list[Device]:
             for i in range(torch.cuda.device_count())]
 
 
+def hashed_call(fc: ModuleType, wl: Workload, inputs: tuple[Any, Any, Any], device: str, **options: Any) -> str:
+    """One call into fresh poisoned buffers (as every determinism gate), synchronized, hashed."""
+    out, lse = gpu.poisoned_outputs(wl, device)
+    gpu.call_kernel(fc, wl, *inputs, out, lse, **options)
+    return result_hash(out, lse)
+
+
 def measure(fc: ModuleType, wl: Workload, seed: int, devices: Sequence[Device],
             sm_margins: Sequence[int]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
     q, k, v = gpu.make_inputs(wl, seed, "cpu")
@@ -99,12 +106,11 @@ def measure(fc: ModuleType, wl: Workload, seed: int, devices: Sequence[Device],
     deterministic: dict[tuple[int, int], str] = {}
     for d in devices:
         dev = f"cuda:{d.index}"
-        qd, kd, vd = q.to(dev), k.to(dev), v.to(dev)
-        default[d.index] = result_hash(*fc.attention(qd, kd, vd, causal=wl.causal))
+        inputs = (q.to(dev), k.to(dev), v.to(dev))
+        default[d.index] = hashed_call(fc, wl, inputs, dev)
         for m in sm_margins:
-            deterministic[(d.index, m)] = result_hash(*fc.attention(qd, kd, vd, causal=wl.causal, deterministic=True,
-                                                                   sm_margin=m))
-        del qd, kd, vd
+            deterministic[(d.index, m)] = hashed_call(fc, wl, inputs, dev, deterministic=True, sm_margin=m)
+        del inputs
     return default, deterministic
 
 

@@ -49,7 +49,22 @@ class FcParams(ctypes.Structure):
         ("schedule", ctypes.c_int32),
         ("l2_section_pct", ctypes.c_int32),
         ("point", ctypes.c_int32),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("seqused_k", ctypes.c_void_p),
+        ("kv_batch_idx", ctypes.c_void_p),
+        ("total_q", ctypes.c_int64),
+        ("total_k", ctypes.c_int64),
+        ("kv_batch", ctypes.c_int64),
+        ("window", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
     ]
+
+
+# Device-array fields: fc_plan's answer depends on whether each is set, never on its address.
+ARRAY_FIELDS = frozenset({"cu_seqlens_q", "cu_seqlens_k", "seqused_k", "kv_batch_idx"})
 
 
 class FcPlanInfo(ctypes.Structure):

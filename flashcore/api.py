@@ -413,6 +413,8 @@ def plan_key(params: _lib.FcParams, device_index: int) -> tuple[object, ...]:
     """What fc_plan's answer depends on: every field but the data pointers, whether lse is written, the device."""
     def value(name: str) -> object:
         v = getattr(params, name)
+        if name in _lib.ARRAY_FIELDS:
+            return v is not None
         return tuple(v) if isinstance(v, ctypes.Array) else v
 
     fields = tuple(value(f[0]) for f in params._fields_ if f[0] not in _POINTERS)

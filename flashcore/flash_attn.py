@@ -1,13 +1,15 @@
-"""FlashAttention-3's entry points on FlashCore: `flash_attn_func` and `flash_attn_with_kvcache`, with FA3's argument
-names, order, defaults and semantics (hopper/flash_attn_interface.py). Switch with one import:
+"""FlashAttention-3's entry points on FlashCore: `flash_attn_func`, `flash_attn_varlen_func` and
+`flash_attn_with_kvcache`, with FA3's argument names, order, defaults and semantics
+(hopper/flash_attn_interface.py). Switch with one import:
 
     from flashcore import flash_attn_func          # instead of: from flash_attn_interface import flash_attn_func
 
-An argument FlashCore does not implement yet (sliding window, softcap, FP8 descales, paged or per-sequence KV
-cache, rotary, ...) raises UnsupportedArgument naming it, before anything runs; FA3's pure speed hints (pack_gqa,
-scheduler_metadata left None) are accepted. FlashCore is forward-only: inputs that need a gradient are refused as
-by flashcore.attention. Extension, keyword-only: `fallback="sdpa"` (flashcore.attention's) for CPU tensors and
-non-Hopper GPUs.
+Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths and cache_batch_idx run on
+the kernel (flashcore/serving.py). An argument FlashCore does not implement yet (paged KV cache, FP8 descales,
+rotary, left-padded caches, seqused_q, ...) raises UnsupportedArgument naming it, before anything runs; FA3's
+pure speed hints (pack_gqa, scheduler_metadata left None) are accepted. FlashCore is forward-only: inputs that need
+a gradient are refused as by flashcore.attention. Extension, keyword-only: `fallback="sdpa"` (plain torch) for CPU
+tensors and non-Hopper GPUs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from flashcore import serving
 from flashcore.api import attention
 from flashcore.errors import FlashCoreError
 
@@ -32,18 +35,16 @@ _WHY = {
     "q_descale": "FP8 inputs are not implemented yet (issue 16)",
     "k_descale": "FP8 inputs are not implemented yet (issue 16)",
     "v_descale": "FP8 inputs are not implemented yet (issue 16)",
-    "window_size": "sliding-window attention is not implemented yet (issue 15); pass (-1, -1)",
     "attention_chunk": "chunked attention is not implemented; pass 0",
-    "softcap": "score soft-capping is not implemented yet (issue 15); pass 0.0",
     "rotary_cos": "rotary embedding inside the call is not implemented; apply it to q and k first",
     "rotary_sin": "rotary embedding inside the call is not implemented; apply it to q and k first",
     "rotary_seqlens": "rotary embedding inside the call is not implemented",
-    "cache_batch_idx": "indexing the cache by batch is not implemented yet (issue 15)",
     "cache_leftpad": "left-padded caches are not implemented yet (issue 15)",
-    "page_table": "a paged KV cache is not implemented yet (issue 15)",
-    "cu_seqlens_q": "variable-length queries are not implemented yet (issue 15)",
+    "page_table": "a paged KV cache is not implemented yet (issue 15): gather the pages into a contiguous cache",
+    "seqused_q": "per-sequence query counts are not implemented: pass cu_seqlens_q of the used rows",
+    "cu_seqlens_q": "packed queries into a KV cache are not implemented: use a [B, Sq, Hq, D] q",
+    "max_seqlen_q": "packed queries into a KV cache are not implemented: use a [B, Sq, Hq, D] q",
     "cu_seqlens_k_new": "variable-length new keys are not implemented yet (issue 15)",
-    "max_seqlen_q": "variable-length queries are not implemented yet (issue 15)",
     "scheduler_metadata": "FA3's precomputed scheduler metadata has no FlashCore equivalent; pass None",
 }
 
@@ -81,36 +82,66 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     or (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not
     probabilities). pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count."""
     _refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-             "v_descale": v_descale is not None, "window_size": _window_set(window_size),
-             "attention_chunk": attention_chunk != 0, "softcap": softcap != 0.0})
-    out, lse = attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
-                         num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback)
+             "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0})
+    if _window_set(window_size) or softcap != 0.0:
+        out, lse = serving.dense(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
+                                 softcap=softcap, deterministic=deterministic, num_splits=_splits(num_splits),
+                                 sm_margin=sm_margin, fallback=fallback)
+    else:
+        out, lse = attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
+                             num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback)
+    return (out, lse) if return_attn_probs else out
+
+
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, seqused_q: Any = None,
+                           seqused_k: torch.Tensor | None = None, softmax_scale: float | None = None,
+                           causal: bool = False, qv: Any = None, q_descale: Any = None, k_descale: Any = None,
+                           v_descale: Any = None, window_size: Any = (-1, -1), attention_chunk: int = 0,
+                           softcap: float = 0.0, num_splits: int = 1, pack_gqa: bool | None = None,
+                           deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False, *,
+                           fallback: str = "error", debug_checks: bool | None = None,
+                           ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """FA3's flash_attn_varlen_func: q [total_q, Hq, D], k and v [total_k, Hkv, D] packed; sequence b is rows
+    [cu_seqlens[b], cu_seqlens[b + 1]) (int32 [B + 1]); seqused_k [B] limits its keys. Causal is aligned
+    bottom-right per sequence. Returns out [total_q, Hq, D], or (out, softmax_lse [Hq, total_q]) with
+    return_attn_probs=True. Packed queries never split the keys (num_splits is a hint here: 1 is used).
+    debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
+    _refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
+             "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0,
+             "seqused_q": seqused_q is not None})
+    _splits(num_splits)
+    out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+                              causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
+                              deterministic=deterministic, fallback=fallback, debug_checks=debug_checks)
     return (out, lse) if return_attn_probs else out
 
 
 def flash_attn_with_kvcache(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None = None,
     v: torch.Tensor | None = None, qv: Any = None, rotary_cos: Any = None, rotary_sin: Any = None,
-    cache_seqlens: int | torch.Tensor | None = None, cache_batch_idx: Any = None, cache_leftpad: Any = None,
-    page_table: Any = None, cu_seqlens_q: Any = None, cu_seqlens_k_new: Any = None, max_seqlen_q: Any = None,
-    rotary_seqlens: Any = None, q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
-    softmax_scale: float | None = None, causal: bool = False, window_size: Any = (-1, -1), attention_chunk: int = 0,
-    softcap: float = 0.0, rotary_interleaved: bool = True, scheduler_metadata: Any = None, num_splits: int = 0,
-    pack_gqa: bool | None = None, sm_margin: int = 0, return_softmax_lse: bool = False, *, fallback: str = "error",
+    cache_seqlens: int | torch.Tensor | None = None, cache_batch_idx: torch.Tensor | None = None,
+    cache_leftpad: Any = None, page_table: Any = None, cu_seqlens_q: Any = None, cu_seqlens_k_new: Any = None,
+    max_seqlen_q: Any = None, rotary_seqlens: Any = None, q_descale: Any = None, k_descale: Any = None,
+    v_descale: Any = None, softmax_scale: float | None = None, causal: bool = False, window_size: Any = (-1, -1),
+    attention_chunk: int = 0, softcap: float = 0.0, rotary_interleaved: bool = True, scheduler_metadata: Any = None,
+    num_splits: int = 0, pack_gqa: bool | None = None, sm_margin: int = 0, return_softmax_lse: bool = False, *,
+    fallback: str = "error", debug_checks: bool | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """FA3's flash_attn_with_kvcache for a contiguous cache [B, Scache, Hkv, D] whose sequences all hold the same
-    number of tokens: cache_seqlens an int, or a [B] int32 tensor of one value (checked on the host: one device
-    sync), or None for the whole cache. k, v [B, Snew, Hkv, D] are written into the cache in place at that
-    position first (FA3's append), then q attends to the cache's first cache_seqlens + Snew tokens.
-    Per-sequence lengths and paged caches need the varlen kernel (issue 15) and raise UnsupportedArgument."""
+    """FA3's flash_attn_with_kvcache on a contiguous cache [B_cache, S_cache, Hkv, D]. cache_seqlens: the tokens
+    each sequence already holds, an int (all the same) or a [B] int32 tensor (per sequence); cache_batch_idx [B]
+    int32: the cache entry of sequence b (default b). k, v [B, Snew, Hkv, D] are written into the cache in place
+    at each sequence's cache_seqlens first (FA3's append), then q [B, Sq, Hq, D] attends to each sequence's first
+    cache_seqlens + Snew keys (causal: bottom-right aligned to them). window_size and softcap as flash_attn_func.
+    A paged cache (page_table) raises UnsupportedArgument. debug_checks (extension): check the lengths and slots
+    on the host, including that an append fits (one device sync; see flashcore.serving)."""
     _refuse({"qv": qv is not None, "rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
-             "cache_batch_idx": cache_batch_idx is not None, "cache_leftpad": cache_leftpad is not None,
-             "page_table": page_table is not None, "cu_seqlens_q": cu_seqlens_q is not None,
-             "cu_seqlens_k_new": cu_seqlens_k_new is not None, "max_seqlen_q": max_seqlen_q is not None,
-             "rotary_seqlens": rotary_seqlens is not None, "q_descale": q_descale is not None,
-             "k_descale": k_descale is not None, "v_descale": v_descale is not None,
-             "window_size": _window_set(window_size), "attention_chunk": attention_chunk != 0,
-             "softcap": softcap != 0.0, "scheduler_metadata": scheduler_metadata is not None})
+             "cache_leftpad": cache_leftpad is not None, "page_table": page_table is not None,
+             "cu_seqlens_q": cu_seqlens_q is not None, "cu_seqlens_k_new": cu_seqlens_k_new is not None,
+             "max_seqlen_q": max_seqlen_q is not None, "rotary_seqlens": rotary_seqlens is not None,
+             "q_descale": q_descale is not None, "k_descale": k_descale is not None,
+             "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0,
+             "scheduler_metadata": scheduler_metadata is not None})
     import torch
 
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -119,16 +150,79 @@ def flash_attn_with_kvcache(
                                  f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
     if k_cache.shape != v_cache.shape:
         raise FlashCoreError(f"k_cache has shape {tuple(k_cache.shape)} but v_cache has {tuple(v_cache.shape)}")
-    capacity = k_cache.shape[1]
     if (k is None) != (v is None):
         raise FlashCoreError("k and v are appended together: pass both or neither")
-    length = _cache_length(cache_seqlens, k_cache.shape[0], capacity, appending=k is not None)
-    end = length
+    windowed = _window_set(window_size) or softcap != 0.0
+    per_sequence = isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None
+    if not per_sequence:  # one length for every sequence: the dense kernel on a slice of the cache
+        length = _cache_length(cache_seqlens, k_cache.shape[0], k_cache.shape[1], appending=k is not None)
+        end = _append(k_cache, v_cache, k, v, length) if k is not None and v is not None else length
+        kc, vc = k_cache[:, :end], v_cache[:, :end]
+        if windowed:
+            out, lse = serving.dense(q, kc, vc, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
+                                     softcap=softcap, num_splits=_splits(num_splits), sm_margin=sm_margin,
+                                     fallback=fallback)
+        else:
+            out, lse = attention(q, kc, vc, causal=causal, softmax_scale=softmax_scale,
+                                 num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback)
+        return (out, lse) if return_softmax_lse else out
+    batch = q.shape[0] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
+    lengths = _lengths(cache_seqlens, batch, k_cache)
     if k is not None and v is not None:
-        end = _append(k_cache, v_cache, k, v, length)
-    out, lse = attention(q, k_cache[:, :end], v_cache[:, :end], causal=causal, softmax_scale=softmax_scale,
-                         num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback)
+        lengths = _append_each(k_cache, v_cache, k, v, lengths, cache_batch_idx, serving.debug_checks_on(debug_checks))
+    out, lse = serving.kvcache(q, k_cache, v_cache, lengths, cache_batch_idx=cache_batch_idx, causal=causal,
+                               softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
+                               num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback,
+                               debug_checks=debug_checks)
     return (out, lse) if return_softmax_lse else out
+
+
+def _lengths(cache_seqlens: Any, batch: int, k_cache: torch.Tensor) -> torch.Tensor:
+    """Per-sequence cache lengths as an int32 [B] tensor on the cache's device (an int: all the same)."""
+    import torch
+
+    if cache_seqlens is None:
+        return torch.full((batch,), k_cache.shape[1], dtype=torch.int32, device=k_cache.device)
+    if isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, int | torch.Tensor):
+        raise FlashCoreError(f"cache_seqlens is {cache_seqlens!r}: expected an int or a [B] int32 tensor")
+    if isinstance(cache_seqlens, int):
+        if not 0 <= cache_seqlens <= k_cache.shape[1]:
+            raise FlashCoreError(f"cache_seqlens is {cache_seqlens}: the cache holds 0..{k_cache.shape[1]} tokens")
+        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=k_cache.device)
+    return cache_seqlens
+
+
+def _append_each(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 lengths: torch.Tensor, slots: torch.Tensor | None, check: bool) -> torch.Tensor:
+    """Write k, v [B, Snew, Hkv, D] into each sequence's cache entry at [length, length + Snew); the new lengths.
+    Without debug checks an append past the capacity is not detected (it would need a device sync)."""
+    import torch
+
+    batch = lengths.shape[0] if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 else -1
+    for name, new, cache in (("k", k, k_cache), ("v", v, v_cache)):
+        if not isinstance(new, torch.Tensor) or new.dim() != 4:
+            raise FlashCoreError(f"{name} must be a 4-D tensor [B, Snew, Hkv, D]")
+        want = (batch, new.shape[1], cache.shape[2], cache.shape[3])
+        if tuple(new.shape) != want:
+            raise FlashCoreError(f"{name} has shape {tuple(new.shape)}: expected [B, Snew, Hkv, D] = {want}")
+        if new.dtype != cache.dtype or new.device != cache.device:
+            raise FlashCoreError(f"{name} is {new.dtype} on {new.device}: the cache is {cache.dtype} on "
+                                 f"{cache.device}")
+    if not isinstance(lengths, torch.Tensor) or lengths.dtype != torch.int32 or lengths.device != k_cache.device:
+        raise FlashCoreError("cache_seqlens must be a torch.int32 [B] tensor on the cache's device")
+    if slots is None and batch != k_cache.shape[0]:
+        raise FlashCoreError(f"cache_seqlens has {batch} sequences but k_cache has {k_cache.shape[0]} entries: pass "
+                             "cache_batch_idx to map sequences to entries")
+    steps = torch.arange(k.shape[1], device=k_cache.device, dtype=torch.int64)
+    rows = lengths.to(torch.int64)[:, None] + steps[None, :]  # [B, Snew]
+    if check and k.shape[1] and int(rows.max()) >= k_cache.shape[1]:
+        raise FlashCoreError(f"appending {k.shape[1]} tokens overflows the cache of {k_cache.shape[1]} tokens "
+                             f"(largest cache_seqlens {int(lengths.max())})")
+    entry = (slots.to(torch.int64) if slots is not None else torch.arange(batch, device=k_cache.device))[:, None]
+    entry = entry.expand_as(rows)
+    k_cache[entry, rows] = k
+    v_cache[entry, rows] = v
+    return lengths + k.shape[1]
 
 
 def _cache_length(cache_seqlens: Any, batch: int, capacity: int, appending: bool) -> int:

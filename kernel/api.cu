@@ -37,7 +37,47 @@ int check_strides(const char* name, const int64_t (&stride)[3]) {
   return FC_OK;
 }
 
+// The serving fields (flashcore.h): packed rows, per-sequence key counts, cache slots, window, soft-capping.
+int check_serving(const fc_params* in) {
+  const int64_t kMaxRows = int64_t{1} << 30;
+  if (in->cu_seqlens_q != nullptr && (in->total_q < 1 || in->total_q > kMaxRows)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "total_q = %lld: packed queries (cu_seqlens_q) need 1 .. 2^30 rows",
+                        static_cast<long long>(in->total_q));
+  }
+  if (in->cu_seqlens_k != nullptr && (in->total_k < 1 || in->total_k > kMaxRows)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "total_k = %lld: packed keys (cu_seqlens_k) need 1 .. 2^30 rows",
+                        static_cast<long long>(in->total_k));
+  }
+  if (in->cu_seqlens_q != nullptr && in->num_splits > 1) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "num_splits = %d: split-KV is not available with packed queries "
+                        "(cu_seqlens_q); pass 0 or 1", in->num_splits);
+  }
+  if (in->cu_seqlens_k != nullptr && in->kv_batch_idx != nullptr) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch_idx indexes a batched cache: it cannot be combined with "
+                        "packed keys (cu_seqlens_k)");
+  }
+  if (in->kv_batch < 0 || in->kv_batch > 65535 ||
+      (in->kv_batch != 0 && in->kv_batch != in->batch && in->kv_batch_idx == nullptr && in->cu_seqlens_k == nullptr)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch = %lld: 0 (= batch), or with kv_batch_idx 1 .. 65535",
+                        static_cast<long long>(in->kv_batch));
+  }
+  if (in->window != 0 && (in->window != 1 || in->window_left < -1 || in->window_right < -1)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "window = %d, window_left = %d, window_right = %d: window is 0 or 1 "
+                        "and each bound >= -1 (-1: unbounded)", in->window, in->window_left, in->window_right);
+  }
+  if (!(std::isfinite(in->softcap) && in->softcap >= 0.f)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "softcap = %g must be finite and >= 0 (0: off)", in->softcap);
+  }
+  return FC_OK;
+}
+
 }  // namespace
+
+bool uses_serving(const fc_params* in) {
+  return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_k != nullptr ||
+         in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f ||
+         (in->kv_batch != 0 && in->kv_batch != in->batch);
+}
 
 int report_error(int status, const char* fmt, ...) {
   va_list args;
@@ -107,6 +147,7 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
                         static_cast<long long>(in->workspace_bytes));
   }
   int status = FC_OK;
+  if ((status = check_serving(in)) != FC_OK) return status;
   if ((status = check_strides("q", in->q_stride)) != FC_OK) return status;
   if ((status = check_strides("k", in->k_stride)) != FC_OK) return status;
   if ((status = check_strides("v", in->v_stride)) != FC_OK) return status;
@@ -135,8 +176,32 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   }
   out->softmax_scale = in->softmax_scale;
   out->softmax_scale_log2 = in->softmax_scale * kLog2e;
-  out->causal = in->causal != 0;
+  out->softcap_prescale = 0.f;
+  if (in->softcap > 0.f) {  // scores tanh(scale q.k / softcap) in [-1, 1]; softcap becomes the softmax scale
+    out->softcap_prescale = in->softmax_scale / in->softcap;
+    out->softmax_scale = in->softcap;
+    out->softmax_scale_log2 = in->softcap * kLog2e;
+  }
+  // A bound at least seqlen_q + seqlen_k away never masks a key: unbounded (keeps the kernel's sums in 32 bits).
+  const int64_t reach = in->seqlen_q + in->seqlen_k;
+  const int64_t left = in->window != 0 ? in->window_left : -1;
+  const int64_t right = in->causal != 0 ? 0 : (in->window != 0 ? in->window_right : -1);
+  out->window_left = left >= reach ? -1 : static_cast<int>(left);
+  out->window_right = right >= reach ? -1 : static_cast<int>(right);
+  out->causal = out->window_right >= 0;
+  if (!out->causal) out->window_right = 0;
   out->diag_offset = static_cast<int>(in->seqlen_k - in->seqlen_q);
+  out->cu_seqlens_q = in->cu_seqlens_q;
+  out->cu_seqlens_k = in->cu_seqlens_k;
+  out->seqused_k = in->seqused_k;
+  out->kv_batch_idx = in->kv_batch_idx;
+  if (in->cu_seqlens_q != nullptr) {
+    out->lse_stride[0] = 0;
+    out->lse_stride[1] = in->total_q;
+  } else {
+    out->lse_stride[0] = in->heads_q * in->seqlen_q;
+    out->lse_stride[1] = in->seqlen_q;
+  }
   out->fault = in->debug_fault;
   out->pack_gqa = 0;  // chosen per kernel by the launcher (flashcore.cu make_plan), as is split-KV
   out->num_splits = 1;

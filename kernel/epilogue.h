@@ -1,4 +1,4 @@
-// Epilogue: normalize O by 1/l, convert to 16 bits, write O and LSE rows that exist (row < seqlen_q).
+// Epilogue: normalize O by 1/l, convert to 16 bits, write O and LSE rows that exist (row < the sequence's q_len).
 // The Hopper kernel stages O in shared memory for a TMA store (stage_output; kernel_wgmma.cuh issues the store);
 // the phase-1 kernel, packed-GQA tiles and the planted skip-row fault write from registers (write_output);
 // split-KV tiles write fp32 partials (write_partial).
@@ -15,13 +15,16 @@ __device__ __forceinline__ float fault_bias(const KernelParams& p) {
   return p.fault == kFaultNondeterministic ? 1e-2f * atomicAdd(&g_fault_accumulator, 1.f) : 0.f;
 }
 
-// LSE of the thread's two rows (one lane per quad writes), rows that exist only.
-__device__ __forceinline__ void write_lse(const KernelParams& p, const float (&lse)[2], int batch,
+// LSE of the thread's two rows (one lane per quad writes), rows that exist only. `q_off`: the sequence's first row
+// in packed (varlen) layouts, whose LSE is [Hq, total_q]; 0 for [B, Hq, Sq].
+__device__ __forceinline__ void write_lse(const KernelParams& p, const float (&lse)[2], int batch, int q_off,
                                           const ThreadRows& rows, int lane) {
   if (p.lse == nullptr || lane % 4 != 0) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (rows.valid[r]) p.lse[(static_cast<int64_t>(batch) * p.heads_q + rows.head[r]) * p.seqlen_q + rows.row[r]] = lse[r];
+    if (rows.valid[r]) {
+      p.lse[batch * p.lse_stride[0] + rows.head[r] * p.lse_stride[1] + q_off + rows.row[r]] = lse[r];
+    }
   }
 }
 
@@ -50,14 +53,14 @@ __device__ __forceinline__ void stage_output(uint32_t o_wg_addr, const float (&o
 
 template <int kHeadDim, typename Element, int kDTiles>
 __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_reg)[kDTiles][4], const float (&inv_l)[2],
-                                             const float (&lse)[2], int batch, const ThreadRows& rows, int lane,
-                                             bool skip_first_row) {
+                                             const float (&lse)[2], int batch, int q_off, const ThreadRows& rows,
+                                             int lane, bool skip_first_row) {
   const float bias = fault_bias(p);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (!rows.valid[r]) continue;
     if (skip_first_row && r == 0 && lane / 4 == 0) continue;
-    const int row = rows.row[r];
+    const int64_t row = q_off + rows.row[r];  // packed layouts: o_stride[0] is 0, q_off the sequence's first row
     const int head_q = rows.head[r];
     uint16_t* o_row = static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head_q * p.o_stride[2] + row * p.o_stride[1];
 #pragma unroll
@@ -67,7 +70,7 @@ __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_re
       *reinterpret_cast<uint32_t*>(o_row + col) = packed;
     }
   }
-  write_lse(p, lse, batch, rows, lane);
+  write_lse(p, lse, batch, q_off, rows, lane);
 }
 
 // Split-KV epilogue: this split's O rows normalized by its own softmax sum, fp32, and its LSE (-inf for a row

@@ -58,6 +58,14 @@ template <int kHeadDim, typename F>
 int with_point(const fc_params* in, const KernelParams& p, F&& f) {
   using D = DefaultPoints<kHeadDim>;
   using Choice = BlockNChoice<kHeadDim>;
+  if (p.softcap_prescale > 0.f) {  // soft-capping is compiled for the short default point only (run_tiles.cuh)
+    if ((in->point != 0 && in->point != D::kShort) || (in->block_n != 0 && in->block_n != Choice::kShort)) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "softcap runs head dim %d's default point at %d keys per tile "
+                          "only: leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, Choice::kShort,
+                          static_cast<unsigned>(in->point), in->block_n);
+    }
+    return f(std::integral_constant<int, D::kShort>{});
+  }
   if (in->point != 0) {
     if (in->block_n != 0 && in->block_n != (in->point & 511)) {
       return report_error(FC_ERR_INVALID_ARGUMENT, "block_n = %d but point 0x%x has %d keys per tile (leave block_n 0 "
@@ -203,6 +211,10 @@ extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream
   flashcore::KernelParams kp;
   const int status = flashcore::validate_and_convert(params, &kp);
   if (status != FC_OK) return status;
+  if (flashcore::uses_serving(params)) {
+    return flashcore::report_error(FC_ERR_INVALID_ARGUMENT, "the phase-1 kernel takes dense batches only: packed "
+                                   "rows, per-sequence keys, cache slots, window and softcap need fc_attention_forward");
+  }
   return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream), true);
 }
 

@@ -57,6 +57,23 @@ typedef struct fc_params {
   int32_t point;           // compile-time point (kernel/tile_point.h: keys per tile, K/V stages, consumer
                            // warpgroups, ping-pong, early rescale, producer registers): 0 = the default; else one
                            // of fc_points(head_dim)
+  // Serving layouts and score modifiers; zero / NULL everywhere: a dense batch, no window, no soft-capping.
+  // Device int32 arrays, read by the kernel (their values cannot be checked on the host without a copy; see
+  // flashcore.serving's debug checks): sequence b of `batch` has
+  const int32_t* cu_seqlens_q;  // [batch + 1], 0 = cu[0] <= cu[1] <= ... <= total_q: queries packed as rows
+                                // [cu[b], cu[b + 1]) of q and o, which are [total_q, Hq, D] (q_stride[0] and
+                                // o_stride[0] unused); seqlen_q is then the longest sequence, lse [Hq, total_q]
+  const int32_t* cu_seqlens_k;  // [batch + 1], likewise for keys: k and v [total_k, Hkv, D]; seqlen_k the longest
+  const int32_t* seqused_k;     // [batch]: the sequence attends to its first seqused_k[b] keys only (<= its length)
+  const int32_t* kv_batch_idx;  // [batch]: its keys are k/v batch entry kv_batch_idx[b] in [0, kv_batch) (a KV
+                                // cache's slot); not with cu_seqlens_k
+  int64_t total_q;   // rows of packed q and o (with cu_seqlens_q), >= 1
+  int64_t total_k;   // rows of packed k and v (with cu_seqlens_k), >= 1
+  int64_t kv_batch;  // batch entries of k and v: 0 = batch (kv_batch_idx may index a larger cache)
+  int32_t window;        // 1: sliding window: query row i sees keys [i + d - window_left, i + d + window_right],
+  int32_t window_left;   // d = its sequence's seqlen_k - seqlen_q (bottom-right), -1 = unbounded on that side;
+  int32_t window_right;  // causal sets window_right to 0. Not with the phase-1 kernel.
+  float softcap;         // > 0: scores = softcap * tanh(softmax_scale * q.k / softcap) (Gemma-style); 0: off
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2 };
 

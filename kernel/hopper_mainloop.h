@@ -6,6 +6,7 @@
 #include "mask.h"
 #include "mma.h"
 #include "params.h"
+#include "seqlens.h"
 #include "softmax.h"
 #include "tile_scheduler.h"
 #include "tma.h"
@@ -31,9 +32,18 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
   int o_tiles = 0;  // O over V: tiles with K/V blocks so far, one kOEmpty phase each
   int tile = first_tile();
   for (int k = 0;; ++k) {
-    const bool valid = tile < p.total_tiles;
-    const TileCoord c = tile_coord(p, valid ? tile : 0);
-    const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c);
+    // Tiles without query rows (past a short packed sequence's end) are skipped here: the consumers never see them.
+    bool valid;
+    TileCoord c;
+    SeqLens seq;
+    for (;;) {
+      valid = tile < p.total_tiles;
+      c = tile_coord(p, valid ? tile : 0);
+      seq = seq_lens(p, c.batch);
+      if (!valid || tile_has_rows<Cfg::kBlockM>(p, c, seq)) break;
+      tile = next_tile(p, tile);
+    }
+    const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c, seq);
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = p.pack_gqa ? c.head : c.head / p.group;
     auto load = [&](int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map, int n) {
@@ -46,12 +56,12 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
 #pragma unroll
       for (int ch = 0; ch < Cfg::kChunks; ++ch) {
         tma_load_4d(ring + stage * Cfg::kKVBytes + ch * Cfg::kBlockN * 128, map, full, 64 * ch,
-                    (kv.n_begin + n) * Cfg::kBlockN, head_kv, c.batch);
+                    seq.k_off + (kv.n_begin + n) * Cfg::kBlockN, head_kv, seq.kv_batch);
       }
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
     if (k > 0) mbarrier_wait_sleep(&bars[Slots::kQEmpty], (k - 1) & 1);
-    store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv});
+    store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv, seq.q_len, seq.k_len, seq.q_off});
     if (!valid) {
       mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave
       break;
@@ -62,7 +72,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
 #pragma unroll
     for (int ch = 0; ch < Cfg::kChunks; ++ch) {
       tma_load_4d(q_smem + ch * Cfg::kBlockM * 128, &tma.q, &bars[Slots::kQFull], 64 * ch,
-                  p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM, p.pack_gqa ? c.head * p.group : c.head, c.batch);
+                  seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM), p.pack_gqa ? c.head * p.group : c.head,
+                  q_batch_coord(p, c.batch));
     }
     const int next = next_tile(p, tile);  // a dynamic fetch's latency hides behind the loads below
     if (n_blocks > 0) {

@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(kThreads, launch_min_blocks<kHeadDim>())
     const uint32_t q_slab_addr = smem_addr(q_smem) + consumer_warp * kRowsPerWarp * kHeadDim * 2;
     const int row0 = row_first + consumer_warp * kRowsPerWarp + lane / 4;
     const ThreadRows rows{{head_q, head_q}, {row0, row0 + 8}, {row0 < p.seqlen_q, row0 + 8 < p.seqlen_q}};
+    const SeqMask seq = seq_mask(p.seqlen_q, p.seqlen_k);  // dense batches only (the serving layouts need Hopper)
     mbarrier_wait(&bars[Slots::kQFull], 0);
 
     for (int n_block = 0; n_block < n_blocks; ++n_block) {
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, launch_min_blocks<kHeadDim>())
 
       float s[Cfg::kBlockN / 8][4];
       consumer.qk(s, q_slab_addr, k_addr, lane);                                   // 1. S = Q K^T
-      if (block_needs_mask(p, key0, Cfg::kBlockN, row_first)) mask_scores(s, p, rows, key0, lane);  // 2. mask
+      if (key0 + Cfg::kBlockN > unmasked_key_limit(p, seq, row_first)) mask_scores(s, p, seq, rows, key0, lane);  // 2.
       float alpha[2];
       consumer.softmax.update(s, p.softmax_scale_log2, alpha);                      // 3. P, m_i, l_i
       consumer.pv(s, alpha, v_addr, lane);                                          // 4. O = O*alpha + P V
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, launch_min_blocks<kHeadDim>())
 
     float inv_l[2], lse[2];
     consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
-    write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, rows, lane,
+    write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, 0, rows, lane,
                                     p.fault == kFaultSkipFirstRow && consumer_warp == 0);
   }
 }

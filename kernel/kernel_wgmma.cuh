@@ -14,34 +14,50 @@
 #include "hopper_mainloop.h"
 #include "mask.h"
 #include "params.h"
+#include "seqlens.h"
 #include "tile_scheduler.h"
 
 namespace flashcore {
 
-// The thread's two fragment rows (g, g + 8 of its warp's 16) of tile `c`: query head, query row, whether it exists.
+// The thread's two fragment rows (g, g + 8 of its warp's 16) of tile `c`: query head, query row, whether it exists
+// (row < q_len, the sequence's query rows).
 __device__ __forceinline__ ThreadRows thread_rows(const KernelParams& p, const TileCoord& c, const KvRange& kv,
-                                                  int tile_row0, int lane) {
+                                                  int q_len, int tile_row0, int lane) {
   ThreadRows rows;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int tile_row = tile_row0 + lane / 4 + 8 * r;
-    if (p.pack_gqa) {  // tile row = (query head in the group) * seqlen_q + query row
+    if (p.pack_gqa) {  // tile row = (query head in the group) * seqlen_q + query row (the Q box's row count)
       rows.head[r] = c.head * p.group + tile_row / p.seqlen_q;
       rows.row[r] = tile_row % p.seqlen_q;
-      rows.valid[r] = tile_row < p.group * p.seqlen_q;
+      rows.valid[r] = tile_row < p.group * p.seqlen_q && rows.row[r] < q_len;
     } else {
       rows.head[r] = c.head;
       rows.row[r] = kv.row_first + tile_row;
-      rows.valid[r] = rows.row[r] < p.seqlen_q;
+      rows.valid[r] = rows.row[r] < q_len;
     }
   }
   return rows;
 }
 
+// Soft-capping (Gemma-style): s = tanh(s * softmax_scale / softcap); the host folds softcap into the softmax scale.
+// tanh.approx.f32 (one MUFU.TANH): max relative error 2^-10.987, below the bf16/fp16 P that the scores become.
+template <int kNTiles>
+__device__ __forceinline__ void softcap_scores(float (&s)[kNTiles][4], float prescale) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm("tanh.approx.f32 %0, %1;" : "=f"(s[nt][e]) : "f"(s[nt][e] * prescale));
+  }
+}
+
 // kSplit: split-KV instantiation (tiles carry a split index; fp32 partials for the combine kernel). The non-split
 // instantiation folds every split term away: measured on the H100, one kernel with a runtime split count ran
 // hdim 64 prefill 5.9 % slower (445.7 vs 473.7 TFLOPS, 2832 vs 2528 SASS lines).
-template <int kHeadDim, int kPoint, typename Element, bool kSplit>
+// kSoftcap: scores are soft-capped (tanh). A run-time branch on it inside the block loop made ptxas spill (hdim 256:
+// 20 bytes), and so did a second copy of the consumer in the same kernel (hdim 128 at 176 keys: 12 bytes), so it is
+// an instantiation of its own, compiled for the short default point of each head dim only (run_tiles.cuh).
+template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap>
 __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint>;
@@ -124,12 +140,15 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     if (info.tile < 0) break;
     const KvRange kv = info.kv;
     const int n_blocks = kv.n_blocks;
-    const ThreadRows mask_rows = thread_rows(p, info.coord, kv, tile_row0, lane);  // only .row is used
+    const SeqMask seq = seq_mask(info.q_len, info.k_len);
+    const ThreadRows mask_rows = thread_rows(p, info.coord, kv, info.q_len, tile_row0, lane);  // only .row is used
     consumer.init();
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
-    // Blocks [0, kv.n_unmasked) need no mask; the rest run the masked copy of the loop (no mask code in the hot one).
+    // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
+    // hot one). Soft-capping comes first: a masked score must stay -inf (tanh would make it -1).
     auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2], auto masked) {
-      if constexpr (decltype(masked)::value) mask_scores(s, p, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
+      if constexpr (kSoftcap) softcap_scores(s, p.softcap_prescale);
+      if constexpr (decltype(masked)::value) mask_scores(s, p, seq, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
       consumer.softmax.update(s, p.softmax_scale_log2, alpha);
     };
     // Q (and the tile index) are free for the producer once this thread's last S GEMM has completed.
@@ -140,9 +159,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     // GEMMs run narrow (packed GQA rows may be any query row: the last one bounds them).
     bool narrow_last = false;
     if constexpr (Cfg::kNarrowN > 0) {
-      const int last_row = p.pack_gqa ? p.seqlen_q - 1 : min(kv.row_first + consumer_wg * 64 + 63, p.seqlen_q - 1);
+      const int last_row = p.pack_gqa ? info.q_len - 1 : min(kv.row_first + consumer_wg * 64 + 63, info.q_len - 1);
       narrow_last = n_blocks > 0 &&
-                    visible_key_end(p, last_row) - (kv.n_begin + n_blocks - 1) * Cfg::kBlockN <= Cfg::kNarrowN;
+                    visible_key_end(p, seq, last_row) - (kv.n_begin + n_blocks - 1) * Cfg::kBlockN <= Cfg::kNarrowN;
     }
     using Full = std::integral_constant<int, Cfg::kBlockN>;
     using Narrow = std::integral_constant<int, (Cfg::kNarrowN > 0 ? Cfg::kNarrowN : Cfg::kBlockN)>;
@@ -171,7 +190,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
       release(Slots::kKEmpty, block);
       if (n_blocks == 1) q_done();
       // O is still 0: alpha needs no rescale.
-      if (kv.n_unmasked > 0) {
+      if (kv.um_begin == 0 && kv.um_end > 0) {
         scores(s, 0, alpha, std::false_type{});
       } else {
         scores(s, 0, alpha, std::true_type{});
@@ -209,10 +228,18 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
       if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
       Consumer::pack_p(s, p_frag);
     };
-    // A narrow last block is always masked (its keys past kNarrowN are): blocks < n_unmasked are full.
+    // A narrow last block is always masked (its keys past kNarrowN are): blocks < um_end are full. One masked and
+    // one unmasked copy of the step: the unmasked run is an inner loop of its own.
     const int n_wide = narrow_last ? n_blocks - 1 : n_blocks;
-    for (int n = 1; n < kv.n_unmasked; ++n) step(n, std::false_type{}, Full{});
-    for (int n = max(1, kv.n_unmasked); n < n_wide; ++n) step(n, std::true_type{}, Full{});
+    const int um_end = min(kv.um_end, n_wide);
+    for (int n = 1; n < n_wide;) {
+      if (n >= kv.um_begin && n < um_end) {
+        for (; n < um_end; ++n) step(n, std::false_type{}, Full{});
+      } else {
+        step(n, std::true_type{}, Full{});
+        ++n;
+      }
+    }
     if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
     auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
@@ -234,17 +261,23 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
 
     // Epilogue. The tile's coordinates are read again from its slot rather than kept live across the mainloop
     // (registers are what the hdim-256 and split instantiations run short of).
-    const TileCoord c = load_tile_info(tile_slots, k, Cfg::kBlockM).coord;
-    const ThreadRows rows = thread_rows(p, c, kv, tile_row0, lane);
+    const TileInfo again = load_tile_info(tile_slots, k, Cfg::kBlockM);
+    const TileCoord c = again.coord;
+    const ThreadRows rows = thread_rows(p, c, kv, again.q_len, tile_row0, lane);
+    const int wg_row0 = c.m_block * Cfg::kBlockM + consumer_wg * 64;
     float inv_l[2], lse[2];
     consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
     const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;
     if constexpr (kSplit) {
       write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, c.batch, c.split, rows, lane, skip_first_row);
-    } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow || (Cfg::kOAliasV && n_blocks == 0)) {
+    } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow || (Cfg::kOAliasV && n_blocks == 0) ||
+               (p.cu_seqlens_q != nullptr && wg_row0 + 64 > again.q_len)) {
       // Packed rows span several heads (no single TMA box); the planted skip-row fault needs per-row stores; a tile
-      // without K/V blocks (O = 0) must not stage over V, which the producer may be refilling (no kOEmpty phase).
-      write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, c.batch, rows, lane, skip_first_row);
+      // without K/V blocks (O = 0) must not stage over V, which the producer may be refilling (no kOEmpty phase);
+      // a box past a packed sequence's end would overwrite the next sequence's rows (this is per warpgroup: each
+      // stages and stores its own rows, with its own barriers).
+      write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, c.batch, again.q_off, rows, lane,
+                                      skip_first_row);
     } else {
       // This warpgroup's 64 rows are staged in its own slot of the O buffer, or, where O overlaps V, in the V stage
       // of ring block b = block - kConsumerWGs + consumer_wg (the last blocks read: a different stage per
@@ -264,18 +297,17 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
       stage_output<Element>(smem_addr(wg_o), consumer.o_reg, inv_l, fault_bias(p), warp_in_wg * 16, lane);
       fence_proxy_async_shared();  // the TMA store (async proxy) reads what these generic stores wrote
       named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
-      const int wg_row0 = c.m_block * Cfg::kBlockM + consumer_wg * 64;
-      if (thread == 0 && wg_row0 < p.seqlen_q) {
+      if (thread == 0 && wg_row0 < again.q_len) {
 #pragma unroll
-        for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-          tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, wg_row0, c.head, c.batch);  // rows past seqlen_q clip
+        for (int ch = 0; ch < Cfg::kChunks; ++ch) {  // dense: rows past seqlen_q clip
+          tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, again.q_off + wg_row0, c.head, q_batch_coord(p, c.batch));
         }
         bulk_commit_group();
         // Over V, kOEmpty (below) must follow the read; an own buffer is waited for at the next epilogue, so this
         // warpgroup's next GEMMs (which need its thread 0) do not wait for the store.
         if constexpr (Cfg::kOAliasV) bulk_wait_group_read_all();
       }
-      write_lse(p, lse, c.batch, rows, lane);
+      write_lse(p, lse, c.batch, again.q_off, rows, lane);
     }
     // O over V: one arrival per warpgroup for each tile with blocks (the producer waits on each such phase before
     // the next V(0)). With O in its own buffer nobody waits, so nobody arrives (synccheck: "missing wait").

@@ -11,6 +11,10 @@ namespace flashcore {
 // Returns FC_OK or an fc_status with the reason stored for fc_last_error().
 int validate_and_convert(const fc_params* in, KernelParams* out);
 
+// Whether a call uses a serving field (packed rows, per-sequence keys, cache slots, window, soft-capping), which
+// only the Hopper kernel implements.
+bool uses_serving(const fc_params* in);
+
 // Stores a printf-style message for fc_last_error() and returns `status`.
 int report_error(int status, const char* fmt, ...);
 

@@ -15,8 +15,18 @@ struct KernelParams {
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];  // batch, seq, head (elements)
   float softmax_scale;        // applied to Q K^T
   float softmax_scale_log2;   // softmax_scale * log2(e), for exp2
-  int causal;
+  int causal;       // keys right of the diagonal are masked: causal, or a window with a right bound
   int diag_offset;  // seqlen_k - seqlen_q: causal row i sees keys j <= i + diag_offset (bottom-right)
+  // Serving (kernel/seqlens.h, kernel/mask.h). Sliding window: row i sees keys j in [i + diag - window_left,
+  // i + diag + window_right]; window_left -1: no left bound; window_right applies when `causal` (causal: 0).
+  int window_left, window_right;
+  float softcap_prescale;  // > 0: scores become tanh(s * softcap_prescale) (softmax_scale folded in); 0: off
+  // Per-sequence lengths (nullptr: every sequence is seqlen_q x seqlen_k; then seqlen_q/k are the longest).
+  const int* cu_seqlens_q;  // [batch + 1]: sequence b's queries are rows [cu[b], cu[b + 1]) of packed q and o
+  const int* cu_seqlens_k;  // [batch + 1]: its keys are rows [cu[b], cu[b + 1]) of packed k and v
+  const int* seqused_k;     // [batch]: it uses its first seqused_k[b] keys (a KV cache's per-sequence length)
+  const int* kv_batch_idx;  // [batch]: its keys are k/v batch entry kv_batch_idx[b] (the cache's slot)
+  int64_t lse_stride[2];    // LSE element strides of batch and head: [B, Hq, Sq], or [Hq, total_q] when packed
   int fault;        // FaultKind, test-only
   // GQA packing (short queries): one tile holds all `group` query heads of a K/V head, tile row
   // r = (head in group) * seqlen_q + query row, so K/V are read once per group instead of once per head.

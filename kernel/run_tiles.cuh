@@ -15,6 +15,7 @@
 #include "params.h"
 #include "split_plan.h"
 #include "tensor_maps.h"
+#include "tile_choice.h"
 
 namespace flashcore {
 
@@ -80,7 +81,9 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   if (status != FC_OK) return status;
   const int usable_sms = sms - in->sm_margin > 1 ? sms - in->sm_margin : 1;
   int splits = 1;
-  if (in->num_splits > 0) {
+  if (p.cu_seqlens_q != nullptr) {
+    splits = 1;  // the partials are laid out [split][batch][head][row]: packed rows have no batch dim
+  } else if (in->num_splits > 0) {
     splits = in->num_splits < n_blocks ? in->num_splits : n_blocks;
     if (splits > kMaxSplits) splits = kMaxSplits;
   } else {
@@ -98,7 +101,11 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   // K/V bytes one (batch, head) pair of the tile list reads: query heads of one GQA group share theirs.
   const int64_t kv_bytes = int64_t{4} * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
   const int64_t bh = static_cast<int64_t>(plan->grid_heads) * p.batch;
-  const bool uneven = in->schedule == FC_SCHEDULE_DEFAULT ? p.causal : in->schedule == FC_SCHEDULE_DYNAMIC;
+  // Uneven tiles: causal or windowed rows see different key counts; per-sequence lengths differ per sequence.
+  const bool ragged = p.window_left >= 0 || p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr ||
+                      p.seqused_k != nullptr;
+  const bool uneven =
+      in->schedule == FC_SCHEDULE_DEFAULT ? (p.causal != 0 || ragged) : in->schedule == FC_SCHEDULE_DYNAMIC;
   plan->dynamic = uneven && plan->tiles > plan->ctas;
   plan->sections = plan_sections(bh, kv_bytes, l2_budget_bytes(device, in->l2_section_pct), plan->dynamic);
   const int64_t partial_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
@@ -107,11 +114,25 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   return FC_OK;
 }
 
+// The one point of a head dim compiled with soft-capping (kernel_wgmma.cuh kSoftcap): its short default.
+template <int kHeadDim>
+constexpr int softcap_point() {
+  return HeadDimTraits<kHeadDim>::point(BlockNChoice<kHeadDim>::kShort);
+}
+
 template <int kHeadDim, int kPoint, typename Element>
 cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, cudaStream_t stream) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint>;
-  auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true>
-                                    : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false>;
+  auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false>
+                                    : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
+  if constexpr (kPoint == softcap_point<kHeadDim>()) {
+    if (p.softcap_prescale > 0.f) {
+      kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, true>
+                                   : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, true>;
+    }
+  } else if (p.softcap_prescale > 0.f) {
+    return cudaErrorInvalidValue;  // with_point (kernel/flashcore.cu) never picks another point with softcap
+  }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   if (plan.dynamic && (err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream)) != cudaSuccess) return err;
@@ -151,15 +172,20 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   p.section_big = plan.sections.big;
   p.tile_counter =
       plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.counter_offset) : nullptr;
+  // Packed rows (varlen) are one batch entry of total rows; a cache may hold more entries than the call's batch.
+  const bool packed_q = in->cu_seqlens_q != nullptr, packed_k = in->cu_seqlens_k != nullptr;
+  const int64_t q_rows = packed_q ? in->total_q : in->seqlen_q, q_batch = packed_q ? 1 : in->batch;
+  const int64_t k_rows = packed_k ? in->total_k : in->seqlen_k;
+  const int64_t k_batch = packed_k ? 1 : (in->kv_batch > 0 ? in->kv_batch : in->batch);
   TmaParams tma;
-  if ((status = encode_tensor_map(&tma.q, "q", in->q, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->q_stride,
+  if ((status = encode_tensor_map(&tma.q, "q", in->q, kHeadDim, q_rows, in->heads_q, q_batch, in->q_stride,
                                   p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1)) != FC_OK ||
-      (status = encode_tensor_map(&tma.k, "k", in->k, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->k_stride,
+      (status = encode_tensor_map(&tma.k, "k", in->k, kHeadDim, k_rows, in->heads_kv, k_batch, in->k_stride,
                                   Cfg::kBlockN)) != FC_OK ||
-      (status = encode_tensor_map(&tma.v, "v", in->v, kHeadDim, in->seqlen_k, in->heads_kv, in->batch, in->v_stride,
+      (status = encode_tensor_map(&tma.v, "v", in->v, kHeadDim, k_rows, in->heads_kv, k_batch, in->v_stride,
                                   Cfg::kBlockN)) != FC_OK ||
       // O leaves one consumer warpgroup (64 rows) per store.
-      (status = encode_tensor_map(&tma.o, "o", in->o, kHeadDim, in->seqlen_q, in->heads_q, in->batch, in->o_stride,
+      (status = encode_tensor_map(&tma.o, "o", in->o, kHeadDim, q_rows, in->heads_q, q_batch, in->o_stride,
                                   64)) != FC_OK) {
     return status;
   }

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "mask.h"
 #include "params.h"
+#include "seqlens.h"
 
 namespace flashcore {
 
@@ -49,45 +50,62 @@ __device__ __forceinline__ int next_tile(const KernelParams& p, int tile) {
 }
 
 // The K/V blocks [n_begin, n_begin + n_blocks) of a tile: every block its rows can see (causal: up to the
-// diagonal), or its split's even share of them (possibly none).
+// diagonal; a left window bound: from the first row's window), or its split's even share of them (possibly none).
 struct KvRange {
-  int row_first;   // first query row of the tile (0 when packed)
+  int row_first;  // first query row of the tile (0 when packed)
   int n_begin;
   int n_blocks;
-  int n_unmasked;  // blocks [0, n_unmasked) of the range need no mask: every key < seqlen_k and visible to every row
+  // Blocks [um_begin, um_end) of the range need no mask: every key < k_len and visible to every row of the tile;
+  // the blocks before um_begin (left window edge) and from um_end on (diagonal, tail) are masked.
+  int um_begin;
+  int um_end;
 };
 
+// Whether tile c has query rows at all: a packed (varlen) batch has no rows past a short sequence's end, and the
+// tile list holds the longest sequence's query tiles for every sequence.
+template <int kBlockM>
+__device__ __forceinline__ bool tile_has_rows(const KernelParams& p, const TileCoord& c, const SeqLens& seq) {
+  return p.pack_gqa ? seq.q_len > 0 : c.m_block * kBlockM < seq.q_len;
+}
+
 template <int kBlockM, int kBlockN, bool kSplit>
-__device__ __forceinline__ KvRange kv_range(const KernelParams& p, const TileCoord& c) {
+__device__ __forceinline__ KvRange kv_range(const KernelParams& p, const TileCoord& c, const SeqLens& seq) {
   KvRange r;
   r.row_first = p.pack_gqa ? 0 : c.m_block * kBlockM;
-  const int row_span = p.pack_gqa ? p.seqlen_q : kBlockM;
-  int key_end = p.seqlen_k;
-  if (p.causal) key_end = min(key_end, max(0, r.row_first + row_span + p.diag_offset));
-  const int n_total = (key_end + kBlockN - 1) / kBlockN;
+  const int row_last = r.row_first + (p.pack_gqa ? seq.q_len : kBlockM) - 1;
+  const SeqMask m = seq_mask(seq.q_len, seq.k_len);
+  const int key_end = visible_key_end(p, m, row_last);  // (the tail fault widens it: its key is masked anyway)
+  const int n_lo = visible_key_begin(p, m, r.row_first) / kBlockN;
+  const int n_total = max(0, (key_end + kBlockN - 1) / kBlockN - n_lo);
   if constexpr (kSplit) {
-    r.n_begin = static_cast<int>(static_cast<int64_t>(c.split) * n_total / p.num_splits);
-    r.n_blocks = static_cast<int>(static_cast<int64_t>(c.split + 1) * n_total / p.num_splits) - r.n_begin;
+    // 32-bit unsigned: split < 128 and n_total < 2^25 keep the product below 2^32.
+    r.n_begin = n_lo + static_cast<int>(static_cast<unsigned>(c.split) * n_total / p.num_splits);
+    r.n_blocks = n_lo + static_cast<int>(static_cast<unsigned>(c.split + 1) * n_total / p.num_splits) - r.n_begin;
   } else {
-    r.n_begin = 0;
+    r.n_begin = n_lo;
     r.n_blocks = n_total;
   }
-  // The leading blocks whose keys all lie below the limit every row of the tile sees (mask.h).
-  r.n_unmasked = min(max(unmasked_key_limit(p, r.row_first) / kBlockN - r.n_begin, 0), r.n_blocks);
+  // Unmasked: keys from the last row's window start (rounded up to a block) below the first row's limit.
+  const int u_begin = (visible_key_begin(p, m, row_last) + kBlockN - 1) / kBlockN;
+  const int u_end = unmasked_key_limit(p, m, r.row_first) / kBlockN;
+  r.um_begin = min(max(u_begin - r.n_begin, 0), r.n_blocks);
+  r.um_end = max(min(u_end - r.n_begin, r.n_blocks), r.um_begin);
   return r;
 }
 
 // What the producer hands the consumers with each tile (kQFull's arrive releases it, their wait acquires it): the
-// decoded tile, so the consumers never divide by runtime values (three decodes per tile cost ~150-200 instructions
-// per thread, against ~500 per K/V block). tile < 0: no tile is left. Stored as two 16-byte vectors (row_first is
-// recomputed), in slot k % 2 for the CTA's k-th tile: the producer writes slot k % 2 again only for tile k + 2, after
-// every consumer released tile k + 1's Q, so the consumers may read their slot until the end of tile k's epilogue.
+// decoded tile and its sequence's extent, so the consumers never divide by runtime values nor read the length
+// arrays (three decodes per tile cost ~150-200 instructions per thread, against ~500 per K/V block). tile < 0: no
+// tile is left. Stored as three 16-byte vectors (row_first is recomputed), in slot k % 2 for the CTA's k-th tile:
+// the producer writes slot k % 2 again only for tile k + 2, after every consumer released tile k + 1's Q, so the
+// consumers may read their slot until the end of tile k's epilogue.
 struct TileInfo {
   int tile;
   TileCoord coord;
   KvRange kv;
+  int q_len, k_len, q_off;
 };
-constexpr int kTileInfoBytes = 32;
+constexpr int kTileInfoBytes = 48;
 
 // `slots`: the two kTileInfoBytes slots (16-byte aligned); `k`: the CTA's tile count, which picks slot k % 2.
 __device__ __forceinline__ void store_tile_info(void* slots, int k, const TileInfo& t) {
@@ -96,7 +114,10 @@ __device__ __forceinline__ void store_tile_info(void* slots, int k, const TileIn
                "r"(t.coord.head), "r"(t.coord.batch)
                : "memory");
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr + 16), "r"(t.coord.split), "r"(t.kv.n_begin),
-               "r"(t.kv.n_blocks), "r"(t.kv.n_unmasked)
+               "r"(t.kv.n_blocks), "r"(t.kv.um_end)
+               : "memory");
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr + 32), "r"(t.kv.um_begin), "r"(t.q_len),
+               "r"(t.k_len), "r"(t.q_off)
                : "memory");
 }
 
@@ -108,8 +129,12 @@ __device__ __forceinline__ TileInfo load_tile_info(const void* slots, int k, int
                : "r"(addr)
                : "memory");
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(t.coord.split), "=r"(t.kv.n_begin), "=r"(t.kv.n_blocks), "=r"(t.kv.n_unmasked)
+               : "=r"(t.coord.split), "=r"(t.kv.n_begin), "=r"(t.kv.n_blocks), "=r"(t.kv.um_end)
                : "r"(addr + 16)
+               : "memory");
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(t.kv.um_begin), "=r"(t.q_len), "=r"(t.k_len), "=r"(t.q_off)
+               : "r"(addr + 32)
                : "memory");
   t.kv.row_first = t.coord.m_block * block_m;  // packed tiles have m_block 0
   return t;

@@ -1,0 +1,98 @@
+"""FlashCore's contract in plain torch, float32: the ground truth of the serving tests and the fallback of the
+serving features (torch SDPA has no soft-capping and no per-sequence lengths).
+
+One sequence: q [Sq, Hq, D], k and v [Sk, Hkv, D]. Query row i sees key j iff
+    j <= i + d + right   (causal: right = 0; window right bound; else no bound)
+    j >= i + d - left    (window left bound; -1: none),        d = Sk - Sq (bottom-right alignment);
+scores are softmax_scale * q.k, soft-capped to softcap * tanh(score / softcap) when softcap > 0; GQA: query head h
+reads K/V head h // (Hq // Hkv). A row that sees no key gets out = 0 and lse = -inf. Works on any torch device.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+CHUNK_BYTES = 256 << 20  # float32 scores per chunk of query rows
+
+
+def visible(seqlen_q: int, seqlen_k: int, rows: slice, causal: bool, window: tuple[int, int],
+            device: torch.device) -> torch.Tensor:
+    """[rows, Sk] bool: True where key j is visible to query row i."""
+    import torch
+
+    i = torch.arange(seqlen_q, device=device)[rows, None]
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    diag = i + (seqlen_k - seqlen_q)
+    left, right = window
+    if causal:
+        right = 0
+    keep = torch.ones(i.shape[0], seqlen_k, dtype=torch.bool, device=device)
+    if right >= 0:
+        keep &= j <= diag + right
+    if left >= 0:
+        keep &= j >= diag - left
+    return keep
+
+
+def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
+             window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence: out [Sq, Hq, D] float32 and lse [Hq, Sq] float32."""
+    import torch
+
+    sq, hq, d = q.shape
+    sk, hkv = k.shape[0], k.shape[1]
+    out = torch.zeros(sq, hq, v.shape[2], dtype=torch.float32, device=q.device)
+    lse = torch.full((hq, sq), -math.inf, dtype=torch.float32, device=q.device)
+    if sq == 0 or sk == 0:
+        return out, lse
+    group = hq // hkv
+    k32 = k.float().repeat_interleave(group, dim=1).permute(1, 2, 0)  # [Hq, D, Sk]
+    v32 = v.float().repeat_interleave(group, dim=1).permute(1, 0, 2)  # [Hq, Sk, Dv]
+    step = max(1, CHUNK_BYTES // max(1, 4 * hq * sk))
+    for start in range(0, sq, step):
+        rows = slice(start, min(start + step, sq))
+        s = torch.matmul(q[rows].float().permute(1, 0, 2), k32) * scale  # [Hq, n, Sk]
+        if softcap > 0:
+            s = torch.tanh(s / softcap) * softcap
+        s = s.masked_fill(~visible(sq, sk, rows, causal, window, q.device), -math.inf)
+        row_lse = torch.logsumexp(s, dim=-1)  # [Hq, n]
+        seen = torch.isfinite(row_lse)
+        p = torch.exp(s - torch.where(seen, row_lse, 0.0)[..., None])
+        out[rows] = torch.matmul(p, v32).permute(1, 0, 2)
+        lse[:, rows] = row_lse
+    return out, lse
+
+
+def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
+          window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]: out [B, Sq, Hq, D] float32, lse [B, Hq, Sq] float32."""
+    import torch
+
+    pairs = [sequence(q[b], k[b], v[b], causal=causal, scale=scale, window=window, softcap=softcap)
+             for b in range(q.shape[0])]
+    if not pairs:
+        return (torch.zeros(q.shape, dtype=torch.float32, device=q.device),
+                torch.zeros(0, q.shape[2], q.shape[1], dtype=torch.float32, device=q.device))
+    return torch.stack([o for o, _ in pairs]), torch.stack([s for _, s in pairs])
+
+
+def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], cu_k: list[int],
+           used_k: list[int] | None, *, causal: bool, scale: float, window: tuple[int, int] = (-1, -1),
+           softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed q [total_q, Hq, D], k and v [total_k, Hkv, D] with host lists of offsets (and of used keys):
+    out [total_q, Hq, D] float32 (rows outside every sequence 0), lse [Hq, total_q] float32 (-inf there)."""
+    import torch
+
+    out = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=torch.float32, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=torch.float32, device=q.device)
+    for b in range(len(cu_q) - 1):
+        qs = slice(cu_q[b], cu_q[b + 1])
+        k_end = cu_k[b + 1] if used_k is None else cu_k[b] + used_k[b]
+        ks = slice(cu_k[b], k_end)
+        o, s = sequence(q[qs], k[ks], v[ks], causal=causal, scale=scale, window=window, softcap=softcap)
+        out[qs], lse[:, qs] = o, s
+    return out, lse

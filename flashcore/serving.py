@@ -1,0 +1,320 @@
+"""The serving layouts of FlashCore's kernel (issue 15): packed variable-length batches, KV caches with a length and a
+slot per sequence, sliding windows and soft-capping. FA3's names and semantics (flashcore/flash_attn.py maps its
+entry points here):
+
+    varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None, ...)
+        q [total_q, Hq, D], k and v [total_k, Hkv, D]; sequence b is rows [cu[b], cu[b + 1]) of each (zero-length
+        sequences allowed); causal aligned bottom-right per sequence. Returns out [total_q, Hq, D], lse [Hq, total_q].
+    kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx=None, ...)
+        q [B, Sq, Hq, D], k_cache and v_cache [B_cache, S_cache, Hkv, D]; sequence b attends to the first
+        cache_seqlens[b] keys of cache slot cache_batch_idx[b] (default b). Returns out like q, lse [B, Hq, Sq].
+    dense(q, k, v, ...): flashcore.attention's layout with window_size and softcap.
+
+window_size (left, right): query row i sees keys [i + d - left, i + d + right], d = its sequence's Sk - Sq, -1 =
+unbounded; causal=True sets right to 0. softcap > 0: scores = softcap * tanh(softmax_scale * q.k / softcap).
+
+Host checks (shapes, dtypes, devices, strides, window and softcap values) raise FlashCoreError before anything runs.
+The values inside the index tensors (offsets, lengths, slots) live on the GPU: reading them costs a device sync, so
+they are checked only with debug_checks=True (or FLASHCORE_DEBUG_CHECKS=1): cu_seqlens start at 0, never decrease
+and end within the tensor; no sequence is longer than max_seqlen; seqused_k and cache_seqlens fit; slots exist.
+Without the checks, a wrong value gives wrong rows or an illegal address, as in FA3. Query rows of a packed q
+outside every sequence (past cu_seqlens_q[-1]) are not written.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from typing import TYPE_CHECKING, Any
+
+from flashcore import _lib, api, reference, validate
+from flashcore.errors import FlashCoreError
+
+if TYPE_CHECKING:
+    import torch
+
+MAX_WINDOW = 1 << 30
+
+
+def debug_checks_on(flag: bool | None) -> bool:
+    if flag is None:
+        return os.environ.get("FLASHCORE_DEBUG_CHECKS", "") not in ("", "0")
+    return validate.flag("debug_checks", flag)
+
+
+def check_window(window_size: Any) -> tuple[int, int]:
+    """(left, right), each an int in [-1, 2**30] (-1: unbounded)."""
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise FlashCoreError(f"window_size is {window_size!r}: expected a pair (left, right) of ints >= -1 "
+                             "((-1, -1): no window)") from None
+    for name, value in (("left", left), ("right", right)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -1 <= int(value) <= MAX_WINDOW:
+            raise FlashCoreError(f"window_size {name} is {value!r}: expected an int in [-1, {MAX_WINDOW}] "
+                                 "(-1: unbounded on that side)")
+    return int(left), int(right)
+
+
+def check_softcap(softcap: Any) -> float:
+    """A finite float >= 0 (0: off)."""
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise FlashCoreError(f"softcap is {softcap!r}: expected a float >= 0 (0.0: no soft-capping)")
+    value = float(softcap)
+    if not (math.isfinite(value) and value >= 0):
+        raise FlashCoreError(f"softcap is {value}: it must be finite and >= 0 (0.0: no soft-capping)")
+    return value
+
+
+def _index(name: str, t: Any, length: int, device: torch.device) -> torch.Tensor:
+    """A contiguous int32 vector of `length` on `device`."""
+    import torch
+
+    t = validate.tensor(name, t, device.type, device)
+    if t.dtype != torch.int32 or t.dim() != 1 or t.shape[0] != length:
+        raise FlashCoreError(f"{name} has dtype {t.dtype} and shape {tuple(t.shape)}: expected torch.int32 "
+                             f"[{length}]")
+    if not t.is_contiguous():
+        raise FlashCoreError(f"{name} has stride {t.stride()}: it must be contiguous")
+    return t
+
+
+def _packed(name: str, t: Any, device: torch.device | None, device_type: str = "cuda") -> torch.Tensor:
+    t = validate.tensor(name, t, device_type, device)
+    validate.rank(name, t, 3, "[total, H, D] (packed sequences)")
+    return t
+
+
+def _as4(t: torch.Tensor) -> torch.Tensor:
+    return t.unsqueeze(0)
+
+
+def _window_fields(causal: bool, window: tuple[int, int]) -> dict[str, int]:
+    if window == (-1, -1):
+        return {"window": 0, "window_left": 0, "window_right": 0}
+    return {"window": 1, "window_left": window[0], "window_right": 0 if causal else window[1]}
+
+
+def _launch(params: _lib.FcParams, device: torch.device) -> None:
+    import torch
+
+    lib = _lib.load()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(device):
+        need = api.workspace_bytes(lib, params, index)
+    api._forward(lib, params, need, device)
+
+
+def _base_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                 causal: bool, scale: float, window: tuple[int, int], softcap: float, deterministic: bool,
+                 num_splits: int, sm_margin: int) -> _lib.FcParams:
+    """fc_params of a 4-D [B, S, H, D] call (packed tensors are passed as a batch of one)."""
+    import torch
+
+    params = _lib.FcParams(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
+        batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
+        head_dim=q.shape[3], q_stride=api._strides(q), k_stride=api._strides(k), v_stride=api._strides(v),
+        o_stride=api._strides(out), softmax_scale=scale, causal=int(causal),
+        dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16,
+        num_splits=num_splits, deterministic=int(deterministic), sm_margin=sm_margin, softcap=softcap,
+        **_window_fields(causal, window),
+    )  # fmt: skip
+    return params
+
+
+def _on_kernel(q: torch.Tensor, fallback: str) -> bool:
+    """True: launch the kernel; False: compute with the reference (fallback='sdpa' off SM 9.0 or on the CPU)."""
+    if q.device.type == "cpu":
+        return False
+    index = q.device.index if q.device.index is not None else _current()
+    capability, name = api._device_info(index)
+    return not api.use_fallback(str(q.device), capability, name, fallback)
+
+
+def _current() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def _check_fallback(fallback: Any) -> str:
+    if fallback not in api.FALLBACKS:
+        raise FlashCoreError(f"fallback is {fallback!r}: expected 'error' or 'sdpa' (compute with plain torch "
+                             "off SM 9.0 and on the CPU)")
+    return str(fallback)
+
+
+def _device_type(q: Any, fallback: str) -> str:
+    import torch
+
+    return "cpu" if fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu" else "cuda"
+
+
+def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+          softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
+          deterministic: bool = False, num_splits: int | None = None, sm_margin: int = 0,
+          fallback: str = "error") -> tuple[torch.Tensor, torch.Tensor]:
+    """flashcore.attention's [B, S, H, D] layout with a sliding window and soft-capping; (out, lse [B, Hq, Sq])."""
+    import torch
+
+    window, cap = check_window(window_size), check_softcap(softcap)
+    fallback = _check_fallback(fallback)
+    call = api.check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
+                          fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
+                          device_type=_device_type(q, fallback))
+    if window == (-1, -1) and cap == 0.0:
+        return api.attention(call.q, call.k, call.v, causal=call.causal, softmax_scale=softmax_scale,
+                             deterministic=call.deterministic, num_splits=num_splits, sm_margin=call.sm_margin,
+                             fallback=fallback)
+    q, k, v = call.q, call.k, call.v
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    if call.empty:
+        out.zero_()
+        lse.fill_(-math.inf)
+        return out, lse
+    if not _on_kernel(q, fallback):
+        o, s = reference.dense(q, k, v, causal=call.causal, scale=call.scale, window=window, softcap=cap)
+        return out.copy_(o), lse.copy_(s)
+    params = _base_params(q, k, v, out, lse, call.causal, call.scale, window, cap, call.deterministic,
+                          call.num_splits, call.sm_margin)
+    _launch(params, q.device)
+    return out, lse
+
+
+def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, seqused_k: Any = None,
+           causal: bool = False, softmax_scale: float | None = None, window_size: Any = (-1, -1),
+           softcap: Any = 0.0, deterministic: bool = False, fallback: str = "error",
+           debug_checks: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32)."""
+    import torch
+
+    fallback = _check_fallback(fallback)
+    device_type = _device_type(q, fallback)
+    q = _packed("q", q, None, device_type)
+    k = _packed("k", k, q.device, device_type)
+    v = _packed("v", v, q.device, device_type)
+    # The 4-D checks of a batch of one: dtypes, head dims, GQA, layouts, grad.
+    call = api.check_call(_as4(q), _as4(k), _as4(v), causal=causal, softmax_scale=softmax_scale,
+                          deterministic=deterministic, fallback=fallback, device_type=device_type)
+    window, cap = check_window(window_size), check_softcap(softcap)
+    batch = validate.count("cu_seqlens_q.shape[0] - 1 (batch)", _length(cu_seqlens_q, "cu_seqlens_q") - 1, 0,
+                           validate.MAX_GRID_YZ)
+    cu_q = _index("cu_seqlens_q", cu_seqlens_q, batch + 1, q.device)
+    cu_k = _index("cu_seqlens_k", cu_seqlens_k, batch + 1, q.device)
+    used = None if seqused_k is None else _index("seqused_k", seqused_k, batch, q.device)
+    max_q = validate.count("max_seqlen_q", max_seqlen_q, 0, validate.MAX_SEQLEN)
+    max_k = validate.count("max_seqlen_k", max_seqlen_k, 0, validate.MAX_SEQLEN)
+    total_q, total_k = q.shape[0], k.shape[0]
+    if debug_checks_on(debug_checks):
+        check_offsets("cu_seqlens_q", cu_q, total_q, max_q)
+        check_offsets("cu_seqlens_k", cu_k, total_k, max_k)
+        if used is not None:
+            check_used(used, (cu_k[1:] - cu_k[:-1]))
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.full((q.shape[1], total_q), -math.inf, dtype=torch.float32, device=q.device)
+    if batch == 0 or total_q == 0 or max_q == 0:
+        return out, lse
+    if max_k == 0 or total_k == 0:
+        return out.zero_(), lse
+    if not _on_kernel(q, fallback):
+        o, s = reference.varlen(q, k, v, cu_q.tolist(), cu_k.tolist(), None if used is None else used.tolist(),
+                                causal=call.causal, scale=call.scale, window=window, softcap=cap)
+        return out.copy_(o), lse.copy_(s)
+    params = _base_params(_as4(q), _as4(k), _as4(v), _as4(out), lse, call.causal, call.scale, window, cap,
+                          call.deterministic, 1, 0)
+    params.batch, params.seqlen_q, params.seqlen_k = batch, max_q, max_k
+    params.total_q, params.total_k = total_q, total_k
+    params.cu_seqlens_q, params.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
+    params.seqused_k = None if used is None else used.data_ptr()
+    _launch(params, q.device)
+    return out, lse
+
+
+def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor, *,
+            cache_batch_idx: Any = None, causal: bool = False, softmax_scale: float | None = None,
+            window_size: Any = (-1, -1), softcap: Any = 0.0, num_splits: int | None = None, sm_margin: int = 0,
+            fallback: str = "error", debug_checks: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A KV cache with a length (and optionally a slot) per sequence (module docstring): (out, lse [B, Hq, Sq])."""
+    import torch
+
+    fallback = _check_fallback(fallback)
+    device_type = _device_type(q, fallback)
+    q = validate.tensor("q", q, device_type, None)
+    validate.rank("q", q, 4, api.BSHD)
+    batch = q.shape[0]
+    k_cache = validate.tensor("k_cache", k_cache, device_type, q.device)
+    slots = None
+    if cache_batch_idx is not None:
+        slots = _index("cache_batch_idx", cache_batch_idx, batch, q.device)
+    if isinstance(v_cache, torch.Tensor) and v_cache.shape != k_cache.shape:
+        raise FlashCoreError(f"k_cache has shape {tuple(k_cache.shape)} but v_cache has {tuple(v_cache.shape)}")
+    # The 4-D checks; with slots the cache's batch differs from q's, so they run on one entry of each and the
+    # layouts of the whole tensors are checked after.
+    one = slice(0, 1) if slots is not None else slice(None)
+    call = api.check_call(q[one], k_cache[one], v_cache[one], causal=causal, softmax_scale=softmax_scale,
+                          fallback=fallback, num_splits=num_splits, sm_margin=sm_margin, device_type=device_type)
+    if slots is not None and not call.empty:
+        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            validate.layout(name, t)
+    window, cap = check_window(window_size), check_softcap(softcap)
+    lengths = _index("cache_seqlens", cache_seqlens, batch, q.device)
+    if debug_checks_on(debug_checks):
+        check_used(lengths, torch.full_like(lengths, k_cache.shape[1]), "cache_seqlens", "the cache's capacity")
+        if slots is not None and (bool((slots < 0).any()) or bool((slots >= k_cache.shape[0]).any())):
+            raise FlashCoreError(f"cache_batch_idx has values outside [0, {k_cache.shape[0]}) (k_cache.shape[0])")
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch, q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    if q.numel() == 0 or k_cache.shape[1] == 0:
+        return out.zero_(), lse.fill_(-math.inf)
+    if not _on_kernel(q, fallback):
+        index = slots.tolist() if slots is not None else list(range(batch))
+        for b, n in enumerate(lengths.tolist()):
+            o, s = reference.sequence(q[b], k_cache[index[b], :n], v_cache[index[b], :n], causal=call.causal,
+                                      scale=call.scale, window=window, softcap=cap)
+            out[b], lse[b] = o, s
+        return out, lse
+    params = _base_params(q, k_cache, v_cache, out, lse, call.causal, call.scale, window, cap, False,
+                          call.num_splits, call.sm_margin)
+    params.seqused_k = lengths.data_ptr()
+    if slots is not None:
+        params.kv_batch_idx, params.kv_batch = slots.data_ptr(), k_cache.shape[0]
+    _launch(params, q.device)
+    return out, lse
+
+
+def _length(t: Any, name: str) -> int:
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.dim() != 1:
+        raise FlashCoreError(f"{name} must be a 1-D torch.int32 tensor [batch + 1], got "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if t.shape[0] < 1:
+        raise FlashCoreError(f"{name} is empty: it holds batch + 1 offsets, starting with 0")
+    return int(t.shape[0])
+
+
+def check_offsets(name: str, cu: torch.Tensor, total: int, max_len: int) -> None:
+    """Debug check (one device sync): cu[0] == 0, non-decreasing, cu[-1] <= total, every length <= max_len."""
+    values = cu.tolist()
+    if values[0] != 0:
+        raise FlashCoreError(f"{name}[0] is {values[0]}: offsets start at 0")
+    lengths = [b - a for a, b in zip(values, values[1:], strict=False)]
+    if any(n < 0 for n in lengths):
+        raise FlashCoreError(f"{name} decreases at index {next(i for i, n in enumerate(lengths) if n < 0) + 1}: "
+                             "offsets must be non-decreasing")
+    if values[-1] > total:
+        raise FlashCoreError(f"{name}[-1] is {values[-1]} but the packed tensor has {total} rows")
+    if lengths and max(lengths) > max_len:
+        raise FlashCoreError(f"{name} has a sequence of {max(lengths)} rows but max_seqlen is {max_len}")
+
+
+def check_used(used: torch.Tensor, limit: torch.Tensor, name: str = "seqused_k",
+               what: str = "its sequence's keys") -> None:
+    """Debug check (one device sync): 0 <= used[b] <= limit[b]."""
+    for b, (n, cap) in enumerate(zip(used.tolist(), limit.tolist(), strict=True)):
+        if not 0 <= n <= cap:
+            raise FlashCoreError(f"{name}[{b}] is {n}: expected 0 .. {cap} ({what})")

@@ -1,0 +1,40 @@
+// Where one sequence of a call lives: its query and key rows, for dense batches (every sequence seqlen_q x
+// seqlen_k, no memory read) and for the serving layouts (packed varlen rows, per-sequence KV-cache lengths, a
+// cache slot per sequence). The producer reads the arrays once per tile and hands q_len, k_len and q_off to the
+// consumers with the tile (tile_scheduler.h TileInfo).
+#pragma once
+#include "params.h"
+
+namespace flashcore {
+
+struct SeqLens {
+  int q_off;     // first query row in q/o's sequence dim (packed: cu_seqlens_q[b]; else 0)
+  int q_len;     // query rows of the sequence
+  int k_off;     // first key row in k/v's sequence dim (packed: cu_seqlens_k[b]; else 0)
+  int k_len;     // keys the sequence attends to
+  int kv_batch;  // k/v batch coordinate (packed: 0; else kv_batch_idx[b] or b)
+};
+
+__device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
+  SeqLens s{0, p.seqlen_q, 0, p.seqlen_k, batch};
+  if (p.cu_seqlens_q != nullptr) {
+    s.q_off = __ldg(p.cu_seqlens_q + batch);
+    s.q_len = __ldg(p.cu_seqlens_q + batch + 1) - s.q_off;
+  }
+  if (p.cu_seqlens_k != nullptr) {
+    s.k_off = __ldg(p.cu_seqlens_k + batch);
+    s.k_len = __ldg(p.cu_seqlens_k + batch + 1) - s.k_off;
+    s.kv_batch = 0;
+  } else if (p.kv_batch_idx != nullptr) {
+    s.kv_batch = __ldg(p.kv_batch_idx + batch);
+  }
+  if (p.seqused_k != nullptr) s.k_len = __ldg(p.seqused_k + batch);
+  return s;
+}
+
+// The batch coordinate of q and o in their tensor maps (packed rows: one batch entry).
+__device__ __forceinline__ int q_batch_coord(const KernelParams& p, int batch) {
+  return p.cu_seqlens_q != nullptr ? 0 : batch;
+}
+
+}  // namespace flashcore

@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from dataclasses import replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from flashcore import _lib, api, reference, validate
@@ -96,6 +98,35 @@ def _window_fields(causal: bool, window: tuple[int, int]) -> dict[str, int]:
     return {"window": 1, "window_left": window[0], "window_right": 0 if causal else window[1]}
 
 
+def _tile_fields(q: torch.Tensor, heads_kv: int, max_q: int, max_k: int, causal: bool, deterministic: bool,
+                 softcap: float) -> dict[str, int]:
+    """The tuned table's tile configuration for the bucket of the longest sequences (api.tile_config's rules); soft-
+    capping runs each head dim's short default point only, so it takes the table's tile order but no point. Cached:
+    a decode step's host time is what a serving loop waits for."""
+    import torch
+
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    env = (os.environ.get("FLASHCORE_TUNE"), os.environ.get("FLASHCORE_TUNE_TABLE"))
+    return dict(_tile_fields_cached(index, q.dtype, q.shape[-2], heads_kv, q.shape[-1], max_q, max_k, causal,
+                                    deterministic, softcap > 0, env))
+
+
+@lru_cache(maxsize=1024)
+def _tile_fields_cached(index: int, dtype: torch.dtype, heads_q: int, heads_kv: int, head_dim: int, max_q: int,
+                        max_k: int, causal: bool, deterministic: bool, softcap: bool,
+                        env: tuple[str | None, str | None]) -> tuple[tuple[str, int], ...]:
+    import torch
+
+    _, name = api._device_info(index)
+    probe = api.Call(torch.empty((1, max_q, heads_q, head_dim), dtype=dtype, device="meta"),
+                     torch.empty((1, max_k, heads_kv, head_dim), dtype=dtype, device="meta"),
+                     torch.empty(0, device="meta"), None, None, causal, 1.0, deterministic, "error", 0)
+    config = api.tile_config(probe, index, name)
+    if softcap:
+        config = replace(config, block_n=0, point="")
+    return (*config.c_fields().items(), ("num_splits", config.num_splits))
+
+
 def _launch(params: _lib.FcParams, device: torch.device) -> None:
     import torch
 
@@ -122,6 +153,17 @@ def _base_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
         **_window_fields(causal, window),
     )  # fmt: skip
     return params
+
+
+def _tune(params: _lib.FcParams, q: torch.Tensor, call: api.Call, softcap: float) -> None:
+    """Apply the tuned tile configuration of the call's bucket (the call's own num_splits wins)."""
+    fields = _tile_fields(q, params.heads_kv, params.seqlen_q, params.seqlen_k, call.causal, call.deterministic,
+                          softcap)
+    splits = fields.pop("num_splits")
+    for name, value in fields.items():
+        setattr(params, name, value)
+    if params.num_splits == 0 and params.cu_seqlens_q is None:
+        params.num_splits = splits
 
 
 def _on_kernel(q: torch.Tensor, fallback: str) -> bool:
@@ -180,6 +222,7 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
         return out.copy_(o), lse.copy_(s)
     params = _base_params(q, k, v, out, lse, call.causal, call.scale, window, cap, call.deterministic,
                           call.num_splits, call.sm_margin)
+    _tune(params, q, call, cap)
     _launch(params, q.device)
     return out, lse
 
@@ -230,6 +273,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
     params.total_q, params.total_k = total_q, total_k
     params.cu_seqlens_q, params.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
     params.seqused_k = None if used is None else used.data_ptr()
+    _tune(params, q, call, cap)
     _launch(params, q.device)
     return out, lse
 
@@ -282,6 +326,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     params.seqused_k = lengths.data_ptr()
     if slots is not None:
         params.kv_batch_idx, params.kv_batch = slots.data_ptr(), k_cache.shape[0]
+    _tune(params, q, call, cap)
     _launch(params, q.device)
     return out, lse
 

@@ -86,6 +86,8 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   } else if (in->num_splits > 0) {
     splits = in->num_splits < n_blocks ? in->num_splits : n_blocks;
     if (splits > kMaxSplits) splits = kMaxSplits;
+  } else if (plan->m_tiles == 1 && (p.seqused_k != nullptr || p.cu_seqlens_k != nullptr)) {
+    splits = choose_ragged_splits(tiles, n_blocks, in->deterministic ? kNominalSms : usable_sms);
   } else {
     // Deterministic mode plans for a nominal SM count: one split count per shape on any GPU and any sm_margin.
     splits = choose_num_splits(tiles, n_blocks, in->deterministic ? kNominalSms : usable_sms);

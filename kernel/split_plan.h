@@ -40,4 +40,21 @@ inline int choose_num_splits(int64_t tiles, int n_blocks, int sms) {
   return 1;
 }
 
+// Ragged keys (per-sequence lengths: seqused_k, cu_seqlens_k) with one query tile per (batch, head), as in decode:
+// the tiles' costs follow the sequences' lengths, which the host does not see, so the last tiles of the dynamic order
+// can leave SMs idle. Splitting each tile's keys gives more, smaller tiles whose shares even out: up to
+// kRaggedTilesPerSm tiles per SM, at most kMaxRaggedSplits splits, each of at least kMinBlocksPerSplit blocks of the
+// longest sequence. Measured on the H100 (docs/perf-notes.md step 7.1, B64 Hq32/Hkv8 D128 lengths 1K-8K): 1 split
+// 0.919x FA3, 2 0.957x, 4 0.967x; B128 0.933x / 0.966x at 4; B64 Hq32/Hkv32 0.986x / 0.998x.
+constexpr int kRaggedTilesPerSm = 16;
+constexpr int kMaxRaggedSplits = 4;
+
+inline int choose_ragged_splits(int64_t tiles, int n_blocks, int sms) {
+  if (sms < 1 || tiles < 0.8 * sms) return choose_num_splits(tiles, n_blocks, sms);
+  int splits = ceil_div(int64_t{kRaggedTilesPerSm} * sms, tiles);
+  if (splits > kMaxRaggedSplits) splits = kMaxRaggedSplits;
+  if (splits > n_blocks / kMinBlocksPerSplit) splits = n_blocks / kMinBlocksPerSplit;
+  return splits > 1 ? splits : 1;
+}
+
 }  // namespace flashcore

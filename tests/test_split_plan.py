@@ -16,7 +16,11 @@ PROGRAM = r"""
 int main(int argc, char** argv) {
   for (int i = 1; i + 2 < argc; i += 3) {
     const long long tiles = std::atoll(argv[i]);
-    std::printf("%d\n", flashcore::choose_num_splits(tiles, std::atoi(argv[i + 1]), std::atoi(argv[i + 2])));
+    const int blocks = std::atoi(argv[i + 1]);
+    const int sms = std::atoi(argv[i + 2]);
+    // a negative SM count asks for the ragged-keys rule with that many SMs
+    std::printf("%d\n", sms < 0 ? flashcore::choose_ragged_splits(tiles, blocks, -sms)
+                                  : flashcore::choose_num_splits(tiles, blocks, sms));
   }
   return 0;
 }
@@ -68,3 +72,11 @@ def test_small_compute_grids_split_only_into_pieces_of_4_blocks_or_more(choose) 
     # odd-grid (105 tiles of 7 blocks): 7 one-block splits measured 1.8x slower, so none; B1 H4 Sq1000 Sk4000 hdim 128
     # (32 tiles, 23 blocks): 4 splits of ~6 blocks, measured 1.8x faster than none
     assert choose((105, 7, 132), (32, 23, 132)) == [1, 4]
+
+
+def test_ragged_keys_split_full_grids_into_more_tiles(choose) -> None:  # type: ignore[no-untyped-def]
+    # decode with per-sequence lengths, capacity 8K at 176 keys (47 blocks): B64 Hkv8 packed = 512 tiles -> 4 splits,
+    # B128 -> 3, B64 Hkv32 -> 2, B256 Hkv32 -> 1 (16 tiles per SM already)
+    assert choose((512, 47, -132), (1024, 47, -132), (2048, 47, -132), (8192, 47, -132)) == [4, 3, 2, 1]
+    # never under 4 blocks per split; a grid under 80 % of the SMs takes the general rule
+    assert choose((512, 9, -132), (512, 4, -132), (8, 373, -132)) == [2, 1, 16]

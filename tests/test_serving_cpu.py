@@ -1,0 +1,177 @@
+"""The serving features without a GPU: the reference's masks and soft-capping, host checks of every new argument
+(clear errors, nothing computed), the CPU fallback of varlen and per-sequence KV caches, and the ctypes mirror of
+fc_params' new fields."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import flashcore
+from flashcore import _lib, reference, serving
+from flashcore.errors import FlashCoreError
+from flashcore.flash_attn import UnsupportedArgument
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rand(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("sq,sk,causal,window", [(5, 9, True, (-1, -1)), (9, 5, True, (-1, -1)),
+                                                 (6, 6, False, (1, 2)), (4, 10, True, (3, 7)),
+                                                 (7, 7, False, (-1, 0)), (7, 3, False, (0, -1))])
+def test_visible_is_the_documented_rule(sq: int, sk: int, causal: bool, window: tuple[int, int]) -> None:
+    got = reference.visible(sq, sk, slice(None), causal, window, torch.device("cpu"))
+    left, right = window[0], 0 if causal else window[1]
+    for i in range(sq):
+        for j in range(sk):
+            d = i + sk - sq
+            want = (right < 0 or j <= d + right) and (left < 0 or j >= d - left)
+            assert bool(got[i, j]) == want, (i, j)
+
+
+def test_reference_matches_sdpa_without_window_or_softcap() -> None:
+    q, k, v = rand(7, 4, 64), rand(11, 2, 64), rand(11, 2, 64)
+    out, lse = reference.sequence(q, k, v, causal=True, scale=0.125)
+    kk, vv = k.float().repeat_interleave(2, 1), v.float().repeat_interleave(2, 1)
+    mask = reference.visible(7, 11, slice(None), True, (-1, -1), torch.device("cpu"))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float().transpose(0, 1), kk.transpose(0, 1), vv.transpose(0, 1), attn_mask=mask, scale=0.125)
+    torch.testing.assert_close(out, want.transpose(0, 1), atol=1e-5, rtol=1e-5)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), kk) * 0.125
+    torch.testing.assert_close(lse, torch.logsumexp(scores.masked_fill(~mask, -math.inf), -1), atol=1e-5, rtol=1e-5)
+
+
+def test_softcap_bounds_the_scores() -> None:
+    q, k, v = rand(3, 1, 64) * 50, rand(5, 1, 64) * 50, rand(5, 1, 64)
+    _, lse = reference.sequence(q, k, v, causal=False, scale=1.0, softcap=2.0)
+    # every capped score is in (-2, 2): lse <= 2 + ln(5)
+    assert (lse <= 2 + math.log(5) + 1e-5).all()
+
+
+def test_rows_without_keys_get_zero_and_minus_inf() -> None:
+    q, k, v = rand(4, 2, 64), rand(4, 2, 64), rand(4, 2, 64)
+    out, lse = reference.sequence(q, k, v, causal=False, scale=0.1, window=(0, -1))  # row i sees keys >= i... all
+    assert torch.isfinite(lse).all()
+    out, lse = reference.sequence(q, k[:0], v[:0], causal=True, scale=0.1)
+    assert (out == 0).all() and (lse == -math.inf).all()
+
+
+@pytest.mark.parametrize("bad", [(1,), (-2, 0), (0, "1"), (True, 0), (0, 1 << 31), None, 3])
+def test_window_values_are_checked(bad: object) -> None:
+    with pytest.raises(FlashCoreError, match="window_size"):
+        serving.check_window(bad)
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan, "1", True])
+def test_softcap_values_are_checked(bad: object) -> None:
+    with pytest.raises(FlashCoreError, match="softcap"):
+        serving.check_softcap(bad)
+
+
+def offsets(lengths: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def test_varlen_fallback_matches_reference_per_sequence() -> None:
+    lq, lk = [3, 0, 1, 6], [4, 2, 0, 9]
+    q, k, v = rand(sum(lq), 4, 64), rand(sum(lk), 2, 64), rand(sum(lk), 2, 64)
+    out, lse = flashcore.flash_attn_varlen_func(q, k, v, offsets(lq), offsets(lk), 6, 9, causal=True,
+                                                window_size=(2, 0), softcap=5.0, return_attn_probs=True,
+                                                fallback="sdpa", debug_checks=True)
+    assert out.shape == q.shape and lse.shape == (4, sum(lq))
+    start_q = start_k = 0
+    for nq, nk in zip(lq, lk, strict=True):
+        ref, ref_lse = reference.sequence(q[start_q:start_q + nq], k[start_k:start_k + nk], v[start_k:start_k + nk],
+                                          causal=True, scale=1 / 8, window=(2, 0), softcap=5.0)
+        torch.testing.assert_close(out[start_q:start_q + nq].float(), ref, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(lse[:, start_q:start_q + nq], ref_lse)
+        start_q, start_k = start_q + nq, start_k + nk
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda a: a.update(cu_seqlens_q=a["cu_seqlens_q"].long()), "cu_seqlens_q has dtype"),
+    (lambda a: a.update(cu_seqlens_k=a["cu_seqlens_k"][:-1]), "cu_seqlens_k has dtype .* shape"),
+    (lambda a: a.update(max_seqlen_q=-1), "max_seqlen_q"),
+    (lambda a: a.update(max_seqlen_q=2), "max_seqlen is 2"),
+    (lambda a: a.update(cu_seqlens_q=torch.tensor([0, 3, 2, 9], dtype=torch.int32)), "decreases"),
+    (lambda a: a.update(cu_seqlens_q=torch.tensor([1, 3, 4, 9], dtype=torch.int32)), "start at 0"),
+    (lambda a: a.update(cu_seqlens_k=torch.tensor([0, 3, 4, 99], dtype=torch.int32)), "rows"),
+    (lambda a: a.update(seqused_k=torch.tensor([0, 5, 1], dtype=torch.int32)), "seqused_k\\[1\\] is 5"),
+    (lambda a: a.update(q=a["q"][..., :48]), "head dim"),
+    (lambda a: a.update(q=a["q"][None]), "rank 3"),
+])
+def test_varlen_rejects_bad_arguments(change, match: str) -> None:  # type: ignore[no-untyped-def]
+    args = {"q": rand(9, 4, 64), "k": rand(9, 2, 64), "v": rand(9, 2, 64),
+            "cu_seqlens_q": offsets([3, 1, 5]), "cu_seqlens_k": offsets([3, 1, 5]), "max_seqlen_q": 5,
+            "max_seqlen_k": 5}
+    change(args)
+    with pytest.raises(FlashCoreError, match=match):
+        serving.varlen(**args, fallback="sdpa", debug_checks=True)
+
+
+def test_kvcache_fallback_with_slots_lengths_and_append() -> None:
+    k_cache, v_cache = rand(4, 12, 2, 64), rand(4, 12, 2, 64)
+    before = k_cache.clone()
+    q, k, v = rand(2, 2, 4, 64), rand(2, 2, 2, 64), rand(2, 2, 2, 64)
+    lengths = torch.tensor([5, 0], dtype=torch.int32)
+    slots = torch.tensor([3, 1], dtype=torch.int32)
+    out, lse = flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths,
+                                                 cache_batch_idx=slots, causal=True, return_softmax_lse=True,
+                                                 fallback="sdpa", debug_checks=True)
+    assert torch.equal(k_cache[3, 5:7], k[0]) and torch.equal(k_cache[1, 0:2], k[1])
+    assert torch.equal(k_cache[0], before[0]) and torch.equal(k_cache[2], before[2])
+    for b, (n, s) in enumerate(((7, 3), (2, 1))):
+        ref, ref_lse = reference.sequence(q[b], k_cache[s, :n], v_cache[s, :n], causal=True, scale=1 / 8)
+        torch.testing.assert_close(out[b].float(), ref, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(lse[b], ref_lse)
+
+
+def test_kvcache_rejects_bad_lengths_slots_and_overflow() -> None:
+    k_cache, v_cache, q = rand(2, 8, 2, 64), rand(2, 8, 2, 64), rand(2, 1, 4, 64)
+    with pytest.raises(FlashCoreError, match="cache_seqlens has dtype"):
+        serving.kvcache(q, k_cache, v_cache, torch.tensor([1, 2]), fallback="sdpa")
+    with pytest.raises(FlashCoreError, match=r"cache_seqlens\[1\] is 9"):
+        serving.kvcache(q, k_cache, v_cache, torch.tensor([1, 9], dtype=torch.int32), fallback="sdpa",
+                        debug_checks=True)
+    with pytest.raises(FlashCoreError, match="cache_batch_idx has values outside"):
+        serving.kvcache(q, k_cache, v_cache, torch.tensor([1, 2], dtype=torch.int32),
+                        cache_batch_idx=torch.tensor([0, 2], dtype=torch.int32), fallback="sdpa", debug_checks=True)
+    new = rand(2, 2, 2, 64)
+    with pytest.raises(FlashCoreError, match="overflows"):
+        flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, new, new, cache_seqlens=torch.tensor(
+            [1, 7], dtype=torch.int32), fallback="sdpa", debug_checks=True)
+
+
+@pytest.mark.parametrize("name", ["page_table", "cache_leftpad", "cu_seqlens_q"])
+def test_kvcache_features_not_built_are_refused_by_name(name: str) -> None:
+    k_cache = rand(2, 8, 2, 64)
+    with pytest.raises(UnsupportedArgument, match=name):
+        flashcore.flash_attn_with_kvcache(rand(2, 1, 4, 64), k_cache, k_cache, **{name: torch.zeros(2, 1)},
+                                          fallback="sdpa")
+
+
+def test_varlen_refuses_seqused_q() -> None:
+    q = rand(3, 2, 64)
+    with pytest.raises(UnsupportedArgument, match="seqused_q"):
+        flashcore.flash_attn_varlen_func(q, q, q, offsets([3]), offsets([3]), 3, 3, seqused_q=offsets([3]))
+
+
+def test_fc_params_mirror_lists_the_header_fields_in_order() -> None:
+    header = (ROOT / "kernel" / "flashcore.h").read_text()
+    body = header[header.index("typedef struct fc_params {"):header.index("} fc_params;")]
+    names: list[str] = []
+    for line in body.splitlines()[1:]:
+        code = line.split("//")[0].strip()
+        if not code:
+            continue
+        decl = re.sub(r"\[\d+\]", "", code.rstrip(";"))
+        names += [n.strip().lstrip("*") for n in re.split(r",", decl.split(None, 1)[1] if " " in decl else decl)]
+        names[-len(decl.split(",")):] = [n.split()[-1].lstrip("*") for n in decl.split(",")]
+    assert [f[0] for f in _lib.FcParams._fields_] == names

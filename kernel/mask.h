@@ -26,20 +26,32 @@ __device__ __forceinline__ int key_end(const KernelParams& p, const SeqMask& m) 
 }
 
 // `rows.row` are the query indices of the thread's two fragment rows; `key0` the block's first key.
-// Row i sees keys [lo(i), hi(i)]: each score costs two compares of a compile-time column offset against
-// lo(i) and hi(i) minus this thread's first column, and a select.
+// Row i sees keys [lo(i), hi(i)]: a score costs a compare of its compile-time column offset against hi(i) minus this
+// thread's first column and a select; a left window bound adds a compare against lo(i).
 template <int kNTiles>
 __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const KernelParams& p, const SeqMask& m,
                                             const ThreadRows& rows, int key0, int lane) {
   const int end = key_end(p, m);
   const int first_col = key0 + 2 * (lane % 4);
-  int hi[2], lo[2];
+  int hi[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int limit = p.causal ? min(end - 1, rows.row[r] + m.diag + p.window_right) : end - 1;
     hi[r] = limit - first_col;
-    lo[r] = p.window_left >= 0 ? rows.row[r] + m.diag - p.window_left - first_col : 0;  // columns are >= 0
   }
+  if (p.window_left < 0) {  // no left bound: one compare per score (causal and tail blocks of dense calls)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (nt * 8 + (e % 2) > hi[e / 2]) s[nt][e] = -INFINITY;
+      }
+    }
+    return;
+  }
+  int lo[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) lo[r] = rows.row[r] + m.diag - p.window_left - first_col;
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll

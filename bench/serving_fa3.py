@@ -1,0 +1,113 @@
+"""The serving workloads of issue 15 side by side with FA3 (the fa3-fwd wheel), paired in one process on one GPU:
+dense prefill (the regression check of the serving changes), a sliding window (FlashCore only: fa3-fwd has no local
+attention), softcap, varlen prefill of 9 causal sequences of 1K-16K (65536 tokens), decode with per-sequence cache
+lengths 1K-8K (with and without cache_batch_idx). Each figure is the median over 5 rounds of the median of 15
+repetitions of the mean time of INNER (default 10) back-to-back calls, so a call's host time hides behind the GPU
+work as in a serving loop (INNER=1 exposes it). Ratio = FA3 time / FlashCore time.
+
+    PYTHONPATH=<fa3-fwd and nvtx wheels>:. python3 bench/serving_fa3.py        # writes $OUT/bench_serving.json
+
+Needs an H100 and the fa3-fwd wheel (its interface imports `flash_attn_config`, aliased here to fa3_fwd_config).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+import torch
+
+import flashcore
+
+INNER = int(os.environ.get("INNER", "10"))
+ROWS: list[dict[str, float | str]] = []
+
+
+def fa3_module():  # type: ignore[no-untyped-def]
+    sys.modules.setdefault("flash_attn_config", __import__("fa3_fwd_config"))
+    import fa3_fwd_interface
+
+    return fa3_fwd_interface
+
+
+def timeit(fn: Callable[[], object], reps: int = 15) -> float:
+    """Median over reps of the mean GPU time (ms) of INNER back-to-back calls."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(INNER):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / INNER)
+    return sorted(times)[len(times) // 2]
+
+
+def paired(fc: Callable[[], object], fa: Callable[[], object], rounds: int = 5) -> tuple[float, float]:
+    pairs = [(timeit(fc), timeit(fa)) for _ in range(rounds)]
+    return sorted(a for a, _ in pairs)[rounds // 2], sorted(b for _, b in pairs)[rounds // 2]
+
+
+def record(name: str, fc_ms: float, fa_ms: float) -> None:
+    ROWS.append({"name": name, "fc_ms": fc_ms, "fa3_ms": fa_ms, "ratio": fa_ms / fc_ms})
+    print(f"{name:48s} fc {fc_ms:8.3f} ms  fa3 {fa_ms:8.3f} ms  fa3/fc {fa_ms / fc_ms:6.3f}", flush=True)
+
+
+def dense(fa3, batch: int, heads: int, seqlen: int, dim: int, causal: bool) -> None:  # type: ignore[no-untyped-def]
+    q, k, v = (torch.randn(batch, seqlen, heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    record(f"dense B{batch} H{heads} S{seqlen} D{dim} causal={causal}",
+           *paired(lambda: flashcore.attention(q, k, v, causal=causal),
+                   lambda: fa3.flash_attn_func(q, k, v, causal=causal)))
+
+
+def main() -> None:
+    fa3 = fa3_module()
+    bf = torch.bfloat16
+    torch.manual_seed(0)
+    for shape in [(4, 16, 8192, 128, False), (4, 16, 8192, 128, True), (4, 16, 8192, 64, True),
+                  (4, 16, 8192, 256, True), (16, 16, 1024, 128, True)]:
+        dense(fa3, *shape)
+    q, k, v = (torch.randn(4, 8192, 16, 128, device="cuda", dtype=bf) for _ in range(3))
+    windowed = timeit(lambda: flashcore.flash_attn_func(q, k, v, causal=True, window_size=(1024, 0)))
+    full = timeit(lambda: flashcore.attention(q, k, v, causal=True))
+    print(f"dense S8K D128 window (1024,0) fc {windowed:.3f} ms (fa3-fwd has no local attention); causal full: "
+          f"{full:.3f} ms", flush=True)
+    record("dense S8K D128 causal softcap 30",
+           *paired(lambda: flashcore.flash_attn_func(q, k, v, causal=True, softcap=30.0),
+                   lambda: fa3.flash_attn_func(q, k, v, causal=True, softcap=30.0)))
+    lens = [16384, 12288, 9216, 8192, 6144, 5120, 4096, 3072, 1024]
+    lens[-1] += 65536 - sum(lens)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    total = sum(lens)
+    q = torch.randn(total, 32, 128, device="cuda", dtype=bf)
+    k, v = torch.randn(total, 8, 128, device="cuda", dtype=bf), torch.randn(total, 8, 128, device="cuda", dtype=bf)
+    record(f"varlen causal {len(lens)} seqs {total} tok H32/8 D128",
+           *paired(lambda: flashcore.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True),
+                   lambda: fa3.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)))
+    batch, capacity = 64, 8192
+    k_cache = torch.randn(batch, capacity, 8, 128, device="cuda", dtype=bf)
+    v_cache = torch.randn_like(k_cache)
+    q = torch.randn(batch, 1, 32, 128, device="cuda", dtype=bf)
+    lengths = torch.randint(1024, 8193, (batch,), generator=torch.Generator().manual_seed(1)).to(torch.int32).cuda()
+    record("decode B64 per-seq 1K-8K H32/8 D128",
+           *paired(lambda: flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths),
+                   lambda: fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths)))
+    slots = torch.randperm(batch).to(torch.int32).cuda()
+    record("decode B64 per-seq + cache_batch_idx",
+           *paired(lambda: flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths,
+                                                             cache_batch_idx=slots),
+                   lambda: fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths,
+                                                       cache_batch_idx=slots)))
+    out = os.environ.get("OUT", ".")
+    with open(f"{out}/bench_serving.json", "w") as f:
+        json.dump(ROWS, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -175,3 +175,43 @@ def test_fc_params_mirror_lists_the_header_fields_in_order() -> None:
         names += [n.strip().lstrip("*") for n in re.split(r",", decl.split(None, 1)[1] if " " in decl else decl)]
         names[-len(decl.split(",")):] = [n.split()[-1].lstrip("*") for n in decl.split(",")]
     assert [f[0] for f in _lib.FcParams._fields_] == names
+
+
+def test_repeat_call_signature_ignores_pointers_but_not_layouts() -> None:
+    q, kc, lens = rand(2, 1, 4, 64), rand(2, 8, 2, 64), torch.tensor([1, 2], dtype=torch.int32)
+    args = (False, None, (-1, -1), 0.0, None, 0, "error")
+    key = serving._signature("kvcache", (q, kc, kc, lens, None), args)
+    assert key == serving._signature("kvcache", (rand(2, 1, 4, 64), kc.clone(), kc, lens + 1, None), args)
+    # a list window is hashable as a tuple (its own entry: the type is part of the key, as in flashcore/fastpath.py)
+    assert serving._signature("kvcache", (q, kc, kc, lens, None), (False, None, [-1, -1], 0.0, None, 0,
+                                                                   "error")) is not None
+    q3 = rand(2, 3, 4, 64)
+    assert serving._signature("kvcache", (q3, kc, kc, lens, None), args) != serving._signature(
+        "kvcache", (q3.transpose(1, 2).contiguous().transpose(1, 2), kc, kc, lens, None), args)  # other strides
+    assert key != serving._signature("kvcache", (q.half(), kc, kc, lens, None), args)
+    assert key != serving._signature("varlen", (q, kc, kc, lens, None), args)
+    assert key != serving._signature("kvcache", (q, kc, kc, lens, None), (True, *args[1:]))
+    with torch.no_grad():
+        assert key != serving._signature("kvcache", (q, kc, kc, lens, None), args)  # grad mode is part of it
+    assert serving._signature("kvcache", ([1], kc, kc, lens, None), args) is None  # not a tensor: checked path
+
+
+def test_repeat_call_launches_the_remembered_params_with_new_pointers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcore import api
+
+    seen: list[tuple[_lib.FcParams, int]] = []
+    monkeypatch.setattr(api, "_forward", lambda lib, params, need, device: seen.append((params, need)))
+    monkeypatch.setattr(_lib, "load", lambda: None)
+    q, kc, lens = rand(2, 1, 4, 64), rand(2, 8, 2, 64), torch.tensor([1, 2], dtype=torch.int32)
+    key = serving._signature("kvcache", (q, kc, kc, lens, None), ("x",))
+    assert serving._again(key, q, {"q": q.data_ptr(), "k": kc.data_ptr(), "v": kc.data_ptr()}, (2, 4, 1)) is None
+    serving._remember(key, _lib.FcParams(batch=2, heads_q=4, seqlen_k=8, workspace=1234, workspace_bytes=64), 64)
+    pointers = {"q": q.data_ptr(), "k": kc.data_ptr(), "v": kc.data_ptr(), "seqused_k": lens.data_ptr(),
+                "kv_batch_idx": None}
+    out, lse = serving._again(key, q, pointers, (2, 4, 1))
+    params, need = seen[-1]
+    assert need == 64 and params.batch == 2 and params.seqlen_k == 8
+    assert params.q == q.data_ptr() and params.seqused_k == lens.data_ptr() and params.kv_batch_idx is None
+    assert params.o == out.data_ptr() and params.lse == lse.data_ptr() and lse.shape == (2, 4, 1)
+    assert params.workspace is None  # the remembered launch's workspace is never reused
+    assert serving._again(key, q, {**pointers, "k": kc.data_ptr() + 8}, (2, 4, 1)) is None  # misaligned: checked

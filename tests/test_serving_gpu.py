@@ -142,3 +142,29 @@ def test_dense_paths_unchanged_by_serving_fields() -> None:
     a = flashcore.attention(q, k, v, causal=True)
     b = serving.dense(q, k, v, causal=True)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_repeat_calls_take_the_fast_path_with_new_values_and_pointers() -> None:
+    """Repeats with new tensors and new lengths (same layouts) reuse one remembered launch and stay correct."""
+    k_cache, v_cache = rand(4, 600, 2, 128), rand(4, 600, 2, 128)
+    counts = []
+    for _ in range(3):
+        q = rand(4, 1, 8, 128)
+        lengths = torch.randint(0, 601, (4,), dtype=torch.int32, device="cuda")
+        out, lse = serving.kvcache(q, k_cache, v_cache, lengths, causal=True)
+        counts.append(serving.fast_entries())
+        for b, n in enumerate(lengths.tolist()):
+            ref, ref_lse = reference.sequence(q[b], k_cache[b, :n], v_cache[b, :n], causal=True,
+                                              scale=1 / math.sqrt(128))
+            close(out[b], ref, lse[b], ref_lse)
+    for _ in range(3):
+        first = int(torch.randint(0, 300, (1,)))
+        lq = [first, 300 - first, 200]  # new lengths, same packed shapes
+        qv, kv = rand(500, 8, 128), rand(500, 2, 128)
+        cu = offsets(lq)
+        out, lse = serving.varlen(qv, kv, kv, cu, cu, 300, 300, causal=True, softcap=20.0)
+        counts.append(serving.fast_entries())
+        ref, ref_lse = reference.varlen(qv, kv, kv, cu.tolist(), cu.tolist(), None, causal=True,
+                                        scale=1 / math.sqrt(128), softcap=20.0)
+        close(out, ref, lse, ref_lse)
+    assert counts[0] == counts[1] == counts[2] and counts[3] == counts[4] == counts[5] == counts[0] + 1

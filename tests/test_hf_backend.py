@@ -58,14 +58,39 @@ def test_greedy_generation_with_a_kv_cache_matches_sdpa(models) -> None:
     assert out[fct.NAME].shape == (1, PROMPT + 8) and torch.equal(out[fct.NAME], out["sdpa"])
 
 
-def test_a_padded_batch_is_refused_not_ignored(models) -> None:
-    ids = torch.randint(0, 128, (2, PROMPT))
+def test_a_padded_batch_matches_sdpa_on_its_tokens(models) -> None:
+    ids = torch.randint(0, 128, (3, PROMPT), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(3, PROMPT, dtype=torch.long)
+    mask[1, :5] = 0  # left padding
+    mask[2, :PROMPT - 1] = 0  # one token
+    with torch.no_grad():
+        logits = {k: models[k](ids, attention_mask=mask).logits.float() for k in ("eager", "sdpa", fct.NAME)}
+    keep = mask.bool()
+    tol = (logits["sdpa"] - logits["eager"])[keep].abs().max().item()
+    assert (logits[fct.NAME] - logits["eager"])[keep].abs().max().item() <= 2 * tol + 1e-3
+
+
+def test_a_padded_batch_generates_as_sdpa_does(models) -> None:
+    ids = torch.randint(0, 128, (2, PROMPT), generator=torch.Generator().manual_seed(4))
     mask = torch.ones(2, PROMPT, dtype=torch.long)
-    mask[1, :5] = 0  # left padding in the second sequence
-    with torch.no_grad(), pytest.raises(flashcore.FlashCoreError, match="padding"):
-        models[fct.NAME](ids, attention_mask=mask)
-    with torch.no_grad():  # a mask without padding is no mask: served
-        models[fct.NAME](ids, attention_mask=torch.ones_like(mask))
+    mask[0, :7] = 0
+    with torch.no_grad():
+        out = {k: models[k].generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+               for k in ("sdpa", fct.NAME)}
+    assert torch.equal(out[fct.NAME], out["sdpa"])
+
+
+def test_padded_rows_are_zero_and_a_bad_mask_is_refused() -> None:
+    q = torch.randn(2, 4, 6, 64, dtype=torch.bfloat16)
+    k = torch.randn(2, 2, 6, 64, dtype=torch.bfloat16)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    out, _ = fct.attention_forward(None, q, k, k, mask, is_causal=True, fallback="sdpa")
+    assert (out[0, :2] == 0).all() and out[0, 2:].abs().sum() > 0
+    ref, _ = flashcore.attention(q[:1, :, 2:].transpose(1, 2), k[:1, :, 2:].transpose(1, 2),
+                                 k[:1, :, 2:].transpose(1, 2), causal=True, fallback="sdpa")
+    torch.testing.assert_close(out[0, 2:].float(), ref[0].float(), atol=2e-2, rtol=2e-2)
+    with pytest.raises(flashcore.FlashCoreError, match="2-D padding mask"):
+        fct.attention_forward(None, q, k, k, mask[:, None, None, :], fallback="sdpa")
 
 
 def test_grad_mode_is_refused_with_the_alternatives(models) -> None:

@@ -8,9 +8,9 @@ The name is "fcore", not "flashcore": Transformers 5.x treats every attn_impleme
 as a FlashAttention kernel to import (flash_attn / the kernels hub) and fails on any other such name.
 
 Inference only (FlashCore is forward-only: run under torch.no_grad() / torch.inference_mode(); generate() does).
-Masks come from the flash-attention mask function: no mask when no token is padded, else the 2-D padding mask,
-which FlashCore refuses with a clear error until its varlen path exists (issue 15): a padded batch is never
-silently computed as if it were unpadded. Sliding windows and softcap are refused the same way. The layout
+Masks come from the flash-attention mask function: no mask when no token is padded, else the 2-D padding mask, with
+which the batch goes through the varlen kernel (`padded`: its tokens packed, padded query rows 0). Sliding windows
+and softcap are refused with a clear error (HF's window convention is not mapped yet). The layout
 conversion is free: HF's [B, H, S, D] is passed to FlashCore as the strided view [B, S, H, D].
 """
 
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from flashcore.api import attention
 from flashcore.errors import FlashCoreError
+from flashcore.serving import varlen
 
 if TYPE_CHECKING:
     import torch
@@ -52,23 +53,46 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
     [B, Sq, Hq, D] and no attention weights. Causal masks are bottom-right aligned: queries are the last Sq
     positions of the Sk keys, which is what a decoder with a KV cache (prefill, chunked prefill, decode) needs."""
     if kwargs.get("softcap") is not None:
-        raise FlashCoreError("softcap: score soft-capping is not implemented yet (issue 15); use "
-                             "attn_implementation='sdpa' or 'eager' for this model")
+        raise FlashCoreError("softcap: not mapped from Transformers' arguments yet (flashcore.flash_attn_func takes "
+                             "softcap); use attn_implementation='sdpa' or 'eager' for this model")
     if kwargs.get("sliding_window") is not None:
-        raise FlashCoreError("sliding_window: sliding-window attention is not implemented yet (issue 15); use "
-                             "attn_implementation='sdpa' or 'eager' for this model")
+        raise FlashCoreError("sliding_window: Transformers' window convention is not mapped yet (flashcore."
+                             "flash_attn_func takes window_size); use attn_implementation='sdpa' or 'eager' for this "
+                             "model")
     if kwargs.get("output_attentions"):
         raise FlashCoreError("output_attentions: FlashCore never forms the attention matrix; use "
                              "attn_implementation='eager' to get the weights")
     if dropout and getattr(module, "training", False):
         raise FlashCoreError(f"dropout {dropout}: FlashCore is inference-only (model.eval())")
-    if attention_mask is not None:
-        raise FlashCoreError(
-            f"attention_mask of shape {tuple(attention_mask.shape)}: the batch has padding (or a static cache "
-            "longer than its tokens), and FlashCore cannot serve padded batches until its varlen path exists "
-            "(issue 15). Pass unpadded batches (one sequence, or sequences of one length with a dynamic cache), or "
-            "use attn_implementation='sdpa'.")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    if attention_mask is not None:
+        return padded(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attention_mask, causal,
+                      scaling, fallback), None
     out, _ = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=causal,
                        softmax_scale=scaling, fallback=fallback, debug_fault=debug_fault)
     return out, None
+
+
+def padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, causal: bool,
+           scaling: float | None, fallback: str) -> torch.Tensor:
+    """A padded batch through the varlen kernel: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D], mask [B, Sk] (1: a
+    token, 0: padding; the queries are the last Sq positions). The tokens of each sequence are packed (holes
+    dropped, order kept), so a query sees exactly the tokens at or before it (causal) or all of them; padded query
+    rows come out 0. Costs a device sync (the packed lengths), as unpadding does in Transformers' own flash path."""
+    import torch
+    import torch.nn.functional as F
+
+    batch, seqlen_q, seqlen_k = q.shape[0], q.shape[1], k.shape[1]
+    if mask.dim() != 2 or tuple(mask.shape) != (batch, seqlen_k):
+        raise FlashCoreError(f"attention_mask has shape {tuple(mask.shape)}: FlashCore takes the 2-D padding mask "
+                             f"[B, Sk] = [{batch}, {seqlen_k}] of the flash-attention mask function")
+    keep_k = mask.to(device=q.device).bool()
+    keep_q = keep_k[:, seqlen_k - seqlen_q:]
+    len_k, len_q = keep_k.sum(1, dtype=torch.int32), keep_q.sum(1, dtype=torch.int32)
+    cu_k = F.pad(len_k.cumsum(0, dtype=torch.int32), (1, 0))
+    cu_q = F.pad(len_q.cumsum(0, dtype=torch.int32), (1, 0))
+    packed, _ = varlen(q[keep_q], k[keep_k], v[keep_k], cu_q, cu_k, int(len_q.max()), int(len_k.max()),
+                       causal=causal, softmax_scale=scaling, fallback=fallback)
+    out = q.new_zeros(q.shape)
+    out[keep_q] = packed
+    return out

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import flashcore
-from flashcore import api, fallback
+from flashcore import api, fallback, serving
 from harness.config import load_config
 from harness.gates import api as api_gate
 from harness.gates import correctness
@@ -79,6 +79,8 @@ def write_table(tmp_path: Path, **sections: str) -> Path:
     ("reject", "{x: {why: w, error: FlashCoreError, match: a, call: {scale: 1.0}}}", "reject.x.call.scale"),
     ("reject", "{x: {why: w, error: FlashCoreError, match: a, batch: -1}}", "reject.x.batch"),
     ("accept", "{y: {why: w, call: {softmax_scale: 0.5}}}", "accept.y.call.softmax_scale"),
+    ("accept", "{y: {why: w, call: {softcap: 30.0}}}", "accept.y.call.softcap"),
+    ("accept", "{y: {why: w, call: {window_size: [8, 0]}}}", "accept.y.call.window_size"),
     ("accept", "{y: {why: w, expect: maybe}}", "accept.y.expect"),
 ])
 def test_a_bad_table_names_the_key(tmp_path: Path, section: str, body: str, key: str) -> None:
@@ -202,8 +204,14 @@ def stand_in(mode: str = "") -> tuple[types.ModuleType, types.ModuleType]:
         fallback.attention(call.q, call.k, call.v, out, lse, call.causal, call.scale, call.deterministic)
         return out, lse
 
+    def dense(q: Any, k: Any, v: Any, window_size: Any = (-1, -1), softcap: Any = 0.0, **kw: Any) -> Any:
+        serving.check_window(window_size)  # flashcore.serving.dense's own checks come first, as there
+        serving.check_softcap(softcap)
+        return attention(q, k, v, **kw)
+
     fc = types.ModuleType("fc")
     fc.attention = attention  # type: ignore[attr-defined]
+    fc.serving = types.SimpleNamespace(dense=dense)  # type: ignore[attr-defined]
     fake_api = types.ModuleType("api")
     fake_api.entry_calls = lambda: count[0]  # type: ignore[attr-defined]
     return fc, fake_api

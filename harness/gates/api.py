@@ -27,7 +27,7 @@ from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES, ConfigError, param
 from harness.support import gpu
-from harness.support.api_cases import Case, CaseTable, Dims, build, load_cases
+from harness.support.api_cases import SERVING_KEYS, Case, CaseTable, Dims, build, load_cases
 
 AFTER_SUITE = "after-suite"
 
@@ -135,7 +135,11 @@ def run_reject(fc: ModuleType, api: ModuleType, case: Case, seed: int, device: s
     calls = api.entry_calls()
     raised: BaseException | None = None
     try:
-        fc.attention(args.get("q"), args.get("k"), args.get("v"), **_kwargs(case, args))
+        if any(k in case.call for k in SERVING_KEYS):  # out= and lse= are attention's own: not passed there
+            kwargs = {k: v for k, v in _kwargs(case, args).items() if k not in ("out", "lse")}
+            fc.serving.dense(args.get("q"), args.get("k"), args.get("v"), **kwargs)
+        else:
+            fc.attention(args.get("q"), args.get("k"), args.get("v"), **_kwargs(case, args))
     except Exception as e:  # noqa: BLE001 - which exception it was is the verdict
         raised = e
     calls = api.entry_calls() - calls

@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 
 ERRORS = ("FlashCoreError", "UnsupportedDeviceError")
 TENSORS = ("q", "k", "v", "out", "lse")
-CALL_KEYS = ("softmax_scale", "causal", "deterministic", "fallback", "debug_fault", "num_splits", "sm_margin")
+CALL_KEYS = ("softmax_scale", "causal", "deterministic", "fallback", "debug_fault", "num_splits", "sm_margin",
+             "window_size", "softcap")
+# A case that passes one of these calls flashcore.serving.dense (attention's layout with a window or softcap) instead
+# of flashcore.attention; reject cases only (the accept judge's reference has neither).
+SERVING_KEYS = ("window_size", "softcap")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64", "int8": "int8",
           "int16": "int16", "fp8": "float8_e4m3fn", "bool": "bool"}
 LAYOUTS = ("contiguous", "bhsd", "padded-heads", "packed", "seq-slice", "last-dim-strided", "misaligned",
@@ -91,6 +95,9 @@ def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any
             re.compile(spec.match)
         except re.error as e:
             raise ConfigError(file, f"{key}.match", spec.match, f"not a valid regular expression: {e}") from None
+    elif serving := [k for k in SERVING_KEYS if k in call]:
+        raise ConfigError(file, f"{key}.call.{serving[0]}", call[serving[0]],
+                          "window_size and softcap are for reject cases (the accept judge's reference has neither)")
     elif "softmax_scale" in call:
         raise ConfigError(file, f"{key}.call.softmax_scale", call["softmax_scale"],
                           "accept cases are judged against the reference at the default scale")

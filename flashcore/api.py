@@ -130,6 +130,21 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
     return call
 
 
+def device_type(q: object, fallback: object) -> str:
+    """The device type a call's tensors must be on: "cpu" for CPU tensors with fallback="sdpa" (torch computes the
+    same contract there), else "cuda"."""
+    import torch
+
+    return "cpu" if fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu" else "cuda"
+
+
+def device_index(device: torch.device) -> int:
+    """The CUDA device index of `device` (the current device when it names none)."""
+    import torch
+
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 @lru_cache(maxsize=16)
 def _device_info(index: int) -> tuple[tuple[int, int], str]:
     import torch
@@ -263,7 +278,7 @@ def attention(
         if entry is not None and fastpath.aligned(q, k, v):
             return _launch_again(entry, q, k, v)
     # fallback="sdpa" takes CPU tensors too: torch SDPA computes the same contract there (testable without a GPU).
-    on_cpu = fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu"
+    on_cpu = device_type(q, fallback) == "cpu"
     call = check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                       deterministic=deterministic, fallback=fallback, debug_fault=debug_fault,
                       num_splits=num_splits, sm_margin=sm_margin, tile=tile, device_type="cpu" if on_cpu else "cuda")
@@ -271,7 +286,7 @@ def attention(
     if on_cpu:
         index, name, sdpa = -1, "CPU", True
     else:
-        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        index = device_index(q.device)
         capability, name = _device_info(index)
         sdpa = use_fallback(str(q.device), capability, name, call.fallback)
     out = torch.empty_like(q, memory_format=torch.contiguous_format) if call.out is None else call.out
@@ -374,7 +389,7 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
                       sm_margin=sm_margin, tile=tile)
     if call.empty:
         return Plan(0, False, 0, 0)
-    index = call.q.device.index if call.q.device.index is not None else torch.cuda.current_device()
+    index = device_index(call.q.device)
     capability, name = _device_info(index)
     use_fallback(str(call.q.device), capability, name, "error")
     lib = _lib.load()

@@ -13,6 +13,8 @@ import contextlib
 import warnings
 from typing import TYPE_CHECKING
 
+from flashcore import reference
+
 if TYPE_CHECKING:
     import torch
 
@@ -31,12 +33,8 @@ def warn_once(device: str) -> bool:
 
 
 def visible(seqlen_q: int, seqlen_k: int, rows: slice, device: torch.device) -> torch.Tensor:
-    """[rows, Sk] bool: True where key j is visible to query i (bottom-right causal)."""
-    import torch
-
-    i = torch.arange(seqlen_q, device=device)[rows, None]
-    j = torch.arange(seqlen_k, device=device)[None, :]
-    return j <= i + (seqlen_k - seqlen_q)
+    """[rows, Sk] bool: True where key j is visible to query i (bottom-right causal): flashcore/reference.py's rule."""
+    return reference.visible(seqlen_q, seqlen_k, rows, True, (-1, -1), device)
 
 
 def log_sum_exp(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:

@@ -155,7 +155,7 @@ def flash_attn_with_kvcache(
     windowed = _window_set(window_size) or softcap != 0.0
     per_sequence = isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None
     if not per_sequence:  # one length for every sequence: the dense kernel on a slice of the cache
-        length = _cache_length(cache_seqlens, k_cache.shape[0], k_cache.shape[1], appending=k is not None)
+        length = _cache_length(cache_seqlens, k_cache.shape[1], appending=k is not None)
         end = _append(k_cache, v_cache, k, v, length) if k is not None and v is not None else length
         kc, vc = k_cache[:, :end], v_cache[:, :end]
         if windowed:
@@ -167,7 +167,7 @@ def flash_attn_with_kvcache(
                                  num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback)
         return (out, lse) if return_softmax_lse else out
     batch = q.shape[0] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
-    lengths = _lengths(cache_seqlens, batch, k_cache)
+    lengths = _lengths(cache_seqlens, batch, k_cache, appending=k is not None)
     if k is not None and v is not None:
         lengths = _append_each(k_cache, v_cache, k, v, lengths, cache_batch_idx, serving.debug_checks_on(debug_checks))
     out, lse = serving.kvcache(q, k_cache, v_cache, lengths, cache_batch_idx=cache_batch_idx, causal=causal,
@@ -177,19 +177,15 @@ def flash_attn_with_kvcache(
     return (out, lse) if return_softmax_lse else out
 
 
-def _lengths(cache_seqlens: Any, batch: int, k_cache: torch.Tensor) -> torch.Tensor:
-    """Per-sequence cache lengths as an int32 [B] tensor on the cache's device (an int: all the same)."""
+def _lengths(cache_seqlens: Any, batch: int, k_cache: torch.Tensor, appending: bool) -> torch.Tensor:
+    """Per-sequence cache lengths as an int32 [B] tensor (a tensor as given: serving.kvcache checks it); an int or
+    None is _cache_length's one length for every sequence."""
     import torch
 
-    if cache_seqlens is None:
-        return torch.full((batch,), k_cache.shape[1], dtype=torch.int32, device=k_cache.device)
-    if isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, int | torch.Tensor):
-        raise FlashCoreError(f"cache_seqlens is {cache_seqlens!r}: expected an int or a [B] int32 tensor")
-    if isinstance(cache_seqlens, int):
-        if not 0 <= cache_seqlens <= k_cache.shape[1]:
-            raise FlashCoreError(f"cache_seqlens is {cache_seqlens}: the cache holds 0..{k_cache.shape[1]} tokens")
-        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=k_cache.device)
-    return cache_seqlens
+    if isinstance(cache_seqlens, torch.Tensor):
+        return cache_seqlens
+    length = _cache_length(cache_seqlens, k_cache.shape[1], appending)
+    return torch.full((batch,), length, dtype=torch.int32, device=k_cache.device)
 
 
 def _append_each(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -199,15 +195,7 @@ def _append_each(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, 
     import torch
 
     batch = lengths.shape[0] if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 else -1
-    for name, new, cache in (("k", k, k_cache), ("v", v, v_cache)):
-        if not isinstance(new, torch.Tensor) or new.dim() != 4:
-            raise FlashCoreError(f"{name} must be a 4-D tensor [B, Snew, Hkv, D]")
-        want = (batch, new.shape[1], cache.shape[2], cache.shape[3])
-        if tuple(new.shape) != want:
-            raise FlashCoreError(f"{name} has shape {tuple(new.shape)}: expected [B, Snew, Hkv, D] = {want}")
-        if new.dtype != cache.dtype or new.device != cache.device:
-            raise FlashCoreError(f"{name} is {new.dtype} on {new.device}: the cache is {cache.dtype} on "
-                                 f"{cache.device}")
+    _check_new(k_cache, v_cache, k, v, batch, "the sequences'")
     if not isinstance(lengths, torch.Tensor) or lengths.dtype != torch.int32 or lengths.device != k_cache.device:
         raise FlashCoreError("cache_seqlens must be a torch.int32 [B] tensor on the cache's device")
     if slots is None and batch != k_cache.shape[0]:
@@ -225,10 +213,9 @@ def _append_each(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, 
     return lengths + k.shape[1]
 
 
-def _cache_length(cache_seqlens: Any, batch: int, capacity: int, appending: bool) -> int:
-    """The one number of cached tokens every sequence holds."""
-    import torch
-
+def _cache_length(cache_seqlens: Any, capacity: int, appending: bool) -> int:
+    """The one number of cached tokens every sequence holds: an int, or None for the whole cache (a tensor takes the
+    per-sequence path)."""
     if cache_seqlens is None:
         if appending:
             raise FlashCoreError("k and v are appended at cache_seqlens: pass cache_seqlens (the tokens already "
@@ -236,21 +223,10 @@ def _cache_length(cache_seqlens: Any, batch: int, capacity: int, appending: bool
         return capacity
     if isinstance(cache_seqlens, bool):
         raise FlashCoreError(f"cache_seqlens is {cache_seqlens!r}: expected an int or a [B] int32 tensor")
-    if isinstance(cache_seqlens, int):
-        length = cache_seqlens
-    elif isinstance(cache_seqlens, torch.Tensor):
-        if cache_seqlens.dtype != torch.int32 or tuple(cache_seqlens.shape) != (batch,):
-            raise FlashCoreError(f"cache_seqlens has dtype {cache_seqlens.dtype} and shape "
-                                 f"{tuple(cache_seqlens.shape)}: expected torch.int32 [{batch}]")
-        values = torch.unique(cache_seqlens).tolist()
-        if len(values) != 1:
-            raise UnsupportedArgument(f"cache_seqlens: sequences hold different numbers of tokens ({min(values)} "
-                                      f"to {max(values)}); per-sequence cache lengths need the varlen kernel "
-                                      "(issue 15)")
-        length = int(values[0])
-    else:
+    if not isinstance(cache_seqlens, int):
         raise FlashCoreError(f"cache_seqlens is {type(cache_seqlens).__name__}: expected an int or a [B] int32 "
                              "tensor")
+    length = cache_seqlens
     if not 0 <= length <= capacity:
         raise FlashCoreError(f"cache_seqlens is {length}: the cache holds 0..{capacity} tokens (k_cache.shape[1])")
     return length
@@ -258,18 +234,7 @@ def _cache_length(cache_seqlens: Any, batch: int, capacity: int, appending: bool
 
 def _append(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int) -> int:
     """Write k, v into the caches at [length, length + Snew) in place; the new end."""
-    import torch
-
-    for name, new, cache in (("k", k, k_cache), ("v", v, v_cache)):
-        if not isinstance(new, torch.Tensor) or new.dim() != 4:
-            raise FlashCoreError(f"{name} must be a 4-D tensor [B, Snew, Hkv, D]")
-        want = (cache.shape[0], new.shape[1], cache.shape[2], cache.shape[3])
-        if tuple(new.shape) != want:
-            raise FlashCoreError(f"{name} has shape {tuple(new.shape)}: expected [B, Snew, Hkv, D] = {want} "
-                                 "(the cache's batch, heads and head dim)")
-        if new.dtype != cache.dtype or new.device != cache.device:
-            raise FlashCoreError(f"{name} is {new.dtype} on {new.device}: the cache is {cache.dtype} on "
-                                 f"{cache.device}")
+    _check_new(k_cache, v_cache, k, v, k_cache.shape[0], "the cache's")
     end = length + k.shape[1]
     if end > k_cache.shape[1]:
         raise FlashCoreError(f"appending {k.shape[1]} tokens at {length} overflows the cache of "
@@ -277,3 +242,20 @@ def _append(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: to
     k_cache[:, length:end] = k
     v_cache[:, length:end] = v
     return end
+
+
+def _check_new(k_cache: torch.Tensor, v_cache: torch.Tensor, k: Any, v: Any, batch: int, whose: str) -> None:
+    """k and v to append: 4-D [B, Snew, Hkv, D] with `batch` (`whose` batch), the cache's heads, head dim, dtype and
+    device."""
+    import torch
+
+    for name, new, cache in (("k", k, k_cache), ("v", v, v_cache)):
+        if not isinstance(new, torch.Tensor) or new.dim() != 4:
+            raise FlashCoreError(f"{name} must be a 4-D tensor [B, Snew, Hkv, D]")
+        want = (batch, new.shape[1], cache.shape[2], cache.shape[3])
+        if tuple(new.shape) != want:
+            raise FlashCoreError(f"{name} has shape {tuple(new.shape)}: expected [B, Snew, Hkv, D] = {want} "
+                                 f"({whose} batch, the cache's heads and head dim)")
+        if new.dtype != cache.dtype or new.device != cache.device:
+            raise FlashCoreError(f"{name} is {new.dtype} on {new.device}: the cache is {cache.dtype} on "
+                                 f"{cache.device}")

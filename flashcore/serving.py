@@ -26,11 +26,12 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from flashcore import _lib, api, reference, validate
+from flashcore import _lib, api, fastpath, reference, validate
 from flashcore.errors import FlashCoreError
 
 if TYPE_CHECKING:
@@ -103,12 +104,9 @@ def _tile_fields(q: torch.Tensor, heads_kv: int, max_q: int, max_k: int, causal:
     """The tuned table's tile configuration for the bucket of the longest sequences (api.tile_config's rules); soft-
     capping runs each head dim's short default point only, so it takes the table's tile order but no point. Cached:
     a decode step's host time is what a serving loop waits for."""
-    import torch
-
-    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     env = (os.environ.get("FLASHCORE_TUNE"), os.environ.get("FLASHCORE_TUNE_TABLE"))
-    return dict(_tile_fields_cached(index, q.dtype, q.shape[-2], heads_kv, q.shape[-1], max_q, max_k, causal,
-                                    deterministic, softcap > 0, env))
+    return dict(_tile_fields_cached(api.device_index(q.device), q.dtype, q.shape[-2], heads_kv, q.shape[-1], max_q,
+                                    max_k, causal, deterministic, softcap > 0, env))
 
 
 @lru_cache(maxsize=1024)
@@ -132,28 +130,20 @@ def _launch(params: _lib.FcParams, device: torch.device, key: tuple[Any, ...] | 
     import torch
 
     lib = _lib.load()
-    index = device.index if device.index is not None else torch.cuda.current_device()
     with torch.cuda.device(device):
-        need = api.workspace_bytes(lib, params, index)
+        need = api.workspace_bytes(lib, params, api.device_index(device))
     api._forward(lib, params, need, device)
-    _remember(key, params, need)
+    fastpath.remember(key, params, need)
 
 
-def _base_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                 causal: bool, scale: float, window: tuple[int, int], softcap: float, deterministic: bool,
-                 num_splits: int, sm_margin: int) -> _lib.FcParams:
-    """fc_params of a 4-D [B, S, H, D] call (packed tensors are passed as a batch of one)."""
-    import torch
-
-    params = _lib.FcParams(
-        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
-        batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
-        head_dim=q.shape[3], q_stride=api._strides(q), k_stride=api._strides(k), v_stride=api._strides(v),
-        o_stride=api._strides(out), softmax_scale=scale, causal=int(causal),
-        dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16,
-        num_splits=num_splits, deterministic=int(deterministic), sm_margin=sm_margin, softcap=softcap,
-        **_window_fields(causal, window),
-    )  # fmt: skip
+def _base_params(call: api.Call, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 lse: torch.Tensor, window: tuple[int, int], softcap: float) -> _lib.FcParams:
+    """flashcore.attention's fc_params (api._params) of the call on these 4-D [B, S, H, D] tensors (packed ones as a
+    batch of one; a cache as itself), with the window and softcap fields; tile fields come from _tune."""
+    params = api._params(replace(call, q=q, k=k, v=v), out, lse)
+    params.softcap = softcap
+    for name, value in _window_fields(call.causal, window).items():
+        setattr(params, name, value)
     return params
 
 
@@ -172,15 +162,8 @@ def _on_kernel(q: torch.Tensor, fallback: str) -> bool:
     """True: launch the kernel; False: compute with the reference (fallback='sdpa' off SM 9.0 or on the CPU)."""
     if q.device.type == "cpu":
         return False
-    index = q.device.index if q.device.index is not None else _current()
-    capability, name = api._device_info(index)
+    capability, name = api._device_info(api.device_index(q.device))
     return not api.use_fallback(str(q.device), capability, name, fallback)
-
-
-def _current() -> int:
-    import torch
-
-    return torch.cuda.current_device()
 
 
 def _check_fallback(fallback: Any) -> str:
@@ -188,12 +171,6 @@ def _check_fallback(fallback: Any) -> str:
         raise FlashCoreError(f"fallback is {fallback!r}: expected 'error' or 'sdpa' (compute with plain torch "
                              "off SM 9.0 and on the CPU)")
     return str(fallback)
-
-
-def _device_type(q: Any, fallback: str) -> str:
-    import torch
-
-    return "cpu" if fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu" else "cuda"
 
 
 def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -205,17 +182,16 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
 
     key = _signature("dense", (q, k, v), (causal, softmax_scale, window_size, softcap, deterministic, num_splits,
                                           sm_margin, fallback))
-    if (hit := _again(key, q, {"q": _ptr(q), "k": _ptr(k), "v": _ptr(v)}, _lse_dense(q))) is not None:
+    if (hit := _again(key, q, k, v, {}, _lse_dense)) is not None:
         return hit
     window, cap = check_window(window_size), check_softcap(softcap)
     fallback = _check_fallback(fallback)
+    if window == (-1, -1) and cap == 0.0:  # flashcore.attention, which checks the rest itself
+        return api.attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
+                             num_splits=num_splits, sm_margin=sm_margin, fallback=fallback)
     call = api.check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
                           fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
-                          device_type=_device_type(q, fallback))
-    if window == (-1, -1) and cap == 0.0:
-        return api.attention(call.q, call.k, call.v, causal=call.causal, softmax_scale=softmax_scale,
-                             deterministic=call.deterministic, num_splits=num_splits, sm_margin=call.sm_margin,
-                             fallback=fallback)
+                          device_type=api.device_type(q, fallback))
     q, k, v = call.q, call.k, call.v
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -226,8 +202,7 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
     if not _on_kernel(q, fallback):
         o, s = reference.dense(q, k, v, causal=call.causal, scale=call.scale, window=window, softcap=cap)
         return out.copy_(o), lse.copy_(s)
-    params = _base_params(q, k, v, out, lse, call.causal, call.scale, window, cap, call.deterministic,
-                          call.num_splits, call.sm_margin)
+    params = _base_params(call, q, k, v, out, lse, window, cap)
     _tune(params, q, call, cap)
     _launch(params, q.device, key)
     return out, lse
@@ -246,12 +221,11 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
         key = _signature("varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k),
                          (max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, softcap, deterministic,
                           fallback))
-        pointers = {"q": _ptr(q), "k": _ptr(k), "v": _ptr(v), "cu_seqlens_q": _ptr(cu_seqlens_q),
-                    "cu_seqlens_k": _ptr(cu_seqlens_k), "seqused_k": _ptr(seqused_k)}
-        if (hit := _again(key, q, pointers, _lse_packed(q), -math.inf)) is not None:
+        arrays = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k}
+        if (hit := _again(key, q, k, v, arrays, _lse_packed, -math.inf)) is not None:
             return hit
     fallback = _check_fallback(fallback)
-    device_type = _device_type(q, fallback)
+    device_type = api.device_type(q, fallback)
     q = _packed("q", q, None, device_type)
     k = _packed("k", k, q.device, device_type)
     v = _packed("v", v, q.device, device_type)
@@ -282,8 +256,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
         o, s = reference.varlen(q, k, v, cu_q.tolist(), cu_k.tolist(), None if used is None else used.tolist(),
                                 causal=call.causal, scale=call.scale, window=window, softcap=cap)
         return out.copy_(o), lse.copy_(s)
-    params = _base_params(_as4(q), _as4(k), _as4(v), _as4(out), lse, call.causal, call.scale, window, cap,
-                          call.deterministic, 1, 0)
+    params = _base_params(call, _as4(q), _as4(k), _as4(v), _as4(out), lse, window, cap)
     params.batch, params.seqlen_q, params.seqlen_k = batch, max_q, max_k
     params.total_q, params.total_k = total_q, total_k
     params.cu_seqlens_q, params.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
@@ -304,12 +277,11 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     if not debug_checks_on(debug_checks):
         key = _signature("kvcache", (q, k_cache, v_cache, cache_seqlens, cache_batch_idx),
                          (causal, softmax_scale, window_size, softcap, num_splits, sm_margin, fallback))
-        pointers = {"q": _ptr(q), "k": _ptr(k_cache), "v": _ptr(v_cache), "seqused_k": _ptr(cache_seqlens),
-                    "kv_batch_idx": _ptr(cache_batch_idx)}
-        if (hit := _again(key, q, pointers, _lse_dense(q))) is not None:
+        arrays = {"seqused_k": cache_seqlens, "kv_batch_idx": cache_batch_idx}
+        if (hit := _again(key, q, k_cache, v_cache, arrays, _lse_dense)) is not None:
             return hit
     fallback = _check_fallback(fallback)
-    device_type = _device_type(q, fallback)
+    device_type = api.device_type(q, fallback)
     q = validate.tensor("q", q, device_type, None)
     validate.rank("q", q, 4, api.BSHD)
     batch = q.shape[0]
@@ -344,8 +316,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                                       scale=call.scale, window=window, softcap=cap)
             out[b], lse[b] = o, s
         return out, lse
-    params = _base_params(q, k_cache, v_cache, out, lse, call.causal, call.scale, window, cap, False,
-                          call.num_splits, call.sm_margin)
+    params = _base_params(call, q, k_cache, v_cache, out, lse, window, cap)
     params.seqused_k = lengths.data_ptr()
     if slots is not None:
         params.kv_batch_idx, params.kv_batch = slots.data_ptr(), k_cache.shape[0]
@@ -388,11 +359,10 @@ def check_used(used: torch.Tensor, limit: torch.Tensor, name: str = "seqused_k",
             raise FlashCoreError(f"{name}[{b}] is {n}: expected 0 .. {cap} ({what})")
 
 
-# ---- repeat calls (flashcore/fastpath.py's rule for the serving entries): a call whose every input but the data
-# pointers and the index tensors' values matches an earlier checked launch skips the checks, the table lookup and
-# the plan. debug_checks always takes the checked path.
-_FAST: dict[tuple[Any, ...], tuple[_lib.FcParams, int]] = {}
-_FAST_MAX = 1024
+# ---- repeat calls: flashcore/fastpath.py's rule and cache for the serving entries. A call whose every input but the
+# data pointers and the index tensors' values matches an earlier checked launch skips the checks, the table lookup
+# and the plan; debug_checks always takes the checked path. The keys start with the entry's name, so they never
+# meet flashcore.attention's.
 
 
 def _signature(kind: str, tensors: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -416,62 +386,38 @@ def _signature(kind: str, tensors: tuple[Any, ...], args: tuple[Any, ...]) -> tu
     return out
 
 
-def _remember(key: tuple[Any, ...] | None, params: _lib.FcParams, need: int) -> None:
-    if key is None:
-        return
-    template = _lib.FcParams.from_buffer_copy(params)
-    template.workspace, template.workspace_bytes = None, 0
-    if len(_FAST) >= _FAST_MAX:
-        _FAST.clear()
-    _FAST[key] = (template, need)
-
-
-def _again(key: tuple[Any, ...] | None, q: torch.Tensor, pointers: dict[str, int | None],
-           lse_shape: tuple[int, ...], fill: float | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Launch with a remembered call's parameters and these pointers; None when there is none or a base address is
-    not 16-byte aligned (the checked path then says why)."""
+def _again(key: tuple[Any, ...] | None, q: Any, k: Any, v: Any, arrays: dict[str, Any],
+           lse_shape: Callable[[torch.Tensor], tuple[int, ...]],
+           fill: float | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Launch with a remembered call's parameters and these tensors' addresses; None when there is none or a base
+    address is not 16-byte aligned (the checked path then says why). A hit means every tensor has the type, shape
+    and layout of the checked call's (the key says so), so q, k, v and the index arrays are tensors or None as
+    there."""
     import torch
 
-    entry = _FAST.get(key) if key is not None else None
-    if entry is None:
-        return None
-    template, need = entry
-    align = 0
-    for name in ("q", "k", "v"):
-        align |= pointers[name] or 0
-    if align % validate.ALIGN_BYTES:
+    entry = fastpath.lookup(key)
+    if entry is None or not fastpath.aligned(q, k, v):
         return None
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = (torch.empty if fill is None else torch.full)(lse_shape, *(() if fill is None else (fill,)),
-                                                        dtype=torch.float32, device=q.device)
-    params = _lib.FcParams.from_buffer_copy(template)
-    for name, value in pointers.items():
-        setattr(params, name, value)
-    params.o, params.lse = out.data_ptr(), lse.data_ptr()
-    api._forward(_lib.load(), params, need, q.device)
+    if fill is None:
+        lse = torch.empty(lse_shape(q), dtype=torch.float32, device=q.device)
+    else:
+        lse = torch.full(lse_shape(q), fill, dtype=torch.float32, device=q.device)
+    params = fastpath.params_for(entry, q, k, v, out, lse)
+    for name, t in arrays.items():
+        setattr(params, name, None if t is None else t.data_ptr())
+    api._forward(_lib.load(), params, entry.workspace_bytes, q.device)
     return out, lse
 
 
-def _ptr(t: Any) -> int | None:
-    """A tensor's address (None for None); 0 for anything else, which never matches a remembered signature."""
-    if t is None:
-        return None
-    try:
-        return int(t.data_ptr())
-    except (AttributeError, TypeError, RuntimeError):
-        return 0
+def _lse_dense(q: torch.Tensor) -> tuple[int, ...]:
+    return (q.shape[0], q.shape[2], q.shape[1])
 
 
-def _lse_dense(q: Any) -> tuple[int, ...]:
-    shape = getattr(q, "shape", (0, 0, 0, 0))
-    return (shape[0], shape[2], shape[1]) if len(shape) == 4 else ()
-
-
-def _lse_packed(q: Any) -> tuple[int, ...]:
-    shape = getattr(q, "shape", (0, 0, 0))
-    return (shape[1], shape[0]) if len(shape) == 3 else ()
+def _lse_packed(q: torch.Tensor) -> tuple[int, ...]:
+    return (q.shape[1], q.shape[0])
 
 
 def fast_entries() -> int:
-    """Signatures the repeat-call path of the serving entries holds (tests)."""
-    return len(_FAST)
+    """Signatures the repeat-call cache holds (flashcore/fastpath.py's, shared with flashcore.attention)."""
+    return fastpath.size()

@@ -197,21 +197,21 @@ def test_repeat_call_signature_ignores_pointers_but_not_layouts() -> None:
 
 
 def test_repeat_call_launches_the_remembered_params_with_new_pointers(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flashcore import api
+    from flashcore import api, fastpath
 
     seen: list[tuple[_lib.FcParams, int]] = []
     monkeypatch.setattr(api, "_forward", lambda lib, params, need, device: seen.append((params, need)))
     monkeypatch.setattr(_lib, "load", lambda: None)
     q, kc, lens = rand(2, 1, 4, 64), rand(2, 8, 2, 64), torch.tensor([1, 2], dtype=torch.int32)
     key = serving._signature("kvcache", (q, kc, kc, lens, None), ("x",))
-    assert serving._again(key, q, {"q": q.data_ptr(), "k": kc.data_ptr(), "v": kc.data_ptr()}, (2, 4, 1)) is None
-    serving._remember(key, _lib.FcParams(batch=2, heads_q=4, seqlen_k=8, workspace=1234, workspace_bytes=64), 64)
-    pointers = {"q": q.data_ptr(), "k": kc.data_ptr(), "v": kc.data_ptr(), "seqused_k": lens.data_ptr(),
-                "kv_batch_idx": None}
-    out, lse = serving._again(key, q, pointers, (2, 4, 1))
+    arrays = {"seqused_k": lens, "kv_batch_idx": None}
+    assert serving._again(key, q, kc, kc, arrays, serving._lse_dense) is None
+    fastpath.remember(key, _lib.FcParams(batch=2, heads_q=4, seqlen_k=8, workspace=1234, workspace_bytes=64), 64)
+    out, lse = serving._again(key, q, kc, kc, arrays, serving._lse_dense)
     params, need = seen[-1]
     assert need == 64 and params.batch == 2 and params.seqlen_k == 8
     assert params.q == q.data_ptr() and params.seqused_k == lens.data_ptr() and params.kv_batch_idx is None
     assert params.o == out.data_ptr() and params.lse == lse.data_ptr() and lse.shape == (2, 4, 1)
     assert params.workspace is None  # the remembered launch's workspace is never reused
-    assert serving._again(key, q, {**pointers, "k": kc.data_ptr() + 8}, (2, 4, 1)) is None  # misaligned: checked
+    misaligned = rand(kc.numel() + 8)[4:4 + kc.numel()].view(kc.shape)  # kc's layout, base 8 bytes off
+    assert serving._again(key, q, misaligned, kc, arrays, serving._lse_dense) is None  # the checked path says why

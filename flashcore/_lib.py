@@ -60,11 +60,15 @@ class FcParams(ctypes.Structure):
         ("window_left", ctypes.c_int32),
         ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
+        ("head_dim_v", ctypes.c_int64),
+        ("page_table", ctypes.c_void_p),
+        ("page_table_stride", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
     ]
 
 
 # Device-array fields: fc_plan's answer depends on whether each is set, never on its address.
-ARRAY_FIELDS = frozenset({"cu_seqlens_q", "cu_seqlens_k", "seqused_k", "kv_batch_idx"})
+ARRAY_FIELDS = frozenset({"cu_seqlens_q", "cu_seqlens_k", "seqused_k", "kv_batch_idx", "page_table"})
 
 
 class FcPlanInfo(ctypes.Structure):

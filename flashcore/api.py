@@ -16,7 +16,9 @@ from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDevic
 if TYPE_CHECKING:
     import torch
 
-SUPPORTED_HEAD_DIMS = (64, 128, 256)
+SUPPORTED_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (kernel/launch.h)
+# v's head dim when it differs from q and k's (DeepSeek-style prefill: q/k 192, v 128); otherwise v's is q's.
+HEAD_DIM_V = {192: (192, 128)}
 MAX_FAULT = int(faults.MAX_FAULT)  # debug_fault 1..4: flashcore/faults.py (kernel/config.h FaultKind)
 MAX_SPLITS = tuning.MAX_SPLITS
 MAX_SM_MARGIN = 1 << 20
@@ -72,13 +74,14 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
     validate.same("v", "dtype", v.dtype, q.dtype, "q, k and v must have one dtype")
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
-    if k.shape != v.shape:
+    if k.shape[:3] != v.shape[:3]:
         raise FlashCoreError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}: they must match "
-                             "[B, Sk, Hkv, D]")
+                             "[B, Sk, Hkv, D] (v's head dim may differ: see below)")
     validate.same("k", "shape[0] (batch)", k.shape[0], batch, "batch sizes must match")
     validate.same("k", "shape[3] (head dim)", k.shape[3], head_dim, "head dims must match")
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise FlashCoreError(f"head dim (q.shape[3]) is {head_dim}: FlashCore supports {SUPPORTED_HEAD_DIMS}")
+    check_head_dim_v(head_dim, v.shape[3])
     if heads_q and (heads_kv == 0 or heads_q % heads_kv):
         raise FlashCoreError(f"q has {heads_q} heads and k/v have {heads_kv}: heads_q must be a multiple of "
                              "heads_kv (GQA: query head h reads k/v head h // (heads_q // heads_kv))")
@@ -106,7 +109,9 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
     inputs = {"q": q, "k": k, "v": v}
     if out is not None:
         out = validate.tensor("out", out, device_type, q.device)
-        validate.same("out", "shape", tuple(out.shape), tuple(q.shape), "out must be shaped like q")
+        if tuple(out.shape) != out_shape(q, v):
+            raise FlashCoreError(f"out has shape {tuple(out.shape)}: expected {out_shape(q, v)} ([B, Sq, Hq] of q, "
+                                 "v's head dim)")
         validate.same("out", "dtype", out.dtype, q.dtype, "out must have q's dtype")
         validate.self_overlap("out", out)
         validate.not_aliased("out", out, inputs)
@@ -128,6 +133,26 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
         for name, t in {**inputs, **({"out": out} if out is not None else {})}.items():
             validate.layout(name, t)
     return call
+
+
+def check_head_dim_v(head_dim: int, head_dim_v: int) -> None:
+    """v's head dim is q's, or one HEAD_DIM_V allows for q's."""
+    allowed = HEAD_DIM_V.get(head_dim, (head_dim,))
+    if head_dim_v not in allowed:
+        raise FlashCoreError(f"v's head dim is {head_dim_v} with q and k's {head_dim}: expected "
+                             f"{' or '.join(map(str, allowed))}")
+
+
+def out_shape(q: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
+    """The output's shape: q's, with v's head dim."""
+    return (*q.shape[:-1], v.shape[-1])
+
+
+def new_out(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """An uninitialized contiguous output for q and v (q's dtype and device, v's head dim)."""
+    import torch
+
+    return torch.empty(out_shape(q, v), dtype=q.dtype, device=q.device)
 
 
 def device_type(q: object, fallback: object) -> str:
@@ -289,7 +314,7 @@ def attention(
         index = device_index(q.device)
         capability, name = _device_info(index)
         sdpa = use_fallback(str(q.device), capability, name, call.fallback)
-    out = torch.empty_like(q, memory_format=torch.contiguous_format) if call.out is None else call.out
+    out = new_out(q, v) if call.out is None else call.out
     lse = call.lse
     if lse is None:
         lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -317,7 +342,7 @@ def _launch_again(entry: fastpath.Entry, q: torch.Tensor, k: torch.Tensor,
     """A call with the signature of an earlier checked launch: its parameters, these pointers, new outputs."""
     import torch
 
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = new_out(q, v)
     lse = torch.empty(entry.lse_shape, dtype=torch.float32, device=q.device)
     _forward(_lib.load(), fastpath.params_for(entry, q, k, v, out, lse), entry.workspace_bytes, q.device)
     return out, lse
@@ -410,7 +435,7 @@ def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
     return _lib.FcParams(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse_ptr,
         batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
-        head_dim=q.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
+        head_dim=q.shape[3], head_dim_v=v.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
         o_stride=_strides(out), softmax_scale=call.scale, causal=int(call.causal),
         dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16, debug_fault=call.debug_fault,
         num_splits=call.num_splits or config.num_splits, deterministic=int(call.deterministic),

@@ -4,8 +4,8 @@
 
     from flashcore import flash_attn_func          # instead of: from flash_attn_interface import flash_attn_func
 
-Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths and cache_batch_idx run on
-the kernel (flashcore/serving.py). An argument FlashCore does not implement yet (paged KV cache, FP8 descales,
+Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths, cache_batch_idx and paged
+caches run on the kernel (flashcore/serving.py). An argument FlashCore does not implement yet (FP8 descales,
 rotary, left-padded caches, seqused_q, ...) raises UnsupportedArgument naming it, before anything runs; FA3's
 pure speed hints (pack_gqa, scheduler_metadata left None) are accepted. FlashCore is forward-only: inputs that need
 a gradient are refused as by flashcore.attention. Extension, keyword-only: `fallback="sdpa"` (plain torch) for CPU
@@ -40,7 +40,6 @@ _WHY = {
     "rotary_sin": "rotary embedding inside the call is not implemented; apply it to q and k first",
     "rotary_seqlens": "rotary embedding inside the call is not implemented",
     "cache_leftpad": "left-padded caches are not implemented yet (issue 15)",
-    "page_table": "a paged KV cache is not implemented yet (issue 15): gather the pages into a contiguous cache",
     "seqused_q": "per-sequence query counts are not implemented: pass cu_seqlens_q of the used rows",
     "cu_seqlens_q": "packed queries into a KV cache are not implemented: use a [B, Sq, Hq, D] q",
     "max_seqlen_q": "packed queries into a KV cache are not implemented: use a [B, Sq, Hq, D] q",
@@ -128,15 +127,17 @@ def flash_attn_with_kvcache(
     num_splits: int = 0, pack_gqa: bool | None = None, sm_margin: int = 0, return_softmax_lse: bool = False, *,
     fallback: str = "error", debug_checks: bool | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """FA3's flash_attn_with_kvcache on a contiguous cache [B_cache, S_cache, Hkv, D]. cache_seqlens: the tokens
-    each sequence already holds, an int (all the same) or a [B] int32 tensor (per sequence); cache_batch_idx [B]
-    int32: the cache entry of sequence b (default b). k, v [B, Snew, Hkv, D] are written into the cache in place
+    """FA3's flash_attn_with_kvcache on a contiguous cache [B_cache, S_cache, Hkv, D] or a paged one. cache_seqlens:
+    the tokens each sequence already holds, an int (all the same) or a [B] int32 tensor (per sequence);
+    cache_batch_idx [B] int32: the cache entry of sequence b (default b). page_table [B, max_pages] int32: the
+    caches are [pages, page_size, Hkv, D] (page_size a multiple of 16) and sequence b's token j is row
+    j % page_size of page page_table[b, j // page_size]. k, v [B, Snew, Hkv, D] are written into the cache in place
     at each sequence's cache_seqlens first (FA3's append), then q [B, Sq, Hq, D] attends to each sequence's first
     cache_seqlens + Snew keys (causal: bottom-right aligned to them). window_size and softcap as flash_attn_func.
-    A paged cache (page_table) raises UnsupportedArgument. debug_checks (extension): check the lengths and slots
-    on the host, including that an append fits (one device sync; see flashcore.serving)."""
+    debug_checks (extension): check the lengths, slots and pages on the host, including that an append fits (one
+    device sync; see flashcore.serving)."""
     _refuse({"qv": qv is not None, "rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
-             "cache_leftpad": cache_leftpad is not None, "page_table": page_table is not None,
+             "cache_leftpad": cache_leftpad is not None,
              "cu_seqlens_q": cu_seqlens_q is not None, "cu_seqlens_k_new": cu_seqlens_k_new is not None,
              "max_seqlen_q": max_seqlen_q is not None, "rotary_seqlens": rotary_seqlens is not None,
              "q_descale": q_descale is not None, "k_descale": k_descale is not None,
@@ -148,12 +149,19 @@ def flash_attn_with_kvcache(
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise FlashCoreError(f"{name} must be a 4-D tensor [B, Scache, Hkv, D], got "
                                  f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-    if k_cache.shape != v_cache.shape:
+    if k_cache.shape[:3] != v_cache.shape[:3]:
         raise FlashCoreError(f"k_cache has shape {tuple(k_cache.shape)} but v_cache has {tuple(v_cache.shape)}")
     if (k is None) != (v is None):
         raise FlashCoreError("k and v are appended together: pass both or neither")
     windowed = _window_set(window_size) or softcap != 0.0
-    per_sequence = isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None
+    batch = q.shape[0] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
+    table = None
+    if page_table is not None:
+        if cache_batch_idx is not None:
+            raise FlashCoreError("cache_batch_idx and page_table cannot be combined: a paged cache names each "
+                                 "sequence's pages in its row of page_table")
+        table = serving.check_page_table(page_table, batch, k_cache, k_cache.device)
+    per_sequence = isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None or table is not None
     if not per_sequence:  # one length for every sequence: the dense kernel on a slice of the cache
         length = _cache_length(cache_seqlens, k_cache.shape[1], appending=k is not None)
         end = _append(k_cache, v_cache, k, v, length) if k is not None and v is not None else length
@@ -166,48 +174,57 @@ def flash_attn_with_kvcache(
             out, lse = attention(q, kc, vc, causal=causal, softmax_scale=softmax_scale,
                                  num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback)
         return (out, lse) if return_softmax_lse else out
-    batch = q.shape[0] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
-    lengths = _lengths(cache_seqlens, batch, k_cache, appending=k is not None)
+    capacity = k_cache.shape[1] * (table.shape[1] if table is not None else 1)
+    lengths = _lengths(cache_seqlens, batch, capacity, k_cache.device, appending=k is not None)
     if k is not None and v is not None:
-        lengths = _append_each(k_cache, v_cache, k, v, lengths, cache_batch_idx, serving.debug_checks_on(debug_checks))
-    out, lse = serving.kvcache(q, k_cache, v_cache, lengths, cache_batch_idx=cache_batch_idx, causal=causal,
-                               softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
+        lengths = _append_each(k_cache, v_cache, k, v, lengths, cache_batch_idx, table,
+                               serving.debug_checks_on(debug_checks))
+    out, lse = serving.kvcache(q, k_cache, v_cache, lengths, cache_batch_idx=cache_batch_idx, page_table=table,
+                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback,
                                debug_checks=debug_checks)
     return (out, lse) if return_softmax_lse else out
 
 
-def _lengths(cache_seqlens: Any, batch: int, k_cache: torch.Tensor, appending: bool) -> torch.Tensor:
+def _lengths(cache_seqlens: Any, batch: int, capacity: int, device: torch.device, appending: bool) -> torch.Tensor:
     """Per-sequence cache lengths as an int32 [B] tensor (a tensor as given: serving.kvcache checks it); an int or
     None is _cache_length's one length for every sequence."""
     import torch
 
     if isinstance(cache_seqlens, torch.Tensor):
         return cache_seqlens
-    length = _cache_length(cache_seqlens, k_cache.shape[1], appending)
-    return torch.full((batch,), length, dtype=torch.int32, device=k_cache.device)
+    length = _cache_length(cache_seqlens, capacity, appending)
+    return torch.full((batch,), length, dtype=torch.int32, device=device)
 
 
 def _append_each(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 lengths: torch.Tensor, slots: torch.Tensor | None, check: bool) -> torch.Tensor:
-    """Write k, v [B, Snew, Hkv, D] into each sequence's cache entry at [length, length + Snew); the new lengths.
-    Without debug checks an append past the capacity is not detected (it would need a device sync)."""
+                 lengths: torch.Tensor, slots: torch.Tensor | None, table: torch.Tensor | None,
+                 check: bool) -> torch.Tensor:
+    """Write k, v [B, Snew, Hkv, D] into each sequence's cache entry (or its pages) at [length, length + Snew); the
+    new lengths. Without debug checks an append past the capacity is not detected (it would need a device sync);
+    on a paged cache it then writes into the sequence's last page."""
     import torch
 
     batch = lengths.shape[0] if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 else -1
     _check_new(k_cache, v_cache, k, v, batch, "the sequences'")
     if not isinstance(lengths, torch.Tensor) or lengths.dtype != torch.int32 or lengths.device != k_cache.device:
         raise FlashCoreError("cache_seqlens must be a torch.int32 [B] tensor on the cache's device")
-    if slots is None and batch != k_cache.shape[0]:
+    if slots is None and table is None and batch != k_cache.shape[0]:
         raise FlashCoreError(f"cache_seqlens has {batch} sequences but k_cache has {k_cache.shape[0]} entries: pass "
                              "cache_batch_idx to map sequences to entries")
+    capacity = k_cache.shape[1] * (table.shape[1] if table is not None else 1)
     steps = torch.arange(k.shape[1], device=k_cache.device, dtype=torch.int64)
-    rows = lengths.to(torch.int64)[:, None] + steps[None, :]  # [B, Snew]
-    if check and k.shape[1] and int(rows.max()) >= k_cache.shape[1]:
-        raise FlashCoreError(f"appending {k.shape[1]} tokens overflows the cache of {k_cache.shape[1]} tokens "
+    rows = lengths.to(torch.int64)[:, None] + steps[None, :]  # [B, Snew]: token positions
+    if check and k.shape[1] and int(rows.max()) >= capacity:
+        raise FlashCoreError(f"appending {k.shape[1]} tokens overflows the cache of {capacity} tokens "
                              f"(largest cache_seqlens {int(lengths.max())})")
-    entry = (slots.to(torch.int64) if slots is not None else torch.arange(batch, device=k_cache.device))[:, None]
-    entry = entry.expand_as(rows)
+    if table is not None:
+        page_size = k_cache.shape[1]
+        column = (rows // page_size).clamp(max=table.shape[1] - 1)
+        entry, rows = torch.gather(table.to(torch.int64), 1, column), rows % page_size
+    else:
+        entry = (slots.to(torch.int64) if slots is not None else torch.arange(batch, device=k_cache.device))[:, None]
+        entry = entry.expand_as(rows)
     k_cache[entry, rows] = k
     v_cache[entry, rows] = v
     return lengths + k.shape[1]

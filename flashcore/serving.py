@@ -5,9 +5,12 @@ entry points here):
     varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None, ...)
         q [total_q, Hq, D], k and v [total_k, Hkv, D]; sequence b is rows [cu[b], cu[b + 1]) of each (zero-length
         sequences allowed); causal aligned bottom-right per sequence. Returns out [total_q, Hq, D], lse [Hq, total_q].
-    kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx=None, ...)
+    kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx=None, page_table=None, ...)
         q [B, Sq, Hq, D], k_cache and v_cache [B_cache, S_cache, Hkv, D]; sequence b attends to the first
         cache_seqlens[b] keys of cache slot cache_batch_idx[b] (default b). Returns out like q, lse [B, Hq, Sq].
+        Paged: k_cache and v_cache are [pages, page_size, Hkv, D] (page_size a multiple of 16) and page_table
+        int32 [B, max_pages]: sequence b's key j is row j % page_size of page page_table[b, j // page_size]. Every
+        page size takes the TMA path (boxes of 16 rows, each inside one page).
     dense(q, k, v, ...): flashcore.attention's layout with window_size and softcap.
 
 window_size (left, right): query row i sees keys [i + d - left, i + d + right], d = its sequence's Sk - Sq, -1 =
@@ -16,9 +19,11 @@ unbounded; causal=True sets right to 0. softcap > 0: scores = softcap * tanh(sof
 Host checks (shapes, dtypes, devices, strides, window and softcap values) raise FlashCoreError before anything runs.
 The values inside the index tensors (offsets, lengths, slots) live on the GPU: reading them costs a device sync, so
 they are checked only with debug_checks=True (or FLASHCORE_DEBUG_CHECKS=1): cu_seqlens start at 0, never decrease
-and end within the tensor; no sequence is longer than max_seqlen; seqused_k and cache_seqlens fit; slots exist.
-Without the checks, a wrong value gives wrong rows or an illegal address, as in FA3. Query rows of a packed q
-outside every sequence (past cu_seqlens_q[-1]) are not written.
+and end within the tensor; no sequence is longer than max_seqlen; seqused_k and cache_seqlens fit; slots and
+pages exist. Without the checks, a wrong offset, length or slot gives wrong rows or an illegal address, as in FA3;
+a wrong page id reads zeros (the kernel's loads are bounded by the cache's page count). Cache rows past a
+sequence's length are never read into the result, even when they hold NaN or Inf (unlike FA3, issue 1745).
+Query rows of a packed q outside every sequence (past cu_seqlens_q[-1]) are not written.
 """
 
 from __future__ import annotations
@@ -193,7 +198,7 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
                           fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
                           device_type=api.device_type(q, fallback))
     q, k, v = call.q, call.k, call.v
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = api.new_out(q, v)
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     if call.empty:
         out.zero_()
@@ -246,7 +251,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
         check_offsets("cu_seqlens_k", cu_k, total_k, max_k)
         if used is not None:
             check_used(used, (cu_k[1:] - cu_k[:-1]))
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = api.new_out(q, v)
     lse = torch.full((q.shape[1], total_q), -math.inf, dtype=torch.float32, device=q.device)
     if batch == 0 or total_q == 0 or max_q == 0:
         return out, lse
@@ -267,17 +272,19 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
 
 
 def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor, *,
-            cache_batch_idx: Any = None, causal: bool = False, softmax_scale: float | None = None,
-            window_size: Any = (-1, -1), softcap: Any = 0.0, num_splits: int | None = None, sm_margin: int = 0,
-            fallback: str = "error", debug_checks: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A KV cache with a length (and optionally a slot) per sequence (module docstring): (out, lse [B, Hq, Sq])."""
+            cache_batch_idx: Any = None, page_table: Any = None, causal: bool = False,
+            softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
+            num_splits: int | None = None, sm_margin: int = 0, fallback: str = "error",
+            debug_checks: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A KV cache with a length (and optionally a slot) per sequence, or a paged cache (module docstring): (out,
+    lse [B, Hq, Sq])."""
     import torch
 
     key = None
     if not debug_checks_on(debug_checks):
-        key = _signature("kvcache", (q, k_cache, v_cache, cache_seqlens, cache_batch_idx),
+        key = _signature("kvcache", (q, k_cache, v_cache, cache_seqlens, cache_batch_idx, page_table),
                          (causal, softmax_scale, window_size, softcap, num_splits, sm_margin, fallback))
-        arrays = {"seqused_k": cache_seqlens, "kv_batch_idx": cache_batch_idx}
+        arrays = {"seqused_k": cache_seqlens, "kv_batch_idx": cache_batch_idx, "page_table": page_table}
         if (hit := _again(key, q, k_cache, v_cache, arrays, _lse_dense)) is not None:
             return hit
     fallback = _check_fallback(fallback)
@@ -286,43 +293,96 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     validate.rank("q", q, 4, api.BSHD)
     batch = q.shape[0]
     k_cache = validate.tensor("k_cache", k_cache, device_type, q.device)
-    slots = None
+    slots = table = None
     if cache_batch_idx is not None:
         slots = _index("cache_batch_idx", cache_batch_idx, batch, q.device)
-    if isinstance(v_cache, torch.Tensor) and v_cache.shape != k_cache.shape:
+    if page_table is not None:
+        if slots is not None:
+            raise FlashCoreError("cache_batch_idx and page_table cannot be combined: a paged cache names each "
+                                 "sequence's pages in its row of page_table")
+        table = check_page_table(page_table, batch, k_cache, q.device)
+    if isinstance(v_cache, torch.Tensor) and v_cache.shape[:3] != k_cache.shape[:3]:
         raise FlashCoreError(f"k_cache has shape {tuple(k_cache.shape)} but v_cache has {tuple(v_cache.shape)}")
-    # The 4-D checks; with slots the cache's batch differs from q's, so they run on one entry of each and the
-    # layouts of the whole tensors are checked after.
-    one = slice(0, 1) if slots is not None else slice(None)
+    # The 4-D checks; with slots or pages the cache's batch differs from q's, so they run on one entry of each and
+    # the layouts of the whole tensors are checked after.
+    one = slice(0, 1) if slots is not None or table is not None else slice(None)
     call = api.check_call(q[one], k_cache[one], v_cache[one], causal=causal, softmax_scale=softmax_scale,
                           fallback=fallback, num_splits=num_splits, sm_margin=sm_margin, device_type=device_type)
-    if slots is not None and not call.empty:
+    if one != slice(None) and not call.empty:
         for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
             validate.layout(name, t)
     window, cap = check_window(window_size), check_softcap(softcap)
     lengths = _index("cache_seqlens", cache_seqlens, batch, q.device)
+    capacity = k_cache.shape[1] * (table.shape[1] if table is not None else 1)
     if debug_checks_on(debug_checks):
-        check_used(lengths, torch.full_like(lengths, k_cache.shape[1]), "cache_seqlens", "the cache's capacity")
+        check_used(lengths, torch.full_like(lengths, capacity), "cache_seqlens", "the cache's capacity")
         if slots is not None and (bool((slots < 0).any()) or bool((slots >= k_cache.shape[0]).any())):
             raise FlashCoreError(f"cache_batch_idx has values outside [0, {k_cache.shape[0]}) (k_cache.shape[0])")
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        if table is not None:
+            check_pages(table, lengths, k_cache.shape[1], k_cache.shape[0])
+    out = api.new_out(q, v_cache)
     lse = torch.empty((batch, q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    if q.numel() == 0 or k_cache.shape[1] == 0:
+    if q.numel() == 0 or capacity == 0:
         return out.zero_(), lse.fill_(-math.inf)
     if not _on_kernel(q, fallback):
-        index = slots.tolist() if slots is not None else list(range(batch))
         for b, n in enumerate(lengths.tolist()):
-            o, s = reference.sequence(q[b], k_cache[index[b], :n], v_cache[index[b], :n], causal=call.causal,
-                                      scale=call.scale, window=window, softcap=cap)
-            out[b], lse[b] = o, s
+            kb, vb = cached_keys(k_cache, v_cache, b, n, slots, table)
+            out[b], lse[b] = reference.sequence(q[b], kb, vb, causal=call.causal, scale=call.scale, window=window,
+                                                softcap=cap)
         return out, lse
     params = _base_params(call, q, k_cache, v_cache, out, lse, window, cap)
     params.seqused_k = lengths.data_ptr()
     if slots is not None:
         params.kv_batch_idx, params.kv_batch = slots.data_ptr(), k_cache.shape[0]
-    _tune(params, q, call, cap)
+    if table is not None:
+        params.batch, params.seqlen_k = batch, capacity
+        params.page_table, params.page_table_stride = table.data_ptr(), table.stride(0)
+        params.page_size, params.kv_batch = k_cache.shape[1], k_cache.shape[0]
+        # The tuned table is not read: a paged cache runs on the default points (2 consumer warpgroups).
+    else:
+        _tune(params, q, call, cap)
     _launch(params, q.device, key)
     return out, lse
+
+
+def check_page_table(page_table: Any, batch: int, k_cache: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """page_table: int32 [B, max_pages] on the cache's device, rows contiguous; k_cache [pages, page_size, Hkv, D]
+    with page_size a multiple of 16 (each TMA box of 16 rows lies inside one page)."""
+    import torch
+
+    table = validate.tensor("page_table", page_table, device.type, device)
+    if table.dtype != torch.int32 or table.dim() != 2 or table.shape[0] != batch or table.shape[1] < 1:
+        raise FlashCoreError(f"page_table has dtype {table.dtype} and shape {tuple(table.shape)}: expected "
+                             f"torch.int32 [{batch}, max_pages_per_sequence >= 1]")
+    if table.stride(1) != 1:
+        raise FlashCoreError(f"page_table has stride {table.stride()}: each row must be contiguous")
+    page_size = k_cache.shape[1] if k_cache.dim() == 4 else 0
+    if page_size < 16 or page_size % 16:
+        raise FlashCoreError(f"page size (k_cache.shape[1]) is {page_size}: a paged cache needs a multiple of 16")
+    if table.shape[0] * table.stride(0) >= 1 << 31:
+        raise FlashCoreError(f"page_table has {table.shape[0] * table.stride(0)} entries: at most 2^31 - 1")
+    return table
+
+
+def check_pages(table: torch.Tensor, lengths: torch.Tensor, page_size: int, pages: int) -> None:
+    """Debug check (one device sync): every page a sequence uses (the first ceil(cache_seqlens / page_size) of its
+    row) is in [0, pages). Without it, an id outside reads zeros (TMA bounds the loads), never other memory."""
+    for b, (row, n) in enumerate(zip(table.tolist(), lengths.tolist(), strict=True)):
+        used = row[:-(-n // page_size)]
+        bad = [p for p in used if not 0 <= p < pages]
+        if bad:
+            raise FlashCoreError(f"page_table[{b}] names page {bad[0]}: pages are 0 .. {pages - 1} (k_cache.shape[0])")
+
+
+def cached_keys(k_cache: torch.Tensor, v_cache: torch.Tensor, b: int, n: int, slots: torch.Tensor | None,
+                table: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence b's first n keys and values [n, Hkv, D] of a cache (its slot, or its pages)."""
+    if table is None:
+        entry = int(slots[b]) if slots is not None else b
+        return k_cache[entry, :n], v_cache[entry, :n]
+    page_size = k_cache.shape[1]
+    pages = table[b, :-(-n // page_size)].long()
+    return (k_cache[pages].flatten(0, 1)[:n], v_cache[pages].flatten(0, 1)[:n])
 
 
 def _length(t: Any, name: str) -> int:
@@ -398,7 +458,7 @@ def _again(key: tuple[Any, ...] | None, q: Any, k: Any, v: Any, arrays: dict[str
     entry = fastpath.lookup(key)
     if entry is None or not fastpath.aligned(q, k, v):
         return None
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = api.new_out(q, v)
     if fill is None:
         lse = torch.empty(lse_shape(q), dtype=torch.float32, device=q.device)
     else:

@@ -56,14 +56,39 @@ int check_serving(const fc_params* in) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch_idx indexes a batched cache: it cannot be combined with "
                         "packed keys (cu_seqlens_k)");
   }
-  if (in->kv_batch < 0 || in->kv_batch > 65535 ||
-      (in->kv_batch != 0 && in->kv_batch != in->batch && in->kv_batch_idx == nullptr && in->cu_seqlens_k == nullptr)) {
+  if (in->page_table == nullptr &&
+      (in->kv_batch < 0 || in->kv_batch > 65535 || (in->kv_batch != 0 && in->kv_batch != in->batch &&
+                                                    in->kv_batch_idx == nullptr && in->cu_seqlens_k == nullptr))) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch = %lld: 0 (= batch), or with kv_batch_idx 1 .. 65535",
                         static_cast<long long>(in->kv_batch));
   }
   if (in->window != 0 && (in->window != 1 || in->window_left < -1 || in->window_right < -1)) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "window = %d, window_left = %d, window_right = %d: window is 0 or 1 "
                         "and each bound >= -1 (-1: unbounded)", in->window, in->window_left, in->window_right);
+  }
+  if (in->page_table != nullptr) {
+    if (in->seqused_k == nullptr || in->cu_seqlens_k != nullptr || in->kv_batch_idx != nullptr) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "page_table needs seqused_k (each sequence's keys) and takes "
+                          "neither cu_seqlens_k nor kv_batch_idx");
+    }
+    if (in->page_size < 16 || in->page_size % 16 != 0 || in->page_size > 65536) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld: a paged cache needs a multiple of 16 in "
+                          "16 .. 65536", static_cast<long long>(in->page_size));
+    }
+    if (in->kv_batch < 1 || in->kv_batch > (int64_t{1} << 31) - 1) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch = %lld: with page_table it is the number of pages of k "
+                          "and v, 1 .. 2^31 - 1", static_cast<long long>(in->kv_batch));
+    }
+    if (in->page_table_stride < 1 || in->page_table_stride * in->batch > INT32_MAX ||
+        in->page_table_stride * in->page_size < in->seqlen_k) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "page_table_stride = %lld: each sequence's row of page_table needs "
+                          "room for seqlen_k = %lld keys (%lld-key pages), and the table below 2^31 entries", static_cast<long long>(in->page_table_stride),
+                          static_cast<long long>(in->seqlen_k), static_cast<long long>(in->page_size));
+    }
+  } else if (in->page_size != 0 || in->page_table_stride != 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld, page_table_stride = %lld without page_table: "
+                        "leave them 0", static_cast<long long>(in->page_size),
+                        static_cast<long long>(in->page_table_stride));
   }
   if (!(std::isfinite(in->softcap) && in->softcap >= 0.f)) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "softcap = %g must be finite and >= 0 (0: off)", in->softcap);
@@ -76,7 +101,23 @@ int check_serving(const fc_params* in) {
 bool uses_serving(const fc_params* in) {
   return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_k != nullptr ||
          in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f ||
-         (in->kv_batch != 0 && in->kv_batch != in->batch);
+         (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr ||
+         kernel_head_dim(in->head_dim) != in->head_dim || (in->head_dim_v != 0 && in->head_dim_v != in->head_dim);
+}
+
+int64_t launch_head_dim(const fc_params* in) {
+  return in->page_table != nullptr && in->head_dim == 64 ? 128 : kernel_head_dim(in->head_dim);
+}
+
+int64_t kernel_head_dim(int64_t head_dim) {
+  switch (head_dim) {
+    case 64: return 64;
+    case 96:
+    case 128: return 128;
+    case 192:
+    case 256: return 256;
+    default: return 0;
+  }
 }
 
 int report_error(int status, const char* fmt, ...) {
@@ -103,9 +144,14 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   if (in->dtype != FC_FP16 && in->dtype != FC_BF16) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "dtype %d is not supported: use FC_FP16 (0) or FC_BF16 (1)", in->dtype);
   }
-  if (in->head_dim != 64 && in->head_dim != 128 && in->head_dim != 256) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: use 64, 128 or 256",
+  if (kernel_head_dim(in->head_dim) == 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: use 64, 96, 128, 192 or 256",
                 static_cast<long long>(in->head_dim));
+  }
+  if (in->head_dim_v != 0 && in->head_dim_v != in->head_dim && !(in->head_dim == 192 && in->head_dim_v == 128)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim_v %lld with head_dim %lld: v's head dim is q's (0), or 128 "
+                        "with head_dim 192", static_cast<long long>(in->head_dim_v),
+                        static_cast<long long>(in->head_dim));
   }
   const int64_t sizes[5] = {in->batch, in->heads_q, in->heads_kv, in->seqlen_q, in->seqlen_k};
   const char* names[5] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"};
@@ -191,6 +237,11 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->causal = out->window_right >= 0;
   if (!out->causal) out->window_right = 0;
   out->diag_offset = static_cast<int>(in->seqlen_k - in->seqlen_q);
+  out->head_dim_v = static_cast<int>(in->head_dim_v != 0 ? in->head_dim_v : in->head_dim);
+  out->page_table = in->page_table;
+  out->page_table_stride = in->page_table_stride;
+  out->page_size = static_cast<int>(in->page_size);
+  out->page_box = 0;  // the launcher's: it depends on BLOCK_N (run_tiles.cuh)
   out->cu_seqlens_q = in->cu_seqlens_q;
   out->cu_seqlens_k = in->cu_seqlens_k;
   out->seqused_k = in->seqused_k;

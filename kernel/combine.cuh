@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(cons
   uint16_t* o_row = static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2] + q_row * p.o_stride[1];
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
-    *reinterpret_cast<uint32_t*>(o_row + 2 * (32 * j + lane)) = Element::pack(acc[j].x, acc[j].y);
+    const int col = 2 * (32 * j + lane);
+    if (col < p.head_dim_v) *reinterpret_cast<uint32_t*>(o_row + col) = Element::pack(acc[j].x, acc[j].y);
   }
   if (p.lse != nullptr && lane == 0) p.lse[row] = lse;  // lse is [B, Hq, Sq] contiguous: index = row
 }

@@ -66,6 +66,7 @@ __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_re
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
       const int col = dt * 8 + 2 * (lane % 4);
+      if (col >= p.head_dim_v) break;  // head dims below the kernel's: the padding columns are never written
       const uint32_t packed = Element::pack(o_reg[dt][2 * r] * inv_l[r] + bias, o_reg[dt][2 * r + 1] * inv_l[r] + bias);
       *reinterpret_cast<uint32_t*>(o_row + col) = packed;
     }

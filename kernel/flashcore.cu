@@ -44,13 +44,6 @@ cudaError_t launch_mma_sync(const KernelParams& p, cudaStream_t stream) {
 #include FLASHCORE_POINTS_FILE
 #undef FC_POINT
 
-// The two default points of a head dim (kernel/tile_choice.h's short and long key tiles; equal for some).
-template <int kHeadDim>
-struct DefaultPoints {
-  static constexpr int kShort = HeadDimTraits<kHeadDim>::point(BlockNChoice<kHeadDim>::kShort);
-  static constexpr int kLong = HeadDimTraits<kHeadDim>::point(BlockNChoice<kHeadDim>::kLong);
-};
-
 // Calls f(std::integral_constant<int, point code>) with the point this call runs; the launch and fc_plan both
 // choose through here. fc_params.point, when not 0, names a compiled point; else fc_params.block_n, when not 0,
 // picks one of the default pair; else kernel/tile_choice.h's rule picks by the shape.
@@ -64,6 +57,15 @@ int with_point(const fc_params* in, const KernelParams& p, F&& f) {
                           "only: leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, Choice::kShort,
                           static_cast<unsigned>(in->point), in->block_n);
     }
+    return f(std::integral_constant<int, D::kShort>{});
+  }
+  if (in->page_table != nullptr && in->point != 0 && ((in->point >> 13) & 3) != 2) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "point 0x%x has %d consumer warpgroups: a paged cache runs on points "
+                        "with 2 (leave point 0)", static_cast<unsigned>(in->point), (in->point >> 13) & 3);
+  }
+  if (in->page_table != nullptr && in->point == 0 && in->block_n == 0) {
+    // A paged cache takes the short default point: its BLOCK_N (64 / 128 / 80) shares more factors with the page
+    // sizes in use (powers of two) than 176, so the TMA boxes are larger (gcd(page_size, BLOCK_N) rows).
     return f(std::integral_constant<int, D::kShort>{});
   }
   if (in->point != 0) {
@@ -178,7 +180,7 @@ int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream, bo
       default: return bf16 ? run_phase1<256, Bf16>(in, p, stream) : run_phase1<256, Fp16>(in, p, stream);
     }
   }
-  switch (in->head_dim) {
+  switch (launch_head_dim(in)) {
     case 64: return bf16 ? run<64, Bf16>(in, p, stream) : run<64, Fp16>(in, p, stream);
     case 128: return bf16 ? run<128, Bf16>(in, p, stream) : run<128, Fp16>(in, p, stream);
     case 256: return bf16 ? run<256, Bf16>(in, p, stream) : run<256, Fp16>(in, p, stream);
@@ -200,7 +202,7 @@ extern "C" int fc_plan(const fc_params* params, fc_plan_info* plan) {
   flashcore::KernelParams kp;
   const int status = flashcore::validate_and_convert(params, &kp);
   if (status != FC_OK) return status;
-  switch (params->head_dim) {
+  switch (flashcore::launch_head_dim(params)) {
     case 64: return flashcore::plan_info<64>(params, kp, plan);
     case 128: return flashcore::plan_info<128>(params, kp, plan);
     default: return flashcore::plan_info<256>(params, kp, plan);
@@ -219,7 +221,7 @@ extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream
 }
 
 extern "C" int fc_block_n_options(int head_dim, int32_t* out, int max) {
-  switch (head_dim) {
+  switch (flashcore::kernel_head_dim(head_dim)) {
     case 64: return flashcore::block_n_options<64>(out, max);
     case 128: return flashcore::block_n_options<128>(out, max);
     case 256: return flashcore::block_n_options<256>(out, max);
@@ -228,7 +230,7 @@ extern "C" int fc_block_n_options(int head_dim, int32_t* out, int max) {
 }
 
 extern "C" int fc_points(int head_dim, int32_t* out, int max, int defaults_only) {
-  switch (head_dim) {
+  switch (flashcore::kernel_head_dim(head_dim)) {
     case 64: return flashcore::point_options<64>(out, max, defaults_only == 0);
     case 128: return flashcore::point_options<128>(out, max, defaults_only == 0);
     case 256: return flashcore::point_options<256>(out, max, defaults_only == 0);

@@ -74,6 +74,17 @@ typedef struct fc_params {
   int32_t window_left;   // d = its sequence's seqlen_k - seqlen_q (bottom-right), -1 = unbounded on that side;
   int32_t window_right;  // causal sets window_right to 0. Not with the phase-1 kernel.
   float softcap;         // > 0: scores = softcap * tanh(softmax_scale * q.k / softcap) (Gemma-style); 0: off
+  // Head dim of v and o when it differs from q and k's (0: head_dim). Head dims 96 and 192 run on the kernel of
+  // the next compiled one (128, 256): TMA fills the missing columns with zeros and clips them on the store.
+  // head_dim_v is head_dim, or 128 with head_dim 192 (DeepSeek-style prefill).
+  int64_t head_dim_v;
+  // Paged KV cache: k and v are [kv_batch pages, page_size, Hkv, D] (k_stride[0]: the page stride); sequence b's
+  // key j is row j % page_size of page page_table[b * page_table_stride + j / page_size]. Needs seqused_k (its
+  // keys); not with cu_seqlens_k or kv_batch_idx. page_size: a multiple of 16. Page ids are not checked on the
+  // host (a device array); one outside [0, kv_batch) reads zeros (TMA bounds), never other memory.
+  const int32_t* page_table;
+  int64_t page_table_stride;  // elements between sequences' rows of page_table (>= pages per sequence)
+  int64_t page_size;
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2 };
 
@@ -113,7 +124,7 @@ const char* fc_version(void);
 // (harness/tune) is valid for the kernel it was measured on only.
 const char* fc_kernel_id(void);
 // The compiled BLOCK_N values for `head_dim` (ascending) into out[0 .. max); returns how many there are (0 for an
-// unsupported head dim).
+// unsupported head dim). Head dims 96 and 192 answer for the kernels that run them (128, 256), as fc_points does.
 int fc_block_n_options(int head_dim, int32_t* out, int max);
 // The compiled points for `head_dim` (kernel/tile_point.h codes: the defaults first, then, unless defaults_only,
 // the points file's) into out[0 .. max); returns how many there are (0 for an unsupported head dim).

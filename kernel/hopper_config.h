@@ -29,6 +29,10 @@ struct RegisterSplit {
   static constexpr int kProducer = kProducerRegs;
   static constexpr int kShare = (kLaunchRegs * (1 + kConsumerWGs) - kProducer) / kConsumerWGs / 8 * 8;
   static constexpr int kConsumer = kShare > 256 ? 256 : kShare;
+  // What the consumers leave of the pool, for the paged producer (its page walk needs more than 32 registers):
+  // 40 beside 2 consumers (232 each either way), kProducer beside 3.
+  static constexpr int kLeft = (kLaunchRegs * (1 + kConsumerWGs) - kConsumer * kConsumerWGs) / 8 * 8;
+  static constexpr int kPagedProducer = kLeft > 40 ? 40 : (kLeft > kProducer ? kLeft : kProducer);
   static_assert(kProducer <= kLaunchRegs, "setmaxnreg.dec cannot raise the producer above the launch registers");
   static_assert(kProducer * 128 + kConsumer * 128 * kConsumerWGs <= kLaunchRegs * 128 * (1 + kConsumerWGs),
                 "register split exceeds the CTA's register pool");
@@ -56,6 +60,7 @@ enum NamedBarrier : int {
   kBarrierSyncThreads = 0,
   kBarrierIssueWG0 = 1,     // + consumer warpgroup index (up to 3 consumers: ids 1..3)
   kBarrierEpilogueWG0 = 4,  // + consumer warpgroup index (ids 4..6): the warpgroup's O rows are in shared memory
+  kBarrierScrub = 7,        // every consumer thread: V rows past a cache's used keys are zeroed (kernel_wgmma.cuh)
 };
 
 // The default point of each head dim, each choice with its reason (FA3's choices where they applied here); a

@@ -17,7 +17,9 @@ namespace flashcore {
 // One thread, for every tile of this CTA: K(0) first (it needs only a free stage), then Q with the tile index once
 // every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
-template <int kHeadDim, int kPoint, bool kSplit>
+// kPaged: K/V rows come from a paged cache through the page table (a copy of its own: the page walk inlined into
+// the one producer made ptxas spill its 32 registers for every call).
+template <int kHeadDim, int kPoint, bool kSplit, bool kPaged>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
                              uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint>;
@@ -53,10 +55,36 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       if (p.fault == kFaultSlow && slot_full == Slots::kKFull) __nanosleep(20000);  // test-only: 20 us per block
       mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
       mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
+      uint8_t* dst = ring + stage * Cfg::kKVBytes;
+      const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys
+      if constexpr (!kPaged) {
 #pragma unroll
-      for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-        tma_load_4d(ring + stage * Cfg::kKVBytes + ch * Cfg::kBlockN * 128, map, full, 64 * ch,
-                    seq.k_off + (kv.n_begin + n) * Cfg::kBlockN, head_kv, seq.kv_batch);
+        for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+          tma_load_4d(dst + ch * Cfg::kBlockN * 128, map, full, 64 * ch, key0, head_kv, seq.kv_batch);
+        }
+      } else {
+        // Boxes of page_box rows (gcd(page_size, BLOCK_N): a box never crosses a page; one box per chunk when the
+        // pages are a multiple of the tile), one at a time (unrolled, the table reads are hoisted and spill). Boxes
+        // past the sequence's keys never read the table (its row may be shorter): page -1 is outside the map,
+        // which TMA fills with zeros (the bytes still count). The table index is 32-bit: the host keeps the table
+        // below 2^31 entries.
+        int entry = seq.kv_batch * static_cast<int>(p.page_table_stride) + key0 / p.page_size;
+        int row = key0 % p.page_size;
+        const int keys = seq.k_len - key0;  // rows of this block that hold keys
+        const uint32_t dst_addr = smem_addr(dst), full_addr = smem_addr(full);
+#pragma unroll 1
+        for (int r = 0; r < Cfg::kBlockN; r += p.page_box) {
+          const int page = r < keys ? __ldg(p.page_table + entry) : -1;
+#pragma unroll
+          for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+            tma_load_4d(dst_addr + ch * Cfg::kBlockN * 128 + r * 128, map, full_addr, 64 * ch, row, head_kv, page);
+          }
+          row += p.page_box;
+          if (row == p.page_size) {
+            row = 0;
+            ++entry;
+          }
+        }
       }
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);

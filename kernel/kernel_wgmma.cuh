@@ -51,6 +51,35 @@ __device__ __forceinline__ void softcap_scores(float (&s)[kNTiles][4], float pre
   }
 }
 
+// A KV cache's rows past a sequence's used keys (seqused_k, paged) are real memory the masked scores give P = 0,
+// but 0 * NaN is NaN: a cache allocated with torch.empty, or a page's stale tail, would poison O (FA3 issues 1745,
+// 2374). The first row of the tile's last V block that must read as zero, or kBlockN when none: only the block
+// holding the sequence's last key, and only where memory (not TMA's zero fill) lies past it.
+template <int kBlockN>
+__device__ __forceinline__ int scrub_rows(const KernelParams& p, const KvRange& kv, int k_len) {
+  if (kv.n_blocks == 0) return kBlockN;
+  const int first = k_len - (kv.n_begin + kv.n_blocks - 1) * kBlockN;
+  return first < kBlockN ? (first > 0 ? first : 0) : kBlockN;
+}
+
+// Zeroes rows [first, kBlockN) of a V stage (whole 128-byte lines: the swizzle permutes 16-byte units inside a row,
+// never across rows), shared among all consumer threads (disjoint units), then orders the generic writes before
+// the wgmma reads (async proxy) and waits for every consumer: no warpgroup's P V may read the stage before.
+template <typename Cfg>
+__device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consumer_thread) {
+  // 8 threads per row (one 16-byte unit each), kConsumerThreads / 8 rows at a time, every chunk of the row.
+  const uint32_t unit = smem_addr(v_stage) + (consumer_thread % 8) * 16;
+  for (int row = first + consumer_thread / 8; row < Cfg::kBlockN; row += Cfg::kConsumerThreads / 8) {
+#pragma unroll
+    for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(unit + (ch * Cfg::kBlockN + row) * 128), "r"(0)
+                   : "memory");
+    }
+  }
+  fence_proxy_async_shared();
+  named_barrier_sync(kBarrierScrub, Cfg::kConsumerThreads);
+}
+
 // kSplit: split-KV instantiation (tiles carry a split index; fp32 partials for the combine kernel). The non-split
 // instantiation folds every split term away: measured on the H100, one kernel with a runtime split count ran
 // hdim 64 prefill 5.9 % slower (445.7 vs 473.7 TFLOPS, 2832 vs 2528 SASS lines).
@@ -93,8 +122,15 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
   __syncthreads();
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<Cfg::Registers::kProducer>();
-    if (threadIdx.x == 0) tma_producer<kHeadDim, kPoint, kSplit>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+    // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
+    // beside 3 it has 32 and spills, so the launcher never runs a paged cache on a 3-consumer point (run_tiles.cuh).
+    if (Cfg::kConsumerWGs == 2 && p.page_table != nullptr) {
+      setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
+      if (threadIdx.x == 0) tma_producer<kHeadDim, kPoint, kSplit, true>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+    } else {
+      setmaxnreg_dec<Cfg::Registers::kProducer>();
+      if (threadIdx.x == 0) tma_producer<kHeadDim, kPoint, kSplit, false>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+    }
     return;
   }
   setmaxnreg_inc<Cfg::Registers::kConsumer>();
@@ -243,6 +279,10 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
     auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
+      const int scrub = scrub_rows<Cfg::kBlockN>(p, kv, seq.k_len);
+      if (scrub < Cfg::kBlockN) {
+        scrub_v<Cfg>(v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes, scrub, consumer_wg * 128 + thread);
+      }
       wgmma_fence();
       issue_begin();
       if (n_blocks > 1) rescale_early();
@@ -299,8 +339,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
       named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
       if (thread == 0 && wg_row0 < again.q_len) {
 #pragma unroll
-        for (int ch = 0; ch < Cfg::kChunks; ++ch) {  // dense: rows past seqlen_q clip
-          tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, again.q_off + wg_row0, c.head, q_batch_coord(p, c.batch));
+        for (int ch = 0; ch < Cfg::kChunks; ++ch) {  // dense: rows past seqlen_q clip, columns past head_dim_v too
+          if (64 * ch < p.head_dim_v) tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, again.q_off + wg_row0, c.head, q_batch_coord(p, c.batch));
         }
         bulk_commit_group();
         // Over V, kOEmpty (below) must follow the read; an own buffer is waited for at the next epilogue, so this

@@ -47,6 +47,14 @@ struct KernelParams {
   int section_heads;
   int section_big;
   int* tile_counter;
+  // Paged KV cache (nullptr: none): sequence b's key j is row j % page_size of page page_table[b * stride +
+  // j / page_size] of k and v ([pages, page_size, Hkv, D]); the producer loads page_box rows per TMA box
+  // (gcd(page_size, BLOCK_N), set by the launcher: a box never crosses a page).
+  const int* page_table;
+  int64_t page_table_stride;
+  int page_size;
+  int page_box;
+  int head_dim_v;   // columns of v and o (the kernel's head dim may be larger: TMA zero-fills, stores clip)
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <numeric>
 
 #include "combine.cuh"
 #include "flashcore.h"
@@ -18,6 +19,14 @@
 #include "tile_choice.h"
 
 namespace flashcore {
+
+// The two default points of a head dim (kernel/tile_choice.h's short and long key tiles; equal for some). The short
+// one is also the only point compiled with soft-capping (kernel_wgmma.cuh kSoftcap).
+template <int kHeadDim>
+struct DefaultPoints {
+  static constexpr int kShort = HeadDimTraits<kHeadDim>::point(BlockNChoice<kHeadDim>::kShort);
+  static constexpr int kLong = HeadDimTraits<kHeadDim>::point(BlockNChoice<kHeadDim>::kLong);
+};
 
 // What one call launches: tile list, GQA packing, split-KV count, persistent grid and workspace (fc_plan_info).
 // Sections of the tile order: `big` sections of heads + 1 (batch, head) pairs, then sections of `heads`.
@@ -80,13 +89,15 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   }
   if (status != FC_OK) return status;
   const int usable_sms = sms - in->sm_margin > 1 ? sms - in->sm_margin : 1;
+  // Keys per sequence differ (per-sequence cache lengths, packed keys; a paged cache always has seqused_k).
+  const bool ragged_keys = p.seqused_k != nullptr || p.cu_seqlens_k != nullptr;
   int splits = 1;
   if (p.cu_seqlens_q != nullptr) {
     splits = 1;  // the partials are laid out [split][batch][head][row]: packed rows have no batch dim
   } else if (in->num_splits > 0) {
     splits = in->num_splits < n_blocks ? in->num_splits : n_blocks;
     if (splits > kMaxSplits) splits = kMaxSplits;
-  } else if (plan->m_tiles == 1 && (p.seqused_k != nullptr || p.cu_seqlens_k != nullptr)) {
+  } else if (plan->m_tiles == 1 && ragged_keys) {
     splits = choose_ragged_splits(tiles, n_blocks, in->deterministic ? kNominalSms : usable_sms);
   } else {
     // Deterministic mode plans for a nominal SM count: one split count per shape on any GPU and any sm_margin.
@@ -104,8 +115,7 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   const int64_t kv_bytes = int64_t{4} * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
   const int64_t bh = static_cast<int64_t>(plan->grid_heads) * p.batch;
   // Uneven tiles: causal or windowed rows see different key counts; per-sequence lengths differ per sequence.
-  const bool ragged = p.window_left >= 0 || p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr ||
-                      p.seqused_k != nullptr;
+  const bool ragged = p.window_left >= 0 || p.cu_seqlens_q != nullptr || ragged_keys;
   const bool uneven =
       in->schedule == FC_SCHEDULE_DEFAULT ? (p.causal != 0 || ragged) : in->schedule == FC_SCHEDULE_DYNAMIC;
   plan->dynamic = uneven && plan->tiles > plan->ctas;
@@ -116,18 +126,13 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   return FC_OK;
 }
 
-// The one point of a head dim compiled with soft-capping (kernel_wgmma.cuh kSoftcap): its short default.
-template <int kHeadDim>
-constexpr int softcap_point() {
-  return HeadDimTraits<kHeadDim>::point(BlockNChoice<kHeadDim>::kShort);
-}
 
 template <int kHeadDim, int kPoint, typename Element>
 cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, cudaStream_t stream) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint>;
   auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false>
                                     : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
-  if constexpr (kPoint == softcap_point<kHeadDim>()) {
+  if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {
     if (p.softcap_prescale > 0.f) {
       kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, true>
                                    : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, true>;
@@ -179,15 +184,28 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   const int64_t q_rows = packed_q ? in->total_q : in->seqlen_q, q_batch = packed_q ? 1 : in->batch;
   const int64_t k_rows = packed_k ? in->total_k : in->seqlen_k;
   const int64_t k_batch = packed_k ? 1 : (in->kv_batch > 0 ? in->kv_batch : in->batch);
+  if (in->page_table != nullptr && Cfg::kConsumerWGs != 2) {  // the kernel's paged producer (kernel_wgmma.cuh)
+    return report_error(FC_ERR_INVALID_ARGUMENT, "a paged cache runs on points with 2 consumer warpgroups (this one "
+                        "has %d)", Cfg::kConsumerWGs);
+  }
+  // A paged cache is [pages, page_size, Hkv, D]: boxes of gcd(page_size, BLOCK_N) rows, which never cross a page
+  // (pages of 16 keys: 16-row boxes; a multiple of BLOCK_N: one box per chunk as without pages).
+  const bool paged = in->page_table != nullptr;
+  const int64_t k_map_rows = paged ? in->page_size : k_rows;
+  p.page_box = paged ? std::gcd(static_cast<int>(in->page_size), Cfg::kBlockN) : 0;
+  const int k_box = paged ? p.page_box : Cfg::kBlockN;
+  // The maps have the tensors' own head dims (96, 192; v 128 with 192): TMA zero-fills the kernel's padding columns
+  // on loads and clips them on stores.
+  const int64_t hd = in->head_dim, hd_v = p.head_dim_v;
   TmaParams tma;
-  if ((status = encode_tensor_map(&tma.q, "q", in->q, kHeadDim, q_rows, in->heads_q, q_batch, in->q_stride,
+  if ((status = encode_tensor_map(&tma.q, "q", in->q, hd, q_rows, in->heads_q, q_batch, in->q_stride,
                                   p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1)) != FC_OK ||
-      (status = encode_tensor_map(&tma.k, "k", in->k, kHeadDim, k_rows, in->heads_kv, k_batch, in->k_stride,
-                                  Cfg::kBlockN)) != FC_OK ||
-      (status = encode_tensor_map(&tma.v, "v", in->v, kHeadDim, k_rows, in->heads_kv, k_batch, in->v_stride,
-                                  Cfg::kBlockN)) != FC_OK ||
+      (status = encode_tensor_map(&tma.k, "k", in->k, hd, k_map_rows, in->heads_kv, k_batch, in->k_stride,
+                                  k_box)) != FC_OK ||
+      (status = encode_tensor_map(&tma.v, "v", in->v, hd_v, k_map_rows, in->heads_kv, k_batch, in->v_stride,
+                                  k_box)) != FC_OK ||
       // O leaves one consumer warpgroup (64 rows) per store.
-      (status = encode_tensor_map(&tma.o, "o", in->o, kHeadDim, q_rows, in->heads_q, q_batch, in->o_stride,
+      (status = encode_tensor_map(&tma.o, "o", in->o, hd_v, q_rows, in->heads_q, q_batch, in->o_stride,
                                   64)) != FC_OK) {
     return status;
   }

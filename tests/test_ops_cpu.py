@@ -57,7 +57,7 @@ def test_torch_compile_fullgraph_traces_the_op() -> None:
 
 def test_bad_input_through_the_op_is_the_same_flashcore_error() -> None:
     q, k, v = _inputs()
-    with pytest.raises(flashcore.FlashCoreError, match="they must match"):
+    with pytest.raises(flashcore.FlashCoreError, match="head dims must match"):
         torch.ops.flashcore.attention(q, k[..., :32].contiguous(), v, fallback="sdpa")
 
 

@@ -149,12 +149,84 @@ def test_kvcache_rejects_bad_lengths_slots_and_overflow() -> None:
             [1, 7], dtype=torch.int32), fallback="sdpa", debug_checks=True)
 
 
-@pytest.mark.parametrize("name", ["page_table", "cache_leftpad", "cu_seqlens_q"])
+@pytest.mark.parametrize("name", ["cache_leftpad", "cu_seqlens_q"])
 def test_kvcache_features_not_built_are_refused_by_name(name: str) -> None:
     k_cache = rand(2, 8, 2, 64)
     with pytest.raises(UnsupportedArgument, match=name):
         flashcore.flash_attn_with_kvcache(rand(2, 1, 4, 64), k_cache, k_cache, **{name: torch.zeros(2, 1)},
                                           fallback="sdpa")
+
+
+def paged_copy(cache: torch.Tensor, page_size: int, pages: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cache [B, S, H, D] scattered into `pages` shuffled pages of `page_size` rows (unused pages random, the table's
+    unused entries -1): (paged cache, page_table [B, ceil(S / page_size)])."""
+    b, s = cache.shape[:2]
+    per = -(-s // page_size)
+    order = torch.randperm(pages)[:b * per].reshape(b, per)
+    paged = rand(pages, page_size, *cache.shape[2:])
+    padded = torch.cat([cache, rand(b, per * page_size - s, *cache.shape[2:])], dim=1)
+    paged[order.flatten()] = padded.reshape(b * per, page_size, *cache.shape[2:])
+    return paged, order.to(torch.int32)
+
+
+def test_paged_cache_fallback_matches_the_contiguous_cache_and_appends_into_pages() -> None:
+    q, k_cache, v_cache = rand(3, 2, 4, 64), rand(3, 40, 2, 64), rand(3, 40, 2, 64)
+    lengths = torch.tensor([5, 40, 17], dtype=torch.int32)
+    k_pages, table = paged_copy(k_cache, 16, 12)
+    v_pages = rand(*k_pages.shape)
+    v_pages[table.flatten().long()] = torch.cat([v_cache, rand(3, 8, 2, 64)], 1).reshape(9, 16, 2, 64)
+    want = flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, causal=True,
+                                             fallback="sdpa")
+    got = flashcore.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=lengths, page_table=table,
+                                            causal=True, fallback="sdpa", debug_checks=True)
+    assert torch.equal(got, want)
+    new_k, new_v = rand(3, 3, 2, 64), rand(3, 3, 2, 64)
+    short = torch.tensor([5, 30, 17], dtype=torch.int32)
+    flashcore.flash_attn_with_kvcache(q, k_pages, v_pages, new_k, new_v, cache_seqlens=short, page_table=table,
+                                      fallback="sdpa", debug_checks=True)
+    for b, n in enumerate(short.tolist()):
+        for i in range(3):
+            page, row = int(table[b, (n + i) // 16]), (n + i) % 16
+            assert torch.equal(k_pages[page, row], new_k[b, i]) and torch.equal(v_pages[page, row], new_v[b, i])
+
+
+def test_paged_cache_arguments_are_checked() -> None:
+    q, pages = rand(2, 1, 4, 64), rand(6, 16, 2, 64)
+    lengths = torch.tensor([3, 20], dtype=torch.int32)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    with pytest.raises(FlashCoreError, match="torch.int32"):
+        serving.kvcache(q, pages, pages, lengths, page_table=table.long(), fallback="sdpa")
+    with pytest.raises(FlashCoreError, match=r"\[2, max_pages"):
+        serving.kvcache(q, pages, pages, lengths, page_table=table[:1], fallback="sdpa")
+    with pytest.raises(FlashCoreError, match="multiple of 16"):
+        serving.kvcache(q, rand(6, 24, 2, 64), rand(6, 24, 2, 64), lengths, page_table=table, fallback="sdpa")
+    with pytest.raises(FlashCoreError, match="cannot be combined"):
+        serving.kvcache(q, pages, pages, lengths, page_table=table, cache_batch_idx=lengths, fallback="sdpa")
+    with pytest.raises(FlashCoreError, match=r"page_table\[1\] names page 7"):
+        serving.kvcache(q, pages, pages, lengths, page_table=torch.tensor([[0, 1], [2, 7]], dtype=torch.int32),
+                        fallback="sdpa", debug_checks=True)
+    with pytest.raises(FlashCoreError, match=r"cache_seqlens\[1\] is 40"):
+        serving.kvcache(q, pages, pages, torch.tensor([3, 40], dtype=torch.int32), page_table=table,
+                        fallback="sdpa", debug_checks=True)
+
+
+@pytest.mark.parametrize("dims", [(96, 96), (192, 192), (192, 128)])
+def test_head_dims_96_and_192_and_a_v_of_its_own(dims: tuple[int, int]) -> None:
+    d, dv = dims
+    q, k, v = rand(2, 9, 4, d), rand(2, 9, 2, d), rand(2, 9, 2, dv)
+    out, lse = flashcore.attention(q, k, v, causal=True, fallback="sdpa")
+    assert out.shape == (2, 9, 4, dv)
+    want, want_lse = reference.dense(q, k, v, causal=True, scale=d ** -0.5)
+    torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, want_lse, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("dims,match", [((192, 64), "expected 192 or 128"), ((128, 64), "expected 128"),
+                                        ((80, 80), r"supports \(64, 96, 128, 192, 256\)")])
+def test_head_dims_it_does_not_take_are_refused(dims: tuple[int, int], match: str) -> None:
+    d, dv = dims
+    with pytest.raises(FlashCoreError, match=match):
+        flashcore.attention(rand(1, 4, 2, d), rand(1, 4, 2, d), rand(1, 4, 2, dv), fallback="sdpa")
 
 
 def test_varlen_refuses_seqused_q() -> None:

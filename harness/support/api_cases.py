@@ -255,6 +255,8 @@ def build(case: Case, device: str, seed: int, *, poisoned_outputs: bool) -> dict
                 args[name] = value
             continue
         shape = spec.shape or default_shape(name, case.dims)
+        if name == "out" and not spec.shape and isinstance(args.get("v"), torch.Tensor) and args["v"].dim() == 4:
+            shape = (*shape[:3], args["v"].shape[3])  # the output takes v's head dim (192 with a v of 128)
         dtype_name = spec.dtype or ("fp32" if name == "lse" else case.dims.dtype)
         dtype = getattr(torch, DTYPES[dtype_name])
         if spec.alias:

@@ -1,0 +1,149 @@
+"""Paged KV caches, head dims 96 and 192 (and 192 with a v of 128), and caches whose rows past a sequence's length
+hold NaN, on the H100 against the float32 reference (flashcore/reference.py). Fresh random inputs per case; unused
+pages and cache rows are NaN, so a kernel that reads them into a result fails the finiteness check."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import flashcore
+from flashcore import reference, serving
+
+pytestmark = pytest.mark.gpu
+ATOL, RTOL = 2e-2, 2e-2
+
+
+def rand(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, device="cuda").to(torch.bfloat16)
+
+
+def close(out: torch.Tensor, ref: torch.Tensor, lse: torch.Tensor, ref_lse: torch.Tensor) -> None:
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=RTOL)
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), seen)
+    torch.testing.assert_close(lse[seen], ref_lse[seen], atol=1e-3, rtol=1e-3)
+
+
+def paged(lengths: list[int], page_size: int, heads: int, d: int, dv: int,
+          spare: int = 5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k and v pages [pages, page_size, heads, d|dv] (NaN everywhere no sequence uses, the used pages' tails
+    included) and page_table [B, max pages] (entries past a sequence's pages -1, then garbage ids)."""
+    per = [max(1, -(-n // page_size)) for n in lengths]
+    width = max(per) + 1
+    pages = sum(per) + spare
+    order = torch.randperm(pages, device="cuda")
+    k = torch.full((pages, page_size, heads, d), math.nan, device="cuda", dtype=torch.bfloat16)
+    v = torch.full((pages, page_size, heads, dv), math.nan, device="cuda", dtype=torch.bfloat16)
+    table = torch.full((len(lengths), width), -1, dtype=torch.int32, device="cuda")
+    table[:, -1] = 1 << 30  # never read: past every sequence's pages
+    used = 0
+    for b, n in enumerate(lengths):
+        ids = order[used:used + per[b]]
+        used += per[b]
+        table[b, :per[b]] = ids.to(torch.int32)
+        flat_k, flat_v = rand(per[b] * page_size, heads, d), rand(per[b] * page_size, heads, dv)
+        flat_k[n:], flat_v[n:] = math.nan, math.nan  # a page's tail past the sequence: stale
+        k[ids.long()] = flat_k.view(per[b], page_size, heads, d)
+        v[ids.long()] = flat_v.view(per[b], page_size, heads, dv)
+    return k, v, table
+
+
+PAGED = [
+    # (lengths, page size, heads q, heads kv, head dim, v head dim, query rows, causal)
+    ([1, 700, 4097, 33, 0, 256], 16, 8, 2, 128, 128, 1, False),
+    ([1, 700, 4097, 33, 0, 256], 256, 8, 2, 128, 128, 1, True),
+    ([130, 8191, 1000], 48, 32, 8, 128, 128, 1, False),      # a page size that does not divide the tile
+    ([300, 129, 2000], 64, 4, 4, 128, 128, 5, True),
+    ([5000, 77], 128, 8, 1, 64, 64, 1, False),                # hdim 64: runs on the 128 kernel
+    ([1500, 300], 32, 4, 2, 256, 256, 2, True),
+    ([900, 17], 16, 4, 2, 96, 96, 1, False),
+    ([900, 400], 64, 4, 2, 192, 128, 3, True),
+]
+
+
+@pytest.mark.parametrize("case", PAGED, ids=[f"paged{i}" for i in range(len(PAGED))])
+def test_paged_cache_matches_reference(case: tuple) -> None:
+    lengths, page_size, hq, hkv, d, dv, sq, causal = case
+    k, v, table = paged(lengths, page_size, hkv, d, dv)
+    q = rand(len(lengths), sq, hq, d)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out, lse = serving.kvcache(q, k, v, seqlens, page_table=table, causal=causal, debug_checks=False)
+    for b, n in enumerate(lengths):
+        kb, vb = serving.cached_keys(k, v, b, n, None, table)
+        ref, ref_lse = reference.sequence(q[b], kb, vb, causal=causal, scale=1 / math.sqrt(d))
+        close(out[b], ref, lse[b], ref_lse)
+
+
+def test_paged_append_then_attend_equals_contiguous() -> None:
+    lengths = [15, 16, 300]
+    k, v, table = paged(lengths, 16, 2, 128, 128)
+    q, new_k, new_v = rand(3, 2, 8, 128), rand(3, 2, 2, 128), rand(3, 2, 2, 128)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    # room for the appended tokens: one more page per sequence, in the table's -1 column
+    spare = torch.arange(k.shape[0], k.shape[0] + 3, dtype=torch.int32, device="cuda")
+    k, v = torch.cat([k, rand(3, 16, 2, 128)]), torch.cat([v, rand(3, 16, 2, 128)])
+    for b, n in enumerate(lengths):
+        table[b, -(-n // 16)] = spare[b]
+    out = flashcore.flash_attn_with_kvcache(q, k, v, new_k, new_v, cache_seqlens=seqlens, page_table=table,
+                                            causal=True, debug_checks=True)
+    for b, n in enumerate(lengths):
+        kb, vb = serving.cached_keys(k, v, b, n + 2, None, table)
+        assert torch.equal(kb[n:], new_k[b]) and torch.equal(vb[n:], new_v[b])
+        ref, _ = reference.sequence(q[b], kb, vb, causal=True, scale=1 / math.sqrt(128))
+        torch.testing.assert_close(out[b].float(), ref, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("splits", [None, 1, 4])
+def test_cache_rows_past_the_lengths_may_hold_nan(splits: int | None) -> None:
+    """FA3 returns NaN here (its issues 1745, 2374): the masked keys' P is 0, but 0 * NaN in P V is NaN."""
+    lengths = [1, 100, 129, 1000, 0]
+    k_cache, v_cache = rand(5, 1100, 2, 128), rand(5, 1100, 2, 128)
+    for b, n in enumerate(lengths):
+        k_cache[b, n:], v_cache[b, n:] = math.nan, math.inf
+    q = rand(5, 1, 8, 128)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out, lse = serving.kvcache(q, k_cache, v_cache, seqlens, num_splits=splits)
+    for b, n in enumerate(lengths):
+        ref, ref_lse = reference.sequence(q[b], k_cache[b, :n], v_cache[b, :n], causal=False,
+                                          scale=1 / math.sqrt(128))
+        close(out[b], ref, lse[b], ref_lse)
+
+
+HEAD_DIMS = [(96, 96), (192, 192), (192, 128)]
+
+
+@pytest.mark.parametrize("dims", HEAD_DIMS, ids=[f"d{d}-v{dv}" for d, dv in HEAD_DIMS])
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 8, 2, True, None), (2, 1, 3000, 8, 2, False, None),
+                                   (3, 77, 300, 4, 4, False, 3)], ids=["prefill", "decode", "split"])
+def test_head_dims_96_192_match_reference(dims: tuple[int, int], shape: tuple) -> None:
+    d, dv = dims
+    b, sq, sk, hq, hkv, causal, splits = shape
+    q, k, v = rand(b, sq, hq, d), rand(b, sk, hkv, d), rand(b, sk, hkv, dv)
+    out = torch.full((b, sq, hq, dv), math.nan, device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((b, hq, sq), math.nan, device="cuda")
+    flashcore.attention(q, k, v, causal=causal, out=out, lse=lse, num_splits=splits)
+    ref, ref_lse = reference.dense(q, k, v, causal=causal, scale=1 / math.sqrt(d))
+    close(out, ref, lse, ref_lse)
+
+
+@pytest.mark.parametrize("dims", HEAD_DIMS, ids=[f"d{d}-v{dv}" for d, dv in HEAD_DIMS])
+def test_head_dims_96_192_varlen_and_cache(dims: tuple[int, int]) -> None:
+    d, dv = dims
+    lq, lk = [300, 1, 0, 64], [300, 700, 5, 64]
+    q, k, v = rand(sum(lq), 4, d), rand(sum(lk), 2, d), rand(sum(lk), 2, dv)
+    cu_q = torch.tensor([0, 300, 301, 301, 365], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 300, 1000, 1005, 1069], dtype=torch.int32, device="cuda")
+    out, lse = serving.varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True)
+    ref, ref_lse = reference.varlen(q, k, v, cu_q.tolist(), cu_k.tolist(), None, causal=True, scale=1 / math.sqrt(d))
+    close(out, ref, lse, ref_lse)
+    caches_k, caches_v = rand(3, 500, 2, d), rand(3, 500, 2, dv)
+    qc, lengths = rand(3, 1, 8, d), torch.tensor([499, 1, 250], dtype=torch.int32, device="cuda")
+    out, lse = serving.kvcache(qc, caches_k, caches_v, lengths)
+    for b, n in enumerate(lengths.tolist()):
+        ref, ref_lse = reference.sequence(qc[b], caches_k[b, :n], caches_v[b, :n], causal=False,
+                                          scale=1 / math.sqrt(d))
+        close(out[b], ref, lse[b], ref_lse)

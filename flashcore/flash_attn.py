@@ -157,10 +157,7 @@ def flash_attn_with_kvcache(
     batch = q.shape[0] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
     table = None
     if page_table is not None:
-        if cache_batch_idx is not None:
-            raise FlashCoreError("cache_batch_idx and page_table cannot be combined: a paged cache names each "
-                                 "sequence's pages in its row of page_table")
-        table = serving.check_page_table(page_table, batch, k_cache, k_cache.device)
+        table = serving.check_page_table(page_table, batch, k_cache, k_cache.device, cache_batch_idx)
     per_sequence = isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None or table is not None
     if not per_sequence:  # one length for every sequence: the dense kernel on a slice of the cache
         length = _cache_length(cache_seqlens, k_cache.shape[1], appending=k is not None)
@@ -174,8 +171,8 @@ def flash_attn_with_kvcache(
             out, lse = attention(q, kc, vc, causal=causal, softmax_scale=softmax_scale,
                                  num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback)
         return (out, lse) if return_softmax_lse else out
-    capacity = k_cache.shape[1] * (table.shape[1] if table is not None else 1)
-    lengths = _lengths(cache_seqlens, batch, capacity, k_cache.device, appending=k is not None)
+    lengths = _lengths(cache_seqlens, batch, serving.cache_capacity(k_cache, table), k_cache.device,
+                       appending=k is not None)
     if k is not None and v is not None:
         lengths = _append_each(k_cache, v_cache, k, v, lengths, cache_batch_idx, table,
                                serving.debug_checks_on(debug_checks))
@@ -212,7 +209,7 @@ def _append_each(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, 
     if slots is None and table is None and batch != k_cache.shape[0]:
         raise FlashCoreError(f"cache_seqlens has {batch} sequences but k_cache has {k_cache.shape[0]} entries: pass "
                              "cache_batch_idx to map sequences to entries")
-    capacity = k_cache.shape[1] * (table.shape[1] if table is not None else 1)
+    capacity = serving.cache_capacity(k_cache, table)
     steps = torch.arange(k.shape[1], device=k_cache.device, dtype=torch.int64)
     rows = lengths.to(torch.int64)[:, None] + steps[None, :]  # [B, Snew]: token positions
     if check and k.shape[1] and int(rows.max()) >= capacity:

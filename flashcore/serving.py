@@ -10,7 +10,7 @@ entry points here):
         cache_seqlens[b] keys of cache slot cache_batch_idx[b] (default b). Returns out like q, lse [B, Hq, Sq].
         Paged: k_cache and v_cache are [pages, page_size, Hkv, D] (page_size a multiple of 16) and page_table
         int32 [B, max_pages]: sequence b's key j is row j % page_size of page page_table[b, j // page_size]. Every
-        page size takes the TMA path (boxes of 16 rows, each inside one page).
+        page size takes the TMA path (boxes of gcd(page_size, BLOCK_N) rows, each inside one page).
     dense(q, k, v, ...): flashcore.attention's layout with window_size and softcap.
 
 window_size (left, right): query row i sees keys [i + d - left, i + d + right], d = its sequence's Sk - Sq, -1 =
@@ -297,10 +297,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     if cache_batch_idx is not None:
         slots = _index("cache_batch_idx", cache_batch_idx, batch, q.device)
     if page_table is not None:
-        if slots is not None:
-            raise FlashCoreError("cache_batch_idx and page_table cannot be combined: a paged cache names each "
-                                 "sequence's pages in its row of page_table")
-        table = check_page_table(page_table, batch, k_cache, q.device)
+        table = check_page_table(page_table, batch, k_cache, q.device, slots)
     if isinstance(v_cache, torch.Tensor) and v_cache.shape[:3] != k_cache.shape[:3]:
         raise FlashCoreError(f"k_cache has shape {tuple(k_cache.shape)} but v_cache has {tuple(v_cache.shape)}")
     # The 4-D checks; with slots or pages the cache's batch differs from q's, so they run on one entry of each and
@@ -313,7 +310,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
             validate.layout(name, t)
     window, cap = check_window(window_size), check_softcap(softcap)
     lengths = _index("cache_seqlens", cache_seqlens, batch, q.device)
-    capacity = k_cache.shape[1] * (table.shape[1] if table is not None else 1)
+    capacity = cache_capacity(k_cache, table)
     if debug_checks_on(debug_checks):
         check_used(lengths, torch.full_like(lengths, capacity), "cache_seqlens", "the cache's capacity")
         if slots is not None and (bool((slots < 0).any()) or bool((slots >= k_cache.shape[0]).any())):
@@ -345,11 +342,15 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     return out, lse
 
 
-def check_page_table(page_table: Any, batch: int, k_cache: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """page_table: int32 [B, max_pages] on the cache's device, rows contiguous; k_cache [pages, page_size, Hkv, D]
-    with page_size a multiple of 16 (each TMA box of 16 rows lies inside one page)."""
+def check_page_table(page_table: Any, batch: int, k_cache: torch.Tensor, device: torch.device,
+                     cache_batch_idx: Any = None) -> torch.Tensor:
+    """page_table: int32 [B, max_pages] on the cache's device, rows contiguous, no cache_batch_idx beside it;
+    k_cache [pages, page_size, Hkv, D] with page_size a multiple of 16 (the kernel's TMA boxes lie inside a page)."""
     import torch
 
+    if cache_batch_idx is not None:
+        raise FlashCoreError("cache_batch_idx and page_table cannot be combined: a paged cache names each "
+                             "sequence's pages in its row of page_table")
     table = validate.tensor("page_table", page_table, device.type, device)
     if table.dtype != torch.int32 or table.dim() != 2 or table.shape[0] != batch or table.shape[1] < 1:
         raise FlashCoreError(f"page_table has dtype {table.dtype} and shape {tuple(table.shape)}: expected "
@@ -362,6 +363,11 @@ def check_page_table(page_table: Any, batch: int, k_cache: torch.Tensor, device:
     if table.shape[0] * table.stride(0) >= 1 << 31:
         raise FlashCoreError(f"page_table has {table.shape[0] * table.stride(0)} entries: at most 2^31 - 1")
     return table
+
+
+def cache_capacity(k_cache: torch.Tensor, table: torch.Tensor | None) -> int:
+    """Tokens one sequence's cache can hold: a slot's rows, or its row of page_table's pages."""
+    return k_cache.shape[1] * (table.shape[1] if table is not None else 1)
 
 
 def check_pages(table: torch.Tensor, lengths: torch.Tensor, page_size: int, pages: int) -> None:

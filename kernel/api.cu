@@ -82,8 +82,9 @@ int check_serving(const fc_params* in) {
     if (in->page_table_stride < 1 || in->page_table_stride * in->batch > INT32_MAX ||
         in->page_table_stride * in->page_size < in->seqlen_k) {
       return report_error(FC_ERR_INVALID_ARGUMENT, "page_table_stride = %lld: each sequence's row of page_table needs "
-                          "room for seqlen_k = %lld keys (%lld-key pages), and the table below 2^31 entries", static_cast<long long>(in->page_table_stride),
-                          static_cast<long long>(in->seqlen_k), static_cast<long long>(in->page_size));
+                          "room for seqlen_k = %lld keys (%lld-key pages), and the table below 2^31 entries",
+                          static_cast<long long>(in->page_table_stride), static_cast<long long>(in->seqlen_k),
+                          static_cast<long long>(in->page_size));
     }
   } else if (in->page_size != 0 || in->page_table_stride != 0) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld, page_table_stride = %lld without page_table: "

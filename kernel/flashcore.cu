@@ -59,10 +59,6 @@ int with_point(const fc_params* in, const KernelParams& p, F&& f) {
     }
     return f(std::integral_constant<int, D::kShort>{});
   }
-  if (in->page_table != nullptr && in->point != 0 && ((in->point >> 13) & 3) != 2) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "point 0x%x has %d consumer warpgroups: a paged cache runs on points "
-                        "with 2 (leave point 0)", static_cast<unsigned>(in->point), (in->point >> 13) & 3);
-  }
   if (in->page_table != nullptr && in->point == 0 && in->block_n == 0) {
     // A paged cache takes the short default point: its BLOCK_N (64 / 128 / 80) shares more factors with the page
     // sizes in use (powers of two) than 176, so the TMA boxes are larger (gcd(page_size, BLOCK_N) rows).

@@ -29,10 +29,10 @@ struct RegisterSplit {
   static constexpr int kProducer = kProducerRegs;
   static constexpr int kShare = (kLaunchRegs * (1 + kConsumerWGs) - kProducer) / kConsumerWGs / 8 * 8;
   static constexpr int kConsumer = kShare > 256 ? 256 : kShare;
-  // What the consumers leave of the pool, for the paged producer (its page walk needs more than 32 registers):
-  // 40 beside 2 consumers (232 each either way), kProducer beside 3.
+  // What the consumers leave of the pool, at most 40, for the paged producer (its page walk needs more than 32
+  // registers): 40 beside 2 consumers (232 each either way), 32 beside 3 (never paged: run_tiles.cuh).
   static constexpr int kLeft = (kLaunchRegs * (1 + kConsumerWGs) - kConsumer * kConsumerWGs) / 8 * 8;
-  static constexpr int kPagedProducer = kLeft > 40 ? 40 : (kLeft > kProducer ? kLeft : kProducer);
+  static constexpr int kPagedProducer = kLeft > 40 ? 40 : kLeft;
   static_assert(kProducer <= kLaunchRegs, "setmaxnreg.dec cannot raise the producer above the launch registers");
   static_assert(kProducer * 128 + kConsumer * 128 * kConsumerWGs <= kLaunchRegs * 128 * (1 + kConsumerWGs),
                 "register split exceeds the CTA's register pool");

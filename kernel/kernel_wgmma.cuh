@@ -54,9 +54,10 @@ __device__ __forceinline__ void softcap_scores(float (&s)[kNTiles][4], float pre
 // A KV cache's rows past a sequence's used keys (seqused_k, paged) are real memory the masked scores give P = 0,
 // but 0 * NaN is NaN: a cache allocated with torch.empty, or a page's stale tail, would poison O (FA3 issues 1745,
 // 2374). The first row of the tile's last V block that must read as zero, or kBlockN when none: only the block
-// holding the sequence's last key, and only where memory (not TMA's zero fill) lies past it.
+// holding the sequence's last key. Every layout takes it (a test of seqused_k here made ptxas spill beside 3
+// consumers); where TMA's zero fill lies past the keys it rewrites zeros, once per tile.
 template <int kBlockN>
-__device__ __forceinline__ int scrub_rows(const KernelParams& p, const KvRange& kv, int k_len) {
+__device__ __forceinline__ int scrub_rows(const KvRange& kv, int k_len) {
   if (kv.n_blocks == 0) return kBlockN;
   const int first = k_len - (kv.n_begin + kv.n_blocks - 1) * kBlockN;
   return first < kBlockN ? (first > 0 ? first : 0) : kBlockN;
@@ -123,13 +124,17 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
 
   if (warpgroup == 0) {
     // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
-    // beside 3 it has 32 and spills, so the launcher never runs a paged cache on a 3-consumer point (run_tiles.cuh).
+    // beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh make_plan).
     if (Cfg::kConsumerWGs == 2 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
-      if (threadIdx.x == 0) tma_producer<kHeadDim, kPoint, kSplit, true>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+      if (threadIdx.x == 0) {
+        tma_producer<kHeadDim, kPoint, kSplit, true>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+      }
     } else {
       setmaxnreg_dec<Cfg::Registers::kProducer>();
-      if (threadIdx.x == 0) tma_producer<kHeadDim, kPoint, kSplit, false>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+      if (threadIdx.x == 0) {
+        tma_producer<kHeadDim, kPoint, kSplit, false>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+      }
     }
     return;
   }
@@ -279,9 +284,10 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
     auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
-      const int scrub = scrub_rows<Cfg::kBlockN>(p, kv, seq.k_len);
+      const int scrub = scrub_rows<Cfg::kBlockN>(kv, seq.k_len);
       if (scrub < Cfg::kBlockN) {
-        scrub_v<Cfg>(v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes, scrub, consumer_wg * 128 + thread);
+        scrub_v<Cfg>(v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes, scrub,
+                     consumer_wg * 128 + thread);
       }
       wgmma_fence();
       issue_begin();
@@ -340,7 +346,10 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
       if (thread == 0 && wg_row0 < again.q_len) {
 #pragma unroll
         for (int ch = 0; ch < Cfg::kChunks; ++ch) {  // dense: rows past seqlen_q clip, columns past head_dim_v too
-          if (64 * ch < p.head_dim_v) tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, again.q_off + wg_row0, c.head, q_batch_coord(p, c.batch));
+          if (64 * ch < p.head_dim_v) {
+            tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, again.q_off + wg_row0, c.head,
+                         q_batch_coord(p, c.batch));
+          }
         }
         bulk_commit_group();
         // Over V, kOEmpty (below) must follow the read; an own buffer is waited for at the next epilogue, so this

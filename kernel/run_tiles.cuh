@@ -74,6 +74,10 @@ inline Sections plan_sections(int64_t bh, int64_t kv_bytes, int64_t l2_budget, b
 template <int kHeadDim, int kPoint>
 int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  if (p.page_table != nullptr && Cfg::kConsumerWGs != 2) {  // the kernel's paged producer (kernel_wgmma.cuh)
+    return report_error(FC_ERR_INVALID_ARGUMENT, "point 0x%x has %d consumer warpgroups: a paged cache runs on points "
+                        "with 2 (leave point 0)", static_cast<unsigned>(kPoint), Cfg::kConsumerWGs);
+  }
   // GQA with short queries (decode): all query heads of a K/V head fit in one tile, so pack them and read
   // each K/V head once instead of once per query head.
   plan->pack_gqa = p.group > 1 && static_cast<int64_t>(p.seqlen_q) * p.group <= Cfg::kBlockM;
@@ -184,10 +188,6 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   const int64_t q_rows = packed_q ? in->total_q : in->seqlen_q, q_batch = packed_q ? 1 : in->batch;
   const int64_t k_rows = packed_k ? in->total_k : in->seqlen_k;
   const int64_t k_batch = packed_k ? 1 : (in->kv_batch > 0 ? in->kv_batch : in->batch);
-  if (in->page_table != nullptr && Cfg::kConsumerWGs != 2) {  // the kernel's paged producer (kernel_wgmma.cuh)
-    return report_error(FC_ERR_INVALID_ARGUMENT, "a paged cache runs on points with 2 consumer warpgroups (this one "
-                        "has %d)", Cfg::kConsumerWGs);
-  }
   // A paged cache is [pages, page_size, Hkv, D]: boxes of gcd(page_size, BLOCK_N) rows, which never cross a page
   // (pages of 16 keys: 16-row boxes; a multiple of BLOCK_N: one box per chunk as without pages).
   const bool paged = in->page_table != nullptr;

@@ -16,18 +16,10 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                : "memory");
 }
 
-// Loads the box at coordinates {c0 (head dim), c1 (sequence), c2 (head), c3 (batch)} of a 4-D tensor map.
-// Elements outside the tensor are zero-filled and still count towards the transaction bytes.
-__device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                            int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];" ::"r"(smem_addr(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
-      : "memory");
-}
-
-// The same with the destination and the mbarrier as shared-memory addresses (32-bit: fewer registers).
+// Loads the box at coordinates {c0 (head dim), c1 (sequence), c2 (head), c3 (batch)} of a 4-D tensor map into
+// shared-memory address `smem_dst`, completing on the mbarrier at shared-memory address `bar` (32-bit addresses:
+// fewer registers than pointers where a caller keeps them). Elements outside the tensor are zero-filled and still
+// count towards the transaction bytes.
 __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
                                             int c2, int c3) {
   asm volatile(
@@ -35,6 +27,12 @@ __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const CUtensorMap
       "[%6];" ::"r"(smem_dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
+}
+
+// The same with shared-memory pointers.
+__device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                            int c2, int c3) {
+  tma_load_4d(smem_addr(smem_dst), map, smem_addr(bar), c0, c1, c2, c3);
 }
 
 // Stores the shared-memory box at `smem_src` to coordinates {c0, c1, c2, c3} of a 4-D tensor map as one bulk

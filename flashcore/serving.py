@@ -181,25 +181,28 @@ def _check_fallback(fallback: Any) -> str:
 def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
           softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
           deterministic: bool = False, num_splits: int | None = None, sm_margin: int = 0,
-          fallback: str = "error") -> tuple[torch.Tensor, torch.Tensor]:
-    """flashcore.attention's [B, S, H, D] layout with a sliding window and soft-capping; (out, lse [B, Hq, Sq])."""
-    import torch
-
-    key = _signature("dense", (q, k, v), (causal, softmax_scale, window_size, softcap, deterministic, num_splits,
-                                          sm_margin, fallback))
-    if (hit := _again(key, q, k, v, {}, _lse_dense)) is not None:
-        return hit
+          fallback: str = "error", out: torch.Tensor | None = None,
+          lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """flashcore.attention's [B, S, H, D] layout with a sliding window and soft-capping; (out, lse [B, Hq, Sq]).
+    out / lse: optional output buffers, as flashcore.attention takes them."""
+    key = None
+    if out is None and lse is None:
+        key = _signature("dense", (q, k, v), (causal, softmax_scale, window_size, softcap, deterministic,
+                                              num_splits, sm_margin, fallback))
+        if (hit := _again(key, q, k, v, {}, _lse_dense)) is not None:
+            return hit
     window, cap = check_window(window_size), check_softcap(softcap)
     fallback = _check_fallback(fallback)
     if window == (-1, -1) and cap == 0.0:  # flashcore.attention, which checks the rest itself
-        return api.attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
-                             num_splits=num_splits, sm_margin=sm_margin, fallback=fallback)
-    call = api.check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
-                          fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
-                          device_type=api.device_type(q, fallback))
+        return api.attention(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
+                             deterministic=deterministic, num_splits=num_splits, sm_margin=sm_margin,
+                             fallback=fallback)
+    call = api.check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
+                          deterministic=deterministic, fallback=fallback, num_splits=num_splits,
+                          sm_margin=sm_margin, device_type=api.device_type(q, fallback))
     q, k, v = call.q, call.k, call.v
-    out = api.new_out(q, v)
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    out, lse = outputs(call.out, call.lse, q, v, _lse_dense(q), {"q": q, "k": k, "v": v}, "cpu" if q.is_cpu
+                       else "cuda")
     if call.empty:
         out.zero_()
         lse.fill_(-math.inf)
@@ -217,12 +220,12 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, seqused_k: Any = None,
            causal: bool = False, softmax_scale: float | None = None, window_size: Any = (-1, -1),
            softcap: Any = 0.0, deterministic: bool = False, fallback: str = "error",
-           debug_checks: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32)."""
-    import torch
-
+           debug_checks: bool | None = None, out: torch.Tensor | None = None,
+           lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32).
+    out / lse: optional output buffers of those shapes (rows outside every sequence are then left as they were)."""
     key = None
-    if not debug_checks_on(debug_checks):
+    if not debug_checks_on(debug_checks) and out is None and lse is None:
         key = _signature("varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k),
                          (max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, softcap, deterministic,
                           fallback))
@@ -251,12 +254,14 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
         check_offsets("cu_seqlens_k", cu_k, total_k, max_k)
         if used is not None:
             check_used(used, (cu_k[1:] - cu_k[:-1]))
-    out = api.new_out(q, v)
-    lse = torch.full((q.shape[1], total_q), -math.inf, dtype=torch.float32, device=q.device)
+    given = lse is not None
+    out, lse = outputs(out, lse, q, v, (q.shape[1], total_q), {"q": q, "k": k, "v": v}, device_type, _as4)
+    if not given:
+        lse.fill_(-math.inf)
     if batch == 0 or total_q == 0 or max_q == 0:
         return out, lse
     if max_k == 0 or total_k == 0:
-        return out.zero_(), lse
+        return out.zero_(), lse.fill_(-math.inf)
     if not _on_kernel(q, fallback):
         o, s = reference.varlen(q, k, v, cu_q.tolist(), cu_k.tolist(), None if used is None else used.tolist(),
                                 causal=call.causal, scale=call.scale, window=window, softcap=cap)
@@ -275,13 +280,14 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
             cache_batch_idx: Any = None, page_table: Any = None, causal: bool = False,
             softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
             num_splits: int | None = None, sm_margin: int = 0, fallback: str = "error",
-            debug_checks: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            debug_checks: bool | None = None, out: torch.Tensor | None = None,
+            lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A KV cache with a length (and optionally a slot) per sequence, or a paged cache (module docstring): (out,
-    lse [B, Hq, Sq])."""
+    lse [B, Hq, Sq]). out / lse: optional output buffers of those shapes."""
     import torch
 
     key = None
-    if not debug_checks_on(debug_checks):
+    if not debug_checks_on(debug_checks) and out is None and lse is None:
         key = _signature("kvcache", (q, k_cache, v_cache, cache_seqlens, cache_batch_idx, page_table),
                          (causal, softmax_scale, window_size, softcap, num_splits, sm_margin, fallback))
         arrays = {"seqused_k": cache_seqlens, "kv_batch_idx": cache_batch_idx, "page_table": page_table}
@@ -317,8 +323,8 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
             raise FlashCoreError(f"cache_batch_idx has values outside [0, {k_cache.shape[0]}) (k_cache.shape[0])")
         if table is not None:
             check_pages(table, lengths, k_cache.shape[1], k_cache.shape[0])
-    out = api.new_out(q, v_cache)
-    lse = torch.empty((batch, q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    out, lse = outputs(out, lse, q, v_cache, (batch, q.shape[2], q.shape[1]),
+                       {"q": q, "k_cache": k_cache, "v_cache": v_cache}, device_type)
     if q.numel() == 0 or capacity == 0:
         return out.zero_(), lse.fill_(-math.inf)
     if not _on_kernel(q, fallback):
@@ -339,6 +345,34 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     else:
         _tune(params, q, call, cap)
     _launch(params, q.device, key)
+    return out, lse
+
+
+def outputs(out: Any, lse: Any, q: torch.Tensor, v: torch.Tensor, lse_shape: tuple[int, ...],
+            inputs: dict[str, torch.Tensor], device_type: str,
+            as4: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> tuple[torch.Tensor, torch.Tensor]:
+    """The caller's out and lse, checked (shape, dtype, device, layout, no aliasing), or new ones."""
+    import torch
+
+    if out is None:
+        out = api.new_out(q, v)
+    else:
+        out = validate.tensor("out", out, device_type, q.device)
+        if tuple(out.shape) != api.out_shape(q, v):
+            raise FlashCoreError(f"out has shape {tuple(out.shape)}: expected {api.out_shape(q, v)} (q's, with v's "
+                                 "head dim)")
+        validate.same("out", "dtype", out.dtype, q.dtype, "out must have q's dtype")
+        validate.self_overlap("out", out)
+        validate.not_aliased("out", out, inputs)
+        if out.numel():
+            validate.layout("out", as4(out))
+    if lse is None:
+        return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    lse = validate.tensor("lse", lse, device_type, q.device)
+    if tuple(lse.shape) != lse_shape or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise FlashCoreError(f"lse is {lse.dtype} {tuple(lse.shape)} with stride {lse.stride()}: expected a "
+                             f"contiguous torch.float32 tensor of shape {lse_shape}")
+    validate.not_aliased("lse", lse, {**inputs, "out": out})
     return out, lse
 
 

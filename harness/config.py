@@ -36,6 +36,7 @@ from harness.schema import (  # noqa: F401  (re-exported: the names older import
     param,
     parse_dataclass,
     read_yaml,
+    workload_problems,
 )
 
 
@@ -52,6 +53,8 @@ def _parse_workloads(file: Path) -> tuple[dict[str, Workload], dict[str, tuple[s
         wl = parse_dataclass(Workload, raw, file, key, fixed={"name": name})
         if wl.heads_q % wl.heads_kv:
             raise ConfigError(file, f"{key}.heads_q", wl.heads_q, f"must be a multiple of heads_kv ({wl.heads_kv})")
+        for field, why in workload_problems(wl):
+            raise ConfigError(file, f"{key}.{field}", getattr(wl, field), why)
         workloads[name] = wl
     sets: dict[str, tuple[str, ...]] = {ALL_SET: tuple(n for n, w in workloads.items() if w.kind not in NOT_IN_ALL)}
     for name, members in mapping(file, "sets", data.get("sets")).items():
@@ -91,6 +94,11 @@ def _parse_gate(file: Path, phase: int, name: Any, raw: Any, workloads: Mapping[
     for f in dataclasses.fields(params):
         if f.metadata.get("workloads"):
             names = _resolve(file, f"{key}.{f.name}", getattr(params, f.name), workloads, sets)
+            serving = [n for n in names if not workloads[n].plain]
+            if serving and not f.metadata.get("serving"):
+                raise ConfigError(file, f"{key}.{f.name}", serving[0],
+                                  f"{workloads[serving[0]].label}: gate {name} runs plain dense workloads only "
+                                  "(no varlen, cache, window or softcap)")
             params = dataclasses.replace(params, **{f.name: names})
     return GateSpec(name=name, phase=phase, params=params)
 

@@ -16,5 +16,24 @@ def driver_args(wl: Workload, iters: int = 1, seed: int | None = None, fault: in
             "--seqlen-k", wl.seqlen_k, "--head-dim", wl.head_dim, "--dtype", wl.dtype, "--iters", iters]
     if seed is not None:
         args += ["--seed", seed]
-    out = [str(a) for a in args] + (["--causal"] if wl.causal else [])
+    out = [str(a) for a in args] + (["--causal"] if wl.causal else []) + serving_args(wl)
     return out + (["--fault", str(fault)] if fault else []) + list(extra)
+
+
+def serving_args(wl: Workload) -> list[str]:
+    """The driver's flags for the serving fields of `wl` (none for a plain dense workload). q_scale changes values
+    only, which the tools that run the driver do not judge: it has no flag."""
+    out = [] if wl.dense else ["--layout", wl.layout]
+    if wl.seqlens_q:
+        out += ["--seqlens-q", ",".join(map(str, wl.seqlens_q))]
+    if wl.seqlens_k:
+        out += ["--seqlens-k", ",".join(map(str, wl.seqlens_k))]
+    if wl.page_size:
+        out += ["--page-size", str(wl.page_size)]
+    if wl.window != (-1, -1):
+        out += ["--window", f"{wl.window_left},{wl.window_right}"]
+    if wl.softcap:
+        out += ["--softcap", repr(wl.softcap)]
+    if wl.head_dim_v:
+        out += ["--head-dim-v", str(wl.head_dim_v)]
+    return out

@@ -17,7 +17,12 @@ from typing import Any
 import yaml
 
 HEAD_DIMS = (64, 128, 256)  # head dims the kernel is built for (kernel/config.h)
+WORKLOAD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (flashcore.api)
 DTYPES = ("bf16", "fp16")
+# How a workload's batch is laid out (flashcore.serving): dense [B, S, H, D]; varlen: packed sequences of
+# seqlens_q / seqlens_k tokens (flash_attn_varlen_func); kvcache: a cache of seqlen_k slots per sequence holding
+# seqlens_k keys each (flash_attn_with_kvcache); paged: that cache in pages of page_size keys behind a page table.
+LAYOUTS = ("dense", "varlen", "kvcache", "paged")
 KINDS = ("compute-bound", "memory-bound", "edge", "long-context")
 # Kinds the implicit set `all` leaves out: a long-context workload's fp32 reference and sanitizer runs take minutes
 # each, so gates name them (a set) where they want them.
@@ -48,12 +53,14 @@ def param(
     ge: float | None = None,
     choices: tuple[Any, ...] | None = None,
     workloads: bool = False,
+    serving: bool = False,
 ) -> Any:
     """Declare one field of a gate's `Params` dataclass with its bounds (checked by the loader).
 
     `workloads=True` marks a list of workload or set names; the loader expands sets and checks every name.
+    Such a list holds dense workloads only unless `serving=True` (the gate runs varlen, kvcache and paged ones).
     """
-    meta = {"gt": gt, "ge": ge, "choices": choices, "workloads": workloads}
+    meta = {"gt": gt, "ge": ge, "choices": choices, "workloads": workloads, "serving": serving}
     if default is _MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -67,20 +74,91 @@ class Workload:
     heads_kv: int = param(gt=0)
     seqlen_q: int = param(gt=0)
     seqlen_k: int = param(gt=0)
-    head_dim: int = param(choices=HEAD_DIMS)
+    head_dim: int = param(choices=WORKLOAD_HEAD_DIMS)
     dtype: str = param(choices=DTYPES)
     causal: bool = param()
     kind: str = param(choices=KINDS)
     why: str = param()
+    # Serving layouts and score modifiers (flashcore.serving); the defaults are a dense batch without either.
+    layout: str = param(default="dense", choices=LAYOUTS)
+    seqlens_q: tuple[int, ...] = param(default=())  # varlen: query tokens per sequence (0 allowed)
+    seqlens_k: tuple[int, ...] = param(default=())  # varlen: keys per sequence; kvcache/paged: cache_seqlens
+    page_size: int = param(default=0, ge=0)  # paged: keys per page, a multiple of 16
+    window_left: int = param(default=-1, ge=-1)  # sliding window (left, right); -1 = unbounded on that side
+    window_right: int = param(default=-1, ge=-1)
+    softcap: float = param(default=0.0, ge=0)  # > 0: scores soft-capped to softcap * tanh(score / softcap)
+    head_dim_v: int = param(default=0, ge=0)  # v's head dim when it differs (0 = head_dim): 128 with head_dim 192
+    q_scale: float = param(default=1.0, gt=0)  # multiplies q's standard-normal values (large scores for softcap)
+
+    @property
+    def dense(self) -> bool:
+        return self.layout == "dense"
+
+    @property
+    def plain(self) -> bool:
+        """Dense without a window or soft-capping: flashcore.attention's call, which torch SDPA also makes."""
+        return self.dense and self.window == (-1, -1) and not self.softcap and self.q_scale == 1.0
+
+    @property
+    def window(self) -> tuple[int, int]:
+        return self.window_left, self.window_right
+
+    @property
+    def dim_v(self) -> int:
+        return self.head_dim_v or self.head_dim
 
     @property
     def label(self) -> str:
-        """Short shape text, e.g. `B4 H16/16 S8192x8192 D128 bf16 causal`."""
+        """Short shape text, e.g. `B4 H16/16 S8192x8192 D128 bf16 causal` (a serving layout and modifiers after)."""
         causal = " causal" if self.causal else ""
-        return (
-            f"B{self.batch} H{self.heads_q}/{self.heads_kv} S{self.seqlen_q}x{self.seqlen_k}"
-            f" D{self.head_dim} {self.dtype}{causal}"
-        )
+        dims = f"D{self.head_dim}" + (f"/{self.head_dim_v}" if self.head_dim_v else "")
+        text = f"B{self.batch} H{self.heads_q}/{self.heads_kv} S{self.seqlen_q}x{self.seqlen_k} {dims} {self.dtype}"
+        extra = []
+        if not self.dense:
+            lengths = self.seqlens_k if self.layout != "varlen" else self.seqlens_q
+            extra.append(f"{self.layout} {min(lengths)}-{max(lengths)}")
+        if self.layout == "paged":
+            extra.append(f"page {self.page_size}")
+        if self.window != (-1, -1):
+            extra.append(f"window ({self.window_left},{self.window_right})")
+        if self.softcap:
+            extra.append(f"softcap {self.softcap:g}")
+        return text + causal + "".join(f", {e}" for e in extra)
+
+
+def workload_problems(wl: Workload) -> list[tuple[str, str]]:
+    """(key, why) of each inconsistency between a workload's serving fields and its shape (first one raised)."""
+    n = wl.batch
+    out: list[tuple[str, str]] = []
+    if wl.head_dim_v and (wl.head_dim, wl.head_dim_v) not in ((192, 128),) and wl.head_dim_v != wl.head_dim:
+        out.append(("head_dim_v", "0, head_dim, or 128 with head_dim 192"))
+    if any(x < 0 for x in (*wl.seqlens_q, *wl.seqlens_k)):
+        out.append(("seqlens_k" if any(x < 0 for x in wl.seqlens_k) else "seqlens_q", "lengths are >= 0"))
+    if wl.layout == "dense":
+        for key in ("seqlens_q", "seqlens_k", "page_size"):
+            if getattr(wl, key):
+                out.append((key, "only for the varlen, kvcache and paged layouts"))
+        return out
+    if len(wl.seqlens_k) != n:
+        out.append(("seqlens_k", f"one length per sequence: {n} (batch)"))
+    if wl.layout == "varlen":
+        if len(wl.seqlens_q) != n:
+            out.append(("seqlens_q", f"one length per sequence: {n} (batch)"))
+        elif max(wl.seqlens_q) != wl.seqlen_q:
+            out.append(("seqlen_q", f"the longest of seqlens_q ({max(wl.seqlens_q)})"))
+        if wl.seqlens_k and max(wl.seqlens_k) != wl.seqlen_k:
+            out.append(("seqlen_k", f"the longest of seqlens_k ({max(wl.seqlens_k)})"))
+    else:
+        if wl.seqlens_q:
+            out.append(("seqlens_q", "varlen only: a cache's queries are seqlen_q per sequence"))
+        if wl.seqlens_k and max(wl.seqlens_k) > wl.seqlen_k:
+            out.append(("seqlens_k", f"at most seqlen_k ({wl.seqlen_k}), the cache's capacity"))
+    if wl.layout == "paged":
+        if wl.page_size == 0 or wl.page_size % 16 or wl.seqlen_k % wl.page_size:
+            out.append(("page_size", "a multiple of 16 that divides seqlen_k (the capacity)"))
+    elif wl.page_size:
+        out.append(("page_size", "only for the paged layout"))
+    return out
 
 
 @dataclass(frozen=True)

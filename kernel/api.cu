@@ -221,6 +221,11 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
     out->v_stride[i] = in->v_stride[i];
     out->o_stride[i] = in->o_stride[i];
   }
+  // Packed layouts have no batch stride (flashcore.h: unused): the kernel steps by batch * stride[0] there, which
+  // must not move a caller's pointer (a C caller's packed [total, H, D] stride[0] made the register epilogue write
+  // past o: compute-sanitizer memcheck through flashcore_driver).
+  if (in->cu_seqlens_q != nullptr) out->q_stride[0] = out->o_stride[0] = 0;
+  if (in->cu_seqlens_k != nullptr) out->k_stride[0] = out->v_stride[0] = 0;
   out->softmax_scale = in->softmax_scale;
   out->softmax_scale_log2 = in->softmax_scale * kLog2e;
   out->softcap_prescale = 0.f;

@@ -77,6 +77,11 @@ __device__ __forceinline__ void mbarrier_wait_sleep(uint64_t* bar, uint32_t pari
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// The same without .aligned (bar.sync is barrier.sync.aligned): for a barrier that warps may reach from different
+// instructions or with their threads apart, e.g. a loop whose trip count differs per thread just before it.
+__device__ __forceinline__ void named_barrier_sync_unaligned(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }

@@ -5,6 +5,12 @@
 //       [--kernel wgmma|phase1]   (phase1: the mma.sync kernel of phase 1, for comparisons)
 //       [--splits N] [--sm-margin N] [--deterministic]   (split-KV: fc_params fields of the same names)
 //       [--block-n N] [--schedule 0|1|2] [--l2-pct N]      (tile configuration: fc_params fields, 0 = default)
+//       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]
+//       [--window L,R] [--softcap X] [--head-dim-v N]         (serving layouts: harness/schema.py's Workload)
+//   varlen: packed sequences of seqlens-q queries and seqlens-k keys (seqlen-q/-k: the longest); kvcache: a cache
+//   of seqlen-k slots per sequence holding seqlens-k keys; paged: that cache in pages of page-size keys, stored in a
+//   shuffled order behind a page table. Every buffer is its own cudaMalloc of exactly its size (memcheck sees
+//   any overrun). --check (the naive kernel) covers the dense layout without a window or softcap only.
 // Prints one line "RESULT status=ok|fail ..." and exits 0 (ok), 1 (check failed), 2 (bad usage), 3 (error).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "flashcore.h"
@@ -46,18 +53,52 @@ float to_float(uint16_t bits, int dtype) {
   return __half2float(__ushort_as_half(bits));
 }
 
+enum Layout { kDense = 0, kVarlen = 1, kKvcache = 2, kPaged = 3 };
+
 struct Args {
   fc_params p{};
-  int iters = 1, seed = 1, check = 0, phase1 = 0;
+  int iters = 1, seed = 1, check = 0, phase1 = 0, layout = kDense;
   double tol = -1;
+  std::vector<int32_t> seqlens_q, seqlens_k;
 };
+
+// "a,b,c" -> {a, b, c}; false on anything but non-negative integers.
+bool parse_list(const char* text, std::vector<int32_t>* out) {
+  out->clear();
+  while (*text) {
+    char* end = nullptr;
+    const long x = std::strtol(text, &end, 10);
+    if (end == text || x < 0 || x > (1L << 30)) return false;
+    out->push_back(static_cast<int32_t>(x));
+    text = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != 0) return false;
+  }
+  return !out->empty();
+}
+
+// The serving fields must agree with the shape, as harness/schema.py's workload_problems checks them.
+bool consistent(const Args& a) {
+  const fc_params& p = a.p;
+  const auto longest = [](const std::vector<int32_t>& v) { int64_t m = 0; for (int32_t x : v) m = x > m ? x : m;
+                                                           return m; };
+  if (a.layout == kDense) return a.seqlens_q.empty() && a.seqlens_k.empty() && p.page_size == 0;
+  if (static_cast<int64_t>(a.seqlens_k.size()) != p.batch) return false;
+  if (a.layout == kVarlen)
+    return static_cast<int64_t>(a.seqlens_q.size()) == p.batch && longest(a.seqlens_q) == p.seqlen_q &&
+           longest(a.seqlens_k) == p.seqlen_k && p.page_size == 0;
+  if (!a.seqlens_q.empty() || longest(a.seqlens_k) > p.seqlen_k) return false;
+  if (a.layout == kPaged) return p.page_size > 0 && p.page_size % 16 == 0 && p.seqlen_k % p.page_size == 0;
+  return p.page_size == 0;
+}
 
 int usage(const char* msg) {
   std::fprintf(stderr, "flashcore_driver: %s\n"
                "usage: flashcore_driver --batch B --heads-q H --heads-kv H --seqlen-q S --seqlen-k S --head-dim D\n"
                "       --dtype bf16|fp16 [--causal] [--iters N] [--seed N] [--check] [--fault N] [--tol X]\n"
                "       [--kernel wgmma|phase1] [--splits N] [--sm-margin N] [--deterministic]\n"
-               "       [--block-n N] [--schedule 0|1|2] [--l2-pct N]\n", msg);
+               "       [--block-n N] [--schedule 0|1|2] [--l2-pct N]\n"
+               "       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]\n"
+               "       [--window L,R] [--softcap X] [--head-dim-v N]\n", msg);
   std::printf("RESULT status=error reason=usage\n");
   return 2;
 }
@@ -92,14 +133,78 @@ bool parse(int argc, char** argv, Args* a) {
     else if (!std::strcmp(f, "--seed")) { if (!next(&tmp)) return false; a->seed = static_cast<int>(tmp); }
     else if (!std::strcmp(f, "--fault")) { if (!next(&tmp)) return false; a->p.debug_fault = static_cast<int>(tmp); }
     else if (!std::strcmp(f, "--tol")) { if (i + 1 >= argc) return false; a->tol = std::atof(argv[++i]); }
+    else if (!std::strcmp(f, "--layout")) {
+      if (i + 1 >= argc) return false;
+      const char* l = argv[++i];
+      a->layout = !std::strcmp(l, "dense") ? kDense : !std::strcmp(l, "varlen") ? kVarlen
+                : !std::strcmp(l, "kvcache") ? kKvcache : !std::strcmp(l, "paged") ? kPaged : -1;
+      if (a->layout < 0) return false;
+    }
+    else if (!std::strcmp(f, "--seqlens-q")) { if (i + 1 >= argc || !parse_list(argv[++i], &a->seqlens_q)) return false; }
+    else if (!std::strcmp(f, "--seqlens-k")) { if (i + 1 >= argc || !parse_list(argv[++i], &a->seqlens_k)) return false; }
+    else if (!std::strcmp(f, "--page-size")) { if (!next(&a->p.page_size)) return false; }
+    else if (!std::strcmp(f, "--head-dim-v")) { if (!next(&a->p.head_dim_v)) return false; }
+    else if (!std::strcmp(f, "--softcap")) { if (i + 1 >= argc) return false; a->p.softcap = std::atof(argv[++i]); }
+    else if (!std::strcmp(f, "--window")) {
+      if (i + 1 >= argc) return false;
+      int left = 0, right = 0;
+      if (std::sscanf(argv[++i], "%d,%d", &left, &right) != 2) return false;
+      a->p.window = 1; a->p.window_left = left; a->p.window_right = right;
+    }
     else if (!std::strcmp(f, "--dtype")) {
       if (i + 1 >= argc) return false;
       const char* d = argv[++i];
       a->p.dtype = !std::strcmp(d, "bf16") ? FC_BF16 : !std::strcmp(d, "fp16") ? FC_FP16 : -2;
     } else return false;
   }
+  const bool serving = a->layout != kDense || a->p.window || a->p.softcap != 0.f || a->p.head_dim_v != 0;
   return a->p.dtype >= 0 && a->iters >= 1 && a->p.batch > 0 && a->p.heads_q > 0 && a->p.heads_kv > 0 &&
-         a->p.seqlen_q > 0 && a->p.seqlen_k > 0 && a->p.head_dim > 0;
+         a->p.seqlen_q > 0 && a->p.seqlen_k > 0 && a->p.head_dim > 0 && consistent(*a) &&
+         !(a->check && serving) && !(a->phase1 && serving);
+}
+
+// Device copy of a host int32 array (its own allocation).
+int32_t* to_device(const std::vector<int32_t>& host) {
+  int32_t* d = nullptr;
+  CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(int32_t)));
+  CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  return d;
+}
+
+std::vector<int32_t> offsets(const std::vector<int32_t>& lengths) {
+  std::vector<int32_t> cu(1, 0);
+  for (int32_t x : lengths) cu.push_back(cu.back() + x);
+  return cu;
+}
+
+// The index arrays of a serving layout (fc_params' pointers into them; freed by the caller via `owned`), and the
+// rows of q and of k/v the buffers need.
+void serving_arrays(Args* a, int64_t* rows_q, int64_t* rows_k, std::vector<int32_t*>* owned) {
+  fc_params& p = a->p;
+  *rows_q = p.batch * p.seqlen_q;
+  *rows_k = p.batch * p.seqlen_k;
+  if (a->layout == kVarlen) {
+    const std::vector<int32_t> cu_q = offsets(a->seqlens_q), cu_k = offsets(a->seqlens_k);
+    *rows_q = p.total_q = cu_q.back();
+    *rows_k = p.total_k = cu_k.back();
+    owned->push_back(to_device(cu_q)); p.cu_seqlens_q = owned->back();
+    owned->push_back(to_device(cu_k)); p.cu_seqlens_k = owned->back();
+  } else if (a->layout != kDense) {
+    owned->push_back(to_device(a->seqlens_k)); p.seqused_k = owned->back();
+  }
+  if (a->layout == kPaged) {
+    const int64_t per = p.seqlen_k / p.page_size, pages = p.batch * per;
+    std::vector<int32_t> table(pages);
+    for (int64_t i = 0; i < pages; ++i) table[i] = static_cast<int32_t>(i);
+    uint32_t h = 2654435761u * static_cast<uint32_t>(a->seed) + 1u;  // a seeded Fisher-Yates shuffle
+    for (int64_t i = pages - 1; i > 0; --i) {
+      h = h * 1664525u + 1013904223u;
+      std::swap(table[i], table[h % static_cast<uint32_t>(i + 1)]);
+    }
+    owned->push_back(to_device(table)); p.page_table = owned->back();
+    p.page_table_stride = per;
+    p.kv_batch = pages;
+  }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -114,28 +219,36 @@ int main(int argc, char** argv) {
     std::printf("RESULT status=error reason=device\n");
     return 3;
   }
-  const int64_t D = p.head_dim;
-  const int64_t nq = p.batch * p.seqlen_q * p.heads_q * D, nk = p.batch * p.seqlen_k * p.heads_kv * D;
-  const int64_t nlse = p.batch * p.heads_q * p.seqlen_q;
+  const int64_t D = p.head_dim, Dv = p.head_dim_v ? p.head_dim_v : p.head_dim;
+  std::vector<int32_t*> owned;
+  int64_t rows_q = 0, rows_k = 0;
+  serving_arrays(&a, &rows_q, &rows_k, &owned);
+  // Rows of k/v per batch entry: a sequence's cache slots (dense, kvcache), a page (paged); varlen: unused.
+  const int64_t per_entry = a.layout == kPaged ? p.page_size : p.seqlen_k;
+  const int64_t nq = rows_q * p.heads_q * D, no = rows_q * p.heads_q * Dv;
+  const int64_t nk = rows_k * p.heads_kv * D, nv = rows_k * p.heads_kv * Dv;
+  const int64_t nlse = a.layout == kVarlen ? p.heads_q * rows_q : p.batch * p.heads_q * p.seqlen_q;
   uint16_t *q, *k, *v, *o;
   float* lse;
   CUDA_CHECK(cudaMalloc(&q, nq * 2));
   CUDA_CHECK(cudaMalloc(&k, nk * 2));
-  CUDA_CHECK(cudaMalloc(&v, nk * 2));
-  CUDA_CHECK(cudaMalloc(&o, nq * 2));
+  CUDA_CHECK(cudaMalloc(&v, nv * 2));
+  CUDA_CHECK(cudaMalloc(&o, no * 2));
   CUDA_CHECK(cudaMalloc(&lse, nlse * 4));
   fill_random<<<1024, 256>>>(q, nq, 3 * a.seed + 0, p.dtype);
   fill_random<<<1024, 256>>>(k, nk, 3 * a.seed + 1, p.dtype);
-  fill_random<<<1024, 256>>>(v, nk, 3 * a.seed + 2, p.dtype);
+  fill_random<<<1024, 256>>>(v, nv, 3 * a.seed + 2, p.dtype);
   CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cudaMemset(o, 0xFF, nq * 2));  // poison: 0xFFFF is NaN in fp16 and bf16
+  CUDA_CHECK(cudaMemset(o, 0xFF, no * 2));  // poison: 0xFFFF is NaN in fp16 and bf16
   CUDA_CHECK(cudaMemset(lse, 0xFF, nlse * 4));
 
   p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
   const int64_t qs[3] = {p.seqlen_q * p.heads_q * D, p.heads_q * D, D};
-  const int64_t ks[3] = {p.seqlen_k * p.heads_kv * D, p.heads_kv * D, D};
-  std::memcpy(p.q_stride, qs, sizeof qs); std::memcpy(p.o_stride, qs, sizeof qs);
-  std::memcpy(p.k_stride, ks, sizeof ks); std::memcpy(p.v_stride, ks, sizeof ks);
+  const int64_t os[3] = {p.seqlen_q * p.heads_q * Dv, p.heads_q * Dv, Dv};
+  const int64_t ks[3] = {per_entry * p.heads_kv * D, p.heads_kv * D, D};
+  const int64_t vs[3] = {per_entry * p.heads_kv * Dv, p.heads_kv * Dv, Dv};
+  std::memcpy(p.q_stride, qs, sizeof qs); std::memcpy(p.o_stride, os, sizeof os);
+  std::memcpy(p.k_stride, ks, sizeof ks); std::memcpy(p.v_stride, vs, sizeof vs);
   p.softmax_scale = 1.f / std::sqrt(static_cast<float>(D));
   fc_plan_info plan{};
   if (fc_plan(&p, &plan) != FC_OK) {
@@ -164,7 +277,11 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0.f;
   CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  const double flops = 4.0 * p.batch * p.heads_q * p.seqlen_q * p.seqlen_k * D / (p.causal ? 2.0 : 1.0);
+  double pairs = 0.0;  // (query, key) pairs before masking, sequence by sequence
+  for (int64_t b = 0; b < p.batch; ++b)
+    pairs += static_cast<double>(a.layout == kVarlen ? a.seqlens_q[b] : p.seqlen_q) *
+             (a.layout == kDense ? p.seqlen_k : a.seqlens_k[b]);
+  const double flops = 2.0 * p.heads_q * pairs * (D + Dv) / (p.causal ? 2.0 : 1.0);
   const double ms_per_iter = ms / a.iters;
 
   int status_ok = 1;
@@ -207,6 +324,7 @@ int main(int argc, char** argv) {
   if (workspace != nullptr) CUDA_CHECK(cudaFree(workspace));
   CUDA_CHECK(cudaFree(q)); CUDA_CHECK(cudaFree(k)); CUDA_CHECK(cudaFree(v));
   CUDA_CHECK(cudaFree(o)); CUDA_CHECK(cudaFree(lse));
+  for (int32_t* d : owned) CUDA_CHECK(cudaFree(d));
   CUDA_CHECK(cudaEventDestroy(start)); CUDA_CHECK(cudaEventDestroy(stop));
   return status_ok ? 0 : 1;
 }

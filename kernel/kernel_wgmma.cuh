@@ -78,7 +78,9 @@ __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consume
     }
   }
   fence_proxy_async_shared();
-  named_barrier_sync(kBarrierScrub, Cfg::kConsumerThreads);
+  // Not bar.sync (.aligned): the loop's trip count differs between a warp's threads, and the consumer warpgroups
+  // reach this from their own copies of the code (compute-sanitizer synccheck: "divergent thread(s) in block").
+  named_barrier_sync_unaligned(kBarrierScrub, Cfg::kConsumerThreads);
 }
 
 // kSplit: split-KV instantiation (tiles carry a split index; fp32 partials for the combine kernel). The non-split

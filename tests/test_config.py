@@ -25,6 +25,9 @@ EXPECTED_WORKLOADS = [
     "decode-b1-gqa",
     "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
     "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode", "san-split", "san-tiles-d128", "san-tiles-d256",
+    "serve-varlen-ragged", "serve-varlen-chunked", "serve-cache-lengths", "serve-paged-mid-page", "serve-paged-16",
+    "serve-window", "serve-window-varlen", "serve-softcap", "serve-softcap-cache", "serve-d96", "serve-d192-v128",
+    "serve-d192-varlen", "serve-varlen-prefill", "serve-decode-lengths", "serve-paged-decode",
 ]  # fmt: skip
 
 
@@ -138,7 +141,27 @@ def _del(*path: Any) -> Callable[[dict[str, Any]], Any]:
 W, P = "workloads.yaml", "phases.yaml"
 CASES = [
     # (id, file, change, key path in the message, words the message must contain)
-    ("head_dim", W, _wl("s17-causal", head_dim=96), "workloads.s17-causal.head_dim = 96", "{64, 128, 256}"),
+    ("head_dim", W, _wl("s17-causal", head_dim=80), "workloads.s17-causal.head_dim = 80", "{64, 96, 128, 192, 256}"),
+    ("layout", W, _wl("s1", layout="ragged"), "workloads.s1.layout = 'ragged'", "{dense, varlen, kvcache, paged}"),
+    ("lengths_on_dense", W, _wl("s1", seqlens_k=[1]), "workloads.s1.seqlens_k = (1,)", "only for the varlen"),
+    ("varlen_count", W, _wl("serve-varlen-ragged", seqlens_q=[1, 2]), "workloads.serve-varlen-ragged.seqlens_q",
+     "one length per sequence: 6 (batch)"),
+    ("varlen_longest", W, _wl("serve-varlen-ragged", seqlen_q=999), "workloads.serve-varlen-ragged.seqlen_q = 999",
+     "the longest of seqlens_q (600)"),
+    ("cache_overflow", W, _wl("serve-cache-lengths", seqlen_k=512), "workloads.serve-cache-lengths.seqlens_k",
+     "at most seqlen_k (512)"),
+    ("page_size", W, _wl("serve-paged-16", page_size=24), "workloads.serve-paged-16.page_size = 24",
+     "a multiple of 16 that divides seqlen_k"),
+    ("page_on_cache", W, _wl("serve-cache-lengths", page_size=16), "workloads.serve-cache-lengths.page_size = 16",
+     "only for the paged layout"),
+    ("head_dim_v", W, _wl("serve-d96", head_dim_v=64), "workloads.serve-d96.head_dim_v = 64",
+     "128 with head_dim 192"),
+    ("negative_length", W, _wl("serve-paged-16", seqlens_k=[0, -1, 5]), "workloads.serve-paged-16.seqlens_k",
+     "lengths are >= 0"),
+    ("window_below", W, _wl("serve-window", window_left=-2), "workloads.serve-window.window_left = -2", ">= -1"),
+    ("serving_in_dense_gate", P, lambda d: d["phases"][7]["gates"]["determinism-strict"].update(
+        workloads=["serve-window"]), "phases.7.gates.determinism-strict.workloads = 'serve-window'",
+     "runs plain dense workloads only"),
     ("gqa_ratio", W, _wl("gqa", heads_kv=5), "workloads.gqa.heads_q = 32", "multiple of heads_kv (5)"),
     ("zero_batch", W, _wl("s1", batch=0), "workloads.s1.batch = 0", "must be > 0"),
     ("negative_seqlen", W, _wl("s4097", seqlen_k=-1), "workloads.s4097.seqlen_k = -1", "must be > 0"),

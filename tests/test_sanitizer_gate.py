@@ -184,11 +184,14 @@ def test_phase1_yaml_entry(gates_dir: Path) -> None:
     config = load_config(gates_dir)
     (spec,) = [g for g in config.phase(1).gates if g.name == "sanitizer"]
     p = spec.params
-    assert p.tools == TOOLS and p.padding > 0 and p.workloads == config.sets["sanitizer"]
-    assert {config.workloads[w].head_dim for w in p.workloads} == {64, 128, 256}
+    assert p.tools == TOOLS and p.padding > 0 and p.workloads == config.sets["sanitizer"] + config.sets["serving"]
+    assert {config.workloads[w].head_dim for w in p.workloads} == {64, 96, 128, 192, 256}
     assert any(config.workloads[w].heads_q > config.workloads[w].heads_kv for w in p.workloads)  # GQA
     assert any(config.workloads[w].causal for w in p.workloads)
-    assert all(config.workloads[w].seqlen_q * config.workloads[w].seqlen_k <= 100_000 for w in p.workloads)
+    assert all(config.workloads[w].seqlen_q * config.workloads[w].seqlen_k <= 100_000 for w in config.sets["sanitizer"])
+    # issue 15's features, each edge once, still small: racecheck runs every one
+    assert {config.workloads[w].layout for w in p.workloads} == {"dense", "varlen", "kvcache", "paged"}
+    assert all(config.workloads[w].seqlen_q * config.workloads[w].seqlen_k <= 400_000 for w in config.sets["serving"])
 
 
 @pytest.mark.parametrize(("key", "value", "why"), [

@@ -287,3 +287,31 @@ def test_repeat_call_launches_the_remembered_params_with_new_pointers(monkeypatc
     assert params.workspace is None  # the remembered launch's workspace is never reused
     misaligned = rand(kc.numel() + 8)[4:4 + kc.numel()].view(kc.shape)  # kc's layout, base 8 bytes off
     assert serving._again(key, q, misaligned, kc, arrays, serving._lse_dense) is None  # the checked path says why
+
+
+def test_serving_calls_write_into_the_callers_buffers() -> None:
+    """out= and lse= (what the gates pass, poisoned): filled in place and returned; wrong ones refused by name."""
+    q, k, v = rand(9, 4, 64), rand(12, 2, 64), rand(12, 2, 64)
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    cu_k = torch.tensor([0, 5, 12], dtype=torch.int32)
+    out, lse = torch.full((9, 4, 64), math.nan, dtype=torch.bfloat16), torch.full((4, 9), math.nan)
+    got = serving.varlen(q, k, v, cu, cu_k, 5, 7, causal=True, fallback="sdpa", out=out, lse=lse)
+    want = serving.varlen(q, k, v, cu, cu_k, 5, 7, causal=True, fallback="sdpa")
+    assert got[0] is out and got[1] is lse and torch.equal(out, want[0]) and torch.equal(lse, want[1])
+    with pytest.raises(FlashCoreError, match=re.escape("out has shape (9, 4, 32): expected (9, 4, 64)")):
+        serving.varlen(q, k, v, cu, cu_k, 5, 7, fallback="sdpa", out=rand(9, 4, 32))
+    with pytest.raises(FlashCoreError, match="expected a contiguous torch.float32 tensor of shape"):
+        serving.varlen(q, k, v, cu, cu_k, 5, 7, fallback="sdpa", lse=torch.empty(4, 9, dtype=torch.float16))
+    with pytest.raises(FlashCoreError, match="out overlaps q"):
+        serving.varlen(q, k, v, cu, cu_k, 5, 7, fallback="sdpa", out=q)
+    qc, kc, vc = rand(2, 1, 4, 64), rand(2, 16, 2, 64), rand(2, 16, 2, 64)
+    lengths = torch.tensor([3, 16], dtype=torch.int32)
+    out, lse = torch.empty(2, 1, 4, 64, dtype=torch.bfloat16), torch.empty(2, 4, 1)
+    got = serving.kvcache(qc, kc, vc, lengths, fallback="sdpa", out=out, lse=lse)
+    assert got[0] is out and torch.equal(out, serving.kvcache(qc, kc, vc, lengths, fallback="sdpa")[0])
+    with pytest.raises(FlashCoreError, match="lse is torch.float32 \\(2, 1, 4\\)"):
+        serving.kvcache(qc, kc, vc, lengths, fallback="sdpa", lse=torch.empty(2, 1, 4))
+    qd = rand(1, 6, 4, 64)
+    out = torch.empty(1, 6, 4, 64, dtype=torch.bfloat16)
+    assert serving.dense(qd, qd[:, :, :2].clone(), qd[:, :, :2].clone(), window_size=(2, 0), fallback="sdpa",
+                         out=out)[0] is out

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from flashcore.faults import Fault
 from harness.schema import Workload
-from harness.support import gpu
+from harness.support import gpu, serving
 
 if TYPE_CHECKING:
     import torch
@@ -102,13 +102,19 @@ FA3_INSTALL_HINT = ("install it on the H100 host: pip install fa3-fwd (FlashAtte
                     "FP8), or build flash-attention's hopper/ (python setup.py install), which adds fp16")
 
 
-@functools.cache
 def import_fa3() -> tuple[Callable[..., Any], str, frozenset[str]]:
     """(flash_attn_func, module description, dtypes it was built for); raises Unavailable."""
+    mod, where, dtypes = import_fa3_module()
+    return mod.flash_attn_func, where, dtypes
+
+
+@functools.cache
+def import_fa3_module() -> tuple[ModuleType, str, frozenset[str]]:
+    """(FA3's interface module, its description, dtypes it was built for); raises Unavailable."""
     errors = []
     try:
         mod: ModuleType = importlib.import_module("flash_attn_interface")
-        return mod.flash_attn_func, "flash_attn_interface", frozenset({"bf16", "fp16"})
+        return mod, "flash_attn_interface", frozenset({"bf16", "fp16"})
     except Exception as e:  # noqa: BLE001 - any import failure means "try the next one"
         errors.append(f"flash_attn_interface: {_first_line(e)}")
     try:
@@ -118,7 +124,7 @@ def import_fa3() -> tuple[Callable[..., Any], str, frozenset[str]]:
         flags = getattr(config, "CONFIG", {}).get("build_flags", {})
         dtypes = {"bf16"} | (set() if flags.get("FLASHATTENTION_DISABLE_FP16") else {"fp16"})
         version = _dist_version("fa3-fwd")
-        return mod.flash_attn_func, f"fa3_fwd_interface (fa3-fwd {version})", frozenset(dtypes)
+        return mod, f"fa3_fwd_interface (fa3-fwd {version})", frozenset(dtypes)
     except Exception as e:  # noqa: BLE001
         errors.append(f"fa3_fwd_interface: {_first_line(e)}")
     raise Unavailable("FA3 not importable: " + "; ".join(errors) + f" ({FA3_INSTALL_HINT})")
@@ -160,6 +166,28 @@ def prepare(backend: str, wl: Workload, q: torch.Tensor, k: torch.Tensor, v: tor
     if backend == "fa3":
         return _fa3(wl, q, k, v)
     raise Unavailable(f"unknown backend {backend!r}")
+
+
+def prepare_serving(backend: str, batch: serving.Batch, fault: int = 0) -> Prepared:
+    """prepare() for a workload that is not plain dense (harness/support/serving.py): FlashCore's serving entry
+    points and FA3's varlen / KV-cache ones. SDPA has no per-sequence lengths, windows or soft-capping."""
+    wl = batch.wl
+    if backend == "flashcore":
+        if fault:
+            raise Unavailable("planted kernel faults reach flashcore.attention only, not the serving entry points")
+        try:
+            fc = gpu.load_flashcore()
+        except gpu.FlashcoreUnavailable as e:
+            raise Unavailable(str(e)) from None
+        out, lse = gpu.poisoned_outputs(wl, str(batch.q.device))
+        return Prepared(batch.flashcore(fc, out, lse), implementation=f"flashcore.serving ({wl.layout})")
+    if backend == "fa3":
+        mod, where, dtypes = import_fa3_module()
+        if wl.dtype not in dtypes:
+            raise Unavailable(f"{where} is built without {wl.dtype} (only {', '.join(sorted(dtypes))})")
+        return Prepared(batch.fa3(mod), implementation=where)
+    raise Unavailable(f"{backend} cannot run a {wl.layout} workload with its window/softcap: only flashcore and fa3 "
+                      "have per-sequence lengths, windows and soft-capping")
 
 
 def probe(p: Prepared) -> None:

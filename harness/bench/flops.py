@@ -37,11 +37,29 @@ def kv_bytes(batch: int, heads_kv: int, seqlen_k: int, head_dim: int, dtype: str
 
 
 def workload_flops(wl: Workload) -> float:
-    return attention_flops(wl.batch, wl.heads_q, wl.seqlen_q, wl.seqlen_k, wl.head_dim, wl.causal)
+    """attention_flops of the workload; a serving layout's sequences each with their own lengths (a window's
+    masked pairs are counted like any other: FLOPs of the unwindowed call), P V at v's head dim."""
+    if wl.dense and not wl.head_dim_v:
+        return attention_flops(wl.batch, wl.heads_q, wl.seqlen_q, wl.seqlen_k, wl.head_dim, wl.causal)
+    per_dim = sum(attention_flops(1, wl.heads_q, sq, sk, 1, wl.causal) for sq, sk in _lengths(wl))
+    return per_dim * (wl.head_dim + wl.dim_v) / 2
 
 
 def workload_kv_bytes(wl: Workload) -> int:
-    return kv_bytes(wl.batch, wl.heads_kv, wl.seqlen_k, wl.head_dim, wl.dtype)
+    """K and V bytes: every sequence's keys (a cache's used rows, not its capacity)."""
+    if wl.dense and not wl.head_dim_v:
+        return kv_bytes(wl.batch, wl.heads_kv, wl.seqlen_k, wl.head_dim, wl.dtype)
+    keys = sum(sk for _, sk in _lengths(wl))
+    return keys * wl.heads_kv * (wl.head_dim + wl.dim_v) * ELEMENT_BYTES[wl.dtype]
+
+
+def _lengths(wl: Workload) -> list[tuple[int, int]]:
+    """(queries, keys) of each sequence."""
+    if wl.layout == "varlen":
+        return list(zip(wl.seqlens_q, wl.seqlens_k, strict=True))
+    if wl.dense:
+        return [(wl.seqlen_q, wl.seqlen_k)] * wl.batch
+    return [(wl.seqlen_q, sk) for sk in wl.seqlens_k]
 
 
 def tflops(flops: float, time_ms: float) -> float:

@@ -132,7 +132,8 @@ class Measurement:
     def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
         """Inverse of to_dict; raises RecordError on a malformed entry."""
         try:
-            spec = Workload(**d["spec"])
+            fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["spec"].items()}
+            spec = Workload(**fields)
             times = tuple(float(t) for t in d.get("times_ms") or ())
             if any(not math.isfinite(t) for t in times):
                 raise ValueError("non-finite time")

@@ -15,16 +15,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from harness.bench import backends, timing
 from harness.bench.record import CRASHED, Measurement, not_available
 from harness.bench.settings import TimingParams
 from harness.schema import Workload
-from harness.support import gpu
-
-if TYPE_CHECKING:
-    import torch
+from harness.support import gpu, serving
 
 Key = tuple[str, str]
 
@@ -48,17 +45,19 @@ class Measurer:
         self.options = options
         self._flush: timing.L2Flusher | None = None
         self._noise: timing.Noise | None = None
-        self._inputs: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._inputs: dict[str, Any] = {}
         self._cache: dict[Key, Measurement] = {}
         self.elapsed_s = 0.0
 
     def seed(self, wl: Workload) -> int:
         return gpu.workload_seed(self.options.base_seed, "bench", wl.name)
 
-    def inputs(self, wl: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Fresh random q, k, v for this workload (kept while its group is timed)."""
+    def inputs(self, wl: Workload) -> Any:
+        """Fresh random q, k, v for this workload, or its serving.Batch (kept while its group is timed)."""
         if wl.name not in self._inputs:
-            self._inputs[wl.name] = gpu.make_inputs(wl, self.seed(wl), self.options.device)
+            seed, device = self.seed(wl), self.options.device
+            self._inputs[wl.name] = (gpu.make_inputs(wl, seed, device) if wl.plain
+                                     else serving.make(wl, seed, device))
         return self._inputs[wl.name]
 
     def cached(self, group: Sequence[Workload], backends_: Sequence[str]) -> dict[Key, Measurement] | None:
@@ -101,9 +100,14 @@ class Measurer:
 
     def prepare(self, wl: Workload, backend: str) -> backends.Prepared | Measurement:
         """A probed, ready call on this workload's inputs, or the "not available" Measurement saying why."""
-        q, k, v = self.inputs(wl)
+        inputs = self.inputs(wl)
+        fault = self.options.fault if backend == "flashcore" else 0
         try:
-            prepared = backends.prepare(backend, wl, q, k, v, self.options.fault if backend == "flashcore" else 0)
+            if isinstance(inputs, serving.Batch):
+                prepared = backends.prepare_serving(backend, inputs, fault)
+            else:
+                q, k, v = inputs
+                prepared = backends.prepare(backend, wl, q, k, v, fault)
             backends.probe(prepared)
         except backends.Unavailable as e:
             return not_available(wl, backend, str(e), self.seed(wl))

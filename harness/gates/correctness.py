@@ -22,12 +22,12 @@ from harness.gates.base import FlashcoreGate, GateContext, SelfTest, finite_or_n
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
-from harness.support import gpu, reference
+from harness.support import gpu, reference, serving
 
 
 @dataclass(frozen=True)
 class CorrectnessParams:
-    workloads: tuple[str, ...] = param(workloads=True)
+    workloads: tuple[str, ...] = param(workloads=True, serving=True)
     seeds: int = param(ge=1)  # input draws per workload
     fp16_max_abs: float = param(gt=0)
     bf16_error_factor: float = param(gt=0)
@@ -38,7 +38,8 @@ class CorrectnessParams:
     max_draws: int = param(default=1, ge=1)
 
     def draws_for(self, wl: Workload) -> int:
-        return self.draws_for_elements(wl.batch * wl.seqlen_q * wl.heads_q * wl.head_dim)
+        rows = sum(wl.seqlens_q) if wl.layout == "varlen" else wl.batch * wl.seqlen_q
+        return self.draws_for_elements(rows * wl.heads_q * wl.dim_v)
 
     def draws_for_elements(self, elements: int) -> int:
         return max(1, min(self.max_draws, -(-self.min_elements // max(1, elements))))
@@ -131,13 +132,26 @@ def measure_pooled(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams
 
 
 def measure(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams, device: str) -> Measured:
-    """One call of flashcore on fresh inputs into poisoned buffers, compared with SDPA and the fp32 reference."""
-    q, k, v = gpu.make_inputs(wl, seed, device)
+    """One call of flashcore on fresh inputs into poisoned buffers, compared with the baseline (SDPA; for a
+    serving workload torch in 16 bits, harness/support/serving.py) and the fp32 reference."""
+    inputs = serving.inputs_for(wl, seed, device)
     out, lse = gpu.poisoned_outputs(wl, device)
     with gpu.nvtx_range(f"correctness/{wl.name}/flashcore"):
-        gpu.call_kernel(fc, wl, q, k, v, out, lse)
+        serving.run(fc, wl, inputs, out, lse)
     with gpu.nvtx_range(f"correctness/{wl.name}/reference"):
+        if isinstance(inputs, serving.Batch):
+            return judge_serving(inputs, out, lse, seed)
+        q, k, v = inputs
         return judge_output(q, k, v, out, lse, wl.causal, wl.dtype, seed, p)
+
+
+def judge_serving(batch: serving.Batch, out: Any, lse: Any, seed: int) -> Measured:
+    """judge_output for a serving workload: every element of out and LSE belongs to a sequence, so all are judged."""
+    import torch
+
+    unwritten, lse_unwritten = gpu.count_unwritten(out, lse, batch.wl.dtype)
+    nonfinite = int((~torch.isfinite(out)).sum()) - unwritten
+    return Measured(seed, unwritten, nonfinite, lse_unwritten, serving.compare(batch, out, lse))
 
 
 def judge_output(q: Any, k: Any, v: Any, out: Any, lse: Any, causal: bool, dtype: str, seed: int,
@@ -175,6 +189,7 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
             checks.extend(new)
             rule = next(c for c in new if c.metric in ("max_abs_vs_sdpa", "err_vs_fp32"))
             details[subject] = {"shape": wl.label, "seed": seed, "draws": p.draws_for(wl),
+                                "baseline": "sdpa" if wl.plain else serving.BASELINE,
                                 "elapsed_s": round(time.perf_counter() - t0, 3),
                                 "threshold": rule.threshold, "margin": rule.margin,
                                 "unwritten": m.unwritten, "lse_unwritten": m.lse_unwritten, "nonfinite": m.nonfinite,

@@ -17,12 +17,12 @@ from harness.gates.base import FlashcoreGate, GateContext, SelfTest, finite_or_n
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
-from harness.support import gpu
+from harness.support import gpu, serving
 
 
 @dataclass(frozen=True)
 class DeterminismParams:
-    workloads: tuple[str, ...] = param(workloads=True)
+    workloads: tuple[str, ...] = param(workloads=True, serving=True)
     repeats: int = param(ge=2)  # calls per workload, the first being the one the others must equal
 
 
@@ -61,27 +61,25 @@ def _max_abs_diff(a: Any, b: Any) -> float:
 
 def measure(fc: ModuleType, wl: Workload, seed: int, repeats: int, device: str,
             step: Callable[[int], None] | None = None) -> RepeatStats:
-    q, k, v = gpu.make_inputs(wl, seed, device)
-    return repeat_bits(fc, wl, (q, k, v), seed, repeats, device, step=step)
+    return repeat_bits(fc, wl, serving.inputs_for(wl, seed, device), seed, repeats, device, step=step)
 
 
-def repeat_bits(fc: ModuleType, wl: Workload, inputs: tuple[Any, Any, Any], seed: int, repeats: int, device: str,
+def repeat_bits(fc: ModuleType, wl: Workload, inputs: Any, seed: int, repeats: int, device: str,
                 options: Callable[[int], dict[str, Any]] | None = None, step: Callable[[int], None] | None = None,
                 label: str = "determinism") -> RepeatStats:
-    """`repeats` calls on the same inputs into fresh poisoned buffers, each compared bit for bit with the first;
-    `options(r)`: keyword arguments of call r (e.g. the launch configuration it asks for)."""
+    """`repeats` calls on the same inputs (serving.inputs_for's form) into fresh poisoned buffers, each compared bit
+    for bit with the first; `options(r)`: keyword arguments of call r (e.g. the launch configuration it asks for)."""
     import torch
 
-    q, k, v = inputs
     first_out, first_lse = gpu.poisoned_outputs(wl, device)
     mismatches, worst = 0, 0.0
     with gpu.nvtx_range(f"{label}/{wl.name}"):
-        gpu.call_kernel(fc, wl, q, k, v, first_out, first_lse, **(options(0) if options else {}))
+        serving.run(fc, wl, inputs, first_out, first_lse, **(options(0) if options else {}))
         for r in range(1, repeats):
             if step is not None and r % 10 == 0:
                 step(r)
             out, lse = gpu.poisoned_outputs(wl, device)
-            gpu.call_kernel(fc, wl, q, k, v, out, lse, **(options(r) if options else {}))
+            serving.run(fc, wl, inputs, out, lse, **(options(r) if options else {}))
             same = torch.equal(gpu.bits(out), gpu.bits(first_out)) and torch.equal(gpu.bits(lse), gpu.bits(first_lse))
             if not same:
                 mismatches += 1

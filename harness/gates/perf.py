@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the runner imports harness.support.gpu, whose package impor
 
 @dataclass(frozen=True)
 class PerfParams:
-    workloads: tuple[str, ...] = param(workloads=True)
+    workloads: tuple[str, ...] = param(workloads=True, serving=True)  # serving ones: flashcore and fa3 only
     sweep: bool = param()  # also every point of the scaling sweep (gates/bench.yaml): the TFLOPS-vs-S chart
     baselines: tuple[str, ...] = param()  # measured and reported (fa2, cudnn, efficient, fa3)
     gated: tuple[str, ...] = param()  # baselines whose speed FlashCore must reach
@@ -56,7 +56,7 @@ class PerfParams:
     # per gated baseline, the geometric mean of the paired ratios over `workloads` (not the sweep) >= this; 0: off
     min_geomean: float = param(default=0.0, ge=0)
     # measured and shown beside the judged ones (same backends, same rounds per workload), never judged
-    report_workloads: tuple[str, ...] = param(default=(), workloads=True)
+    report_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
     # the spread limit for workloads of kind long-context (calls of 50-500 ms under the power cap); 0: max_rel_std
     long_context_max_rel_std: float = param(default=0.0, ge=0)
 
@@ -276,3 +276,12 @@ class PerfFa3Gate(PerfGate):
     selftest_none = ("perf-fa2's code against FA3 (its planted cases); red on the CPU in tests/test_bench_gates.py "
                      "test_planted_slow_kernel_turns_perf_fa3_red")
 
+
+
+@register("perf-serving")
+class PerfServingGate(PerfGate):
+    """Issue 15: the serving workloads (varlen prefill, per-sequence-length decode) paired with FA3's varlen and
+    KV-cache entry points; without FA3 an ERROR with the install hint, as perf-fa3."""
+
+    selftest_none = ("perf-fa2's code on other workloads (its planted cases); a planted kernel fault does not reach "
+                     "the serving entry points, so the slow case runs on perf-fa2's dense workloads")

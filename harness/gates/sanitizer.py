@@ -32,7 +32,8 @@ COMPLETION = "RESULT status=ok"  # the driver's last line when it ran to the end
 
 @dataclass(frozen=True)
 class SanitizerParams:
-    workloads: tuple[str, ...] = param(workloads=True)  # small ones: racecheck is ~100x slower than a plain run
+    # small ones: racecheck is ~100x slower than a plain run; any layout (the driver runs them all)
+    workloads: tuple[str, ...] = param(workloads=True, serving=True)
     tools: tuple[str, ...] = param()
     memcheck_timeout_s: int = param(gt=0)  # per run (one tool on one workload)
     racecheck_timeout_s: int = param(gt=0)
@@ -44,10 +45,10 @@ class SanitizerParams:
     fail_on_warnings: bool = param(default=True)  # racecheck warnings fail too
     report_log_chars: int = param(default=20000, gt=0)  # of each raw log shown in the report (full log in logs/)
     # per-tool workloads instead of `workloads` (e.g. racecheck, the slowest, on fewer shapes); () = `workloads`
-    memcheck_workloads: tuple[str, ...] = param(default=(), workloads=True)
-    racecheck_workloads: tuple[str, ...] = param(default=(), workloads=True)
-    synccheck_workloads: tuple[str, ...] = param(default=(), workloads=True)
-    initcheck_workloads: tuple[str, ...] = param(default=(), workloads=True)
+    memcheck_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
+    racecheck_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
+    synccheck_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
+    initcheck_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
 
     def __post_init__(self) -> None:
         bad = [t for t in self.tools if t not in TOOLS]

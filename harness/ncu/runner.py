@@ -35,7 +35,7 @@ CLOCK_CONTROL = ("none", "base", "reset")
 class NcuParams:
     """What every ncu gate profiles, and how (gates/phases.yaml)."""
 
-    workloads: tuple[str, ...] = param(workloads=True)
+    workloads: tuple[str, ...] = param(workloads=True, serving=True)  # the driver runs every layout
     kernel_filter: str = param()  # regex on the kernel's function name: ncu --kernel-name regex:<this>
     metrics: tuple[str, ...] = param()  # collected with --metrics (shown in the report)
     sections: tuple[str, ...] = param(default=())  # collected with --section, e.g. WarpStateStats

@@ -103,18 +103,25 @@ def make_inputs(wl: Workload, seed: int, device: str) -> tuple[torch.Tensor, tor
     dt = torch_dtype(wl.dtype)
     q = torch.randn(wl.batch, wl.seqlen_q, wl.heads_q, wl.head_dim, generator=g, device=device, dtype=dt)
     k = torch.randn(wl.batch, wl.seqlen_k, wl.heads_kv, wl.head_dim, generator=g, device=device, dtype=dt)
-    v = torch.randn(wl.batch, wl.seqlen_k, wl.heads_kv, wl.head_dim, generator=g, device=device, dtype=dt)
+    v = torch.randn(wl.batch, wl.seqlen_k, wl.heads_kv, wl.dim_v, generator=g, device=device, dtype=dt)
     return q, k, v
 
 
+def output_shapes(wl: Workload) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(out, lse) shapes of a call on `wl`: [B, Sq, Hq, Dv], [B, Hq, Sq]; varlen [total_q, Hq, Dv], [Hq, total_q]."""
+    if wl.layout == "varlen":
+        total = sum(wl.seqlens_q)
+        return (total, wl.heads_q, wl.dim_v), (wl.heads_q, total)
+    return (wl.batch, wl.seqlen_q, wl.heads_q, wl.dim_v), (wl.batch, wl.heads_q, wl.seqlen_q)
+
+
 def poisoned_outputs(wl: Workload, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output [B,Sq,Hq,D] and LSE [B,Hq,Sq] float32, every element holding its poison NaN pattern."""
+    """Output and LSE float32 (output_shapes), every element holding its poison NaN pattern."""
     import torch
 
-    out = torch.full((wl.batch, wl.seqlen_q, wl.heads_q, wl.head_dim), POISON_16[wl.dtype],
-                     dtype=torch.int16, device=device).view(torch_dtype(wl.dtype))
-    lse = torch.full((wl.batch, wl.heads_q, wl.seqlen_q), POISON_LSE, dtype=torch.int32,
-                     device=device).view(torch.float32)
+    out_shape, lse_shape = output_shapes(wl)
+    out = torch.full(out_shape, POISON_16[wl.dtype], dtype=torch.int16, device=device).view(torch_dtype(wl.dtype))
+    lse = torch.full(lse_shape, POISON_LSE, dtype=torch.int32, device=device).view(torch.float32)
     return out, lse
 
 

@@ -98,7 +98,7 @@ def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, our
     sk, hkv = k.shape[1], k.shape[2]
     q_bh, k_bh, v_bh = q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)
     ours_bh, sdpa_bh = ours.permute(0, 2, 1, 3), sdpa_out.permute(0, 2, 1, 3)
-    acc = _Errors()
+    acc = Errors()
     heads, rows = chunking(sq, sk, d, budget_bytes)
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true fp32
@@ -119,7 +119,7 @@ def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, our
                 del ref, lse_ref
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
-    return ErrorStats(acc.err_ours, acc.err_sdpa, acc.diff_sdpa, acc.lse_err, acc.lse_bad)
+    return acc.stats()
 
 
 def _attention32(q32: torch.Tensor, k32: torch.Tensor, v32: torch.Tensor, d: int, mask: torch.Tensor | None
@@ -139,8 +139,8 @@ def _attention32(q32: torch.Tensor, k32: torch.Tensor, v32: torch.Tensor, d: int
 
 
 @dataclass
-class _Errors:
-    """Running maxima of compare() over chunks (NaN sticks)."""
+class Errors:
+    """Running maxima of compare() over chunks (NaN sticks); `sdpa` is whichever baseline the caller judges by."""
 
     err_ours: float = 0.0
     err_sdpa: float = 0.0
@@ -159,6 +159,9 @@ class _Errors:
         self.lse_bad += int(bad.sum())
         good = row_visible & torch.isfinite(lse)
         self.lse_err = nanmax(self.lse_err, _amax((lse - lse_ref)[good]))
+
+    def stats(self) -> ErrorStats:
+        return ErrorStats(self.err_ours, self.err_sdpa, self.diff_sdpa, self.lse_err, self.lse_bad)
 
 
 def nanmax(a: float, b: float) -> float:

@@ -1,0 +1,45 @@
+"""build/flashcore_driver on the serving workloads (the sanitizer and ncu gates run them through it): every layout
+launches and finishes (tests marked `gpu`); an inconsistent set of flags is a usage error before any CUDA call
+(no GPU needed: runs wherever the driver is built)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.config import load_config
+from harness.driver_args import driver_args
+
+REPO = Path(__file__).resolve().parent.parent
+DRIVER = REPO / "build/flashcore_driver"
+CONFIG = load_config(REPO / "gates")
+
+
+def run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    if not DRIVER.is_file():
+        pytest.skip("build/flashcore_driver not built (make build)")
+    return subprocess.run([str(DRIVER), *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [*CONFIG.sets["serving"], "serve-paged-decode", "serve-varlen-prefill"])
+def test_every_serving_workload_runs_on_the_driver(name: str) -> None:
+    proc = run(driver_args(CONFIG.workloads[name], iters=2))
+    assert proc.returncode == 0 and "RESULT status=ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("extra", [
+    ["--layout", "varlen", "--seqlens-q", "1,2", "--seqlens-k", "1,2"],  # 2 lengths for a batch of 3
+    ["--layout", "paged", "--seqlens-k", "1,2,3", "--page-size", "24"],  # not a multiple of 16
+    ["--layout", "kvcache", "--seqlens-k", "1,2,999"],  # longer than the cache (seqlen-k 64)
+    ["--layout", "dense", "--seqlens-k", "1,2,3"],  # lengths on a dense batch
+    ["--layout", "varlen", "--seqlens-q", "1,2,x", "--seqlens-k", "1,2,3"],  # not a number
+    ["--window", "3", "--check"],  # no right bound; --check is dense-only anyway
+])
+def test_inconsistent_serving_flags_are_a_usage_error(extra: list[str]) -> None:
+    base = ["--batch", "3", "--heads-q", "2", "--heads-kv", "2", "--seqlen-q", "2", "--seqlen-k", "64",
+            "--head-dim", "64", "--dtype", "bf16"]
+    proc = run(base + extra)
+    assert proc.returncode == 2 and "RESULT status=error reason=usage" in proc.stdout, proc.stdout + proc.stderr

@@ -4,6 +4,7 @@ stand-in flashcore (the real checks + the SDPA fallback); on the H100 (`gpu`) th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 from pathlib import Path
@@ -40,7 +41,8 @@ def judge() -> correctness.CorrectnessParams:
 
 def cpu_cases(table: CaseTable) -> CaseTable:
     """The cases that mean the same on the CPU: no explicit device, one device."""
-    keep = [c for c in table.cases if c.min_devices == 1 and all(s.device == "cuda" for s in c.tensors.values())]
+    keep = [c for c in table.cases if c.min_devices == 1 and all(s.device == "cuda" for s in c.tensors.values())
+            and all(getattr(x, "device", "cuda") == "cuda" for x in c.call.values())]
     return dataclasses.replace(table, cases=tuple(keep))
 
 
@@ -53,7 +55,12 @@ def test_the_table_covers_the_issue_list(table: CaseTable) -> None:
                  "head-dim-96", "q-last-dim-strided", "q-misaligned", "k-odd-seq-stride", "scale-nan", "scale-inf",
                  "out-wrong-shape", "out-wrong-dtype", "out-on-cpu", "out-is-q", "lse-wrong-shape",
                  "transposed-bhsd", "padded-heads", "decode-sq1", "s1", "huge-batch-decode", "gqa-4x-sq-ne-sk",
-                 "empty-sq", "empty-sk"):
+                 "empty-sq", "empty-sk",
+                 # issue 15: each serving argument's bad dtype / shape / device / value
+                 "varlen-cu-seqlens-int64", "varlen-cu-seqlens-on-cpu", "varlen-cu-seqlens-lengths-differ",
+                 "varlen-max-seqlen-negative", "varlen-seqused-k-length", "varlen-window-bad", "cache-seqlens-float",
+                 "cache-seqlens-length", "cache-batch-idx-int64", "paged-table-int64", "paged-table-rows",
+                 "paged-page-size-24", "paged-with-cache-batch-idx"):
         assert must in names
     for c in table.cases:
         if c.kind == "reject":
@@ -212,6 +219,11 @@ def stand_in(mode: str = "") -> tuple[types.ModuleType, types.ModuleType]:
     fc = types.ModuleType("fc")
     fc.attention = attention  # type: ignore[attr-defined]
     fc.serving = types.SimpleNamespace(dense=dense)  # type: ignore[attr-defined]
+    # The serving entries: their real host checks, then flashcore's CPU path (the FA3 names take fallback=)
+    fc.flash_attn_varlen_func = functools.partial(flashcore.flash_attn_varlen_func,  # type: ignore[attr-defined]
+                                                  fallback="sdpa")
+    fc.flash_attn_with_kvcache = functools.partial(flashcore.flash_attn_with_kvcache,  # type: ignore[attr-defined]
+                                                   fallback="sdpa")
     fake_api = types.ModuleType("api")
     fake_api.entry_calls = lambda: count[0]  # type: ignore[attr-defined]
     return fc, fake_api
@@ -266,3 +278,26 @@ def test_the_api_gate_passes_on_the_h100(tmp_path: Path) -> None:
     result = api_gate.ApiGate().run(ctx)
     assert result.status is Status.PASS, result.message
     assert api_gate.AFTER_SUITE in {c.workload for c in result.checks}
+
+
+def test_serving_arguments_need_a_serving_entry(tmp_path: Path) -> None:
+    """cu_seqlens and friends are arguments of flash_attn_varlen_func / flash_attn_with_kvcache, not of attention."""
+    bad = tmp_path / "cases.yaml"
+    head = "  q-not-a-tensor: {why: a Python list,"
+    text = TABLE.read_text().replace(head, head + " call: {cache_seqlens: {values: [1, 2]}},", 1)
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match="reject.q-not-a-tensor.call.cache_seqlens.*set `entry`"):
+        load_cases(bad)
+
+
+def test_index_arguments_are_built_on_the_cases_device() -> None:
+    table = load_cases(TABLE)
+    case = next(c for c in table.cases if c.name == "paged-table-rows")
+    args = build(case, "cpu", 3, poisoned_outputs=True)
+    assert "out" not in args and "lse" not in args  # FA3's names take neither
+    assert tuple(args["page_table"].shape) == (3, 2) and args["page_table"].dtype == torch.int32
+    assert args["cache_seqlens"].tolist() == [20, 30] and tuple(args["k"].shape) == (6, 16, 2, 64)
+    varlen = next(c for c in table.cases if c.name == "varlen-seqused-k-int64")
+    v = build(varlen, "cpu", 3, poisoned_outputs=True)
+    assert tuple(v["q"].shape) == (80, 4, 64) and v["cu_seqlens_q"].tolist() == [0, 40, 80]
+    assert v["max_seqlen_k"] == 40 and v["seqused_k"].dtype == torch.int64

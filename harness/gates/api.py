@@ -27,7 +27,7 @@ from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES, ConfigError, param
 from harness.support import gpu
-from harness.support.api_cases import SERVING_KEYS, Case, CaseTable, Dims, build, load_cases
+from harness.support.api_cases import INDEX_KEYS, SERVING_KEYS, Case, CaseTable, Dims, IndexSpec, build, load_cases
 
 AFTER_SUITE = "after-suite"
 
@@ -114,8 +114,23 @@ def _bytes(t: Any) -> Any:
 
 
 def _kwargs(case: Case, args: dict[str, Any]) -> dict[str, Any]:
-    extra: dict[str, Any] = {k: args[k] for k in ("out", "lse") if k in args}
-    return {"causal": case.dims.causal, **extra, **case.call}
+    extra: dict[str, Any] = {k: args[k] for k in ("out", "lse", *INDEX_KEYS, "max_seqlen_q", "max_seqlen_k")
+                             if k in args}
+    verbatim = {k: v for k, v in case.call.items() if not isinstance(v, IndexSpec)}
+    return {"causal": case.dims.causal, **extra, **verbatim}
+
+
+def _call_entry(fc: ModuleType, case: Case, args: dict[str, Any]) -> Any:
+    """The case's entry point on its arguments (FA3's names for the serving entries)."""
+    q, k, v, kw = args.get("q"), args.get("k"), args.get("v"), _kwargs(case, args)
+    if case.entry == "varlen":
+        names = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
+        return fc.flash_attn_varlen_func(q, k, v, *(kw.pop(n) for n in names), **kw)
+    if case.entry == "kvcache":
+        return fc.flash_attn_with_kvcache(q, k, v, **kw)
+    if any(key in case.call for key in SERVING_KEYS):  # out= and lse= are attention's own: not passed there
+        return fc.serving.dense(q, k, v, **{key: x for key, x in kw.items() if key not in ("out", "lse")})
+    return fc.attention(q, k, v, **kw)
 
 
 def _sync(device: str) -> None:
@@ -135,11 +150,7 @@ def run_reject(fc: ModuleType, api: ModuleType, case: Case, seed: int, device: s
     calls = api.entry_calls()
     raised: BaseException | None = None
     try:
-        if any(k in case.call for k in SERVING_KEYS):  # out= and lse= are attention's own: not passed there
-            kwargs = {k: v for k, v in _kwargs(case, args).items() if k not in ("out", "lse")}
-            fc.serving.dense(args.get("q"), args.get("k"), args.get("v"), **kwargs)
-        else:
-            fc.attention(args.get("q"), args.get("k"), args.get("v"), **_kwargs(case, args))
+        _call_entry(fc, case, args)
     except Exception as e:  # noqa: BLE001 - which exception it was is the verdict
         raised = e
     calls = api.entry_calls() - calls

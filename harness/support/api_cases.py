@@ -25,7 +25,15 @@ if TYPE_CHECKING:
 ERRORS = ("FlashCoreError", "UnsupportedDeviceError")
 TENSORS = ("q", "k", "v", "out", "lse")
 CALL_KEYS = ("softmax_scale", "causal", "deterministic", "fallback", "debug_fault", "num_splits", "sm_margin",
-             "window_size", "softcap")
+             "window_size", "softcap", "max_seqlen_q", "max_seqlen_k")
+# The serving entry points a reject case may call instead of flashcore.attention, by FA3's names: varlen =
+# flash_attn_varlen_func on packed [B * S, H, D] q/k/v, kvcache = flash_attn_with_kvcache with k/v as the cache.
+ENTRIES = ("attention", "varlen", "kvcache")
+# Their index arguments: in `call`, {values: [...], dtype: int32|int64|fp32 (default int32), device: cuda|cpu} builds
+# a tensor (any other value is passed verbatim); varlen gets cu_seqlens_q/k = [0, S, 2 S, ...] and max_seqlen_q/k = S
+# unless the case says otherwise, kvcache gets cache_seqlens = [Sk] * B.
+INDEX_KEYS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "cache_seqlens", "cache_batch_idx", "page_table")
+INDEX_DTYPES = ("int32", "int64", "fp32")
 # A case that passes one of these calls flashcore.serving.dense (attention's layout with a window or softcap) instead
 # of flashcore.attention; reject cases only (the accept judge's reference has neither).
 SERVING_KEYS = ("window_size", "softcap")
@@ -72,6 +80,7 @@ class Case:
     match: str = ""  # reject: regex the message must contain
     expect: str = "result"  # accept: "result" (vs the fp32 reference) or "empty" (defined result, no launch)
     min_devices: int = 1  # GPUs the case needs; skipped (and listed) on a host with fewer
+    entry: str = "attention"  # reject: which entry point (ENTRIES) the case calls
 
 
 def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any]) -> Case:
@@ -82,14 +91,21 @@ def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any
     tensors = {t: parse_dataclass(TensorSpec, raw.pop(t), file, f"{key}.{t}") for t in TENSORS if t in raw}
     call = dict(mapping(file, f"{key}.call", raw.pop("call", None)))
     for k in call:
-        if k not in CALL_KEYS:
-            raise ConfigError(file, f"{key}.call.{k}", call[k], f"unknown argument; allowed: {', '.join(CALL_KEYS)}")
-    own = ("why", "error", "match", "min_devices") if kind == "reject" else ("why", "expect", "min_devices")
+        if k not in (*CALL_KEYS, *INDEX_KEYS):
+            raise ConfigError(file, f"{key}.call.{k}", call[k],
+                              f"unknown argument; allowed: {', '.join((*CALL_KEYS, *INDEX_KEYS))}")
+        if k in INDEX_KEYS and isinstance(call[k], Mapping):
+            call[k] = parse_dataclass(IndexSpec, call[k], file, f"{key}.call.{k}")
+    own = ("why", "error", "match", "min_devices", "entry") if kind == "reject" else ("why", "expect", "min_devices")
     for k in raw:
         if k not in own:
             allowed = ", ".join([*own, *Dims.__dataclass_fields__, *TENSORS, "call"])
             raise ConfigError(file, f"{key}.{k}", raw[k], f"unknown key; allowed: {allowed}")
     spec = parse_dataclass(_Own[kind], raw, file, key)
+    serving_only = [k for k in (*INDEX_KEYS, "max_seqlen_q", "max_seqlen_k") if k in call]
+    if serving_only and getattr(spec, "entry", "attention") == "attention":
+        raise ConfigError(file, f"{key}.call.{serving_only[0]}", call[serving_only[0]],
+                          "an argument of the varlen and kvcache entries: set `entry`")
     if kind == "reject":
         try:
             re.compile(spec.match)
@@ -106,11 +122,22 @@ def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any
 
 
 @dataclass(frozen=True)
+class IndexSpec:
+    """An index tensor argument of a serving entry (INDEX_KEYS)."""
+
+    values: tuple[int, ...] = param(default=())  # flat values (shape: [len] unless `shape` says otherwise)
+    shape: tuple[int, ...] = param(default=())
+    dtype: str = param(default="int32", choices=INDEX_DTYPES)
+    device: str = param(default="cuda", choices=("cuda", "cpu"))
+
+
+@dataclass(frozen=True)
 class _Reject:
     why: str = param()
     error: str = param(choices=ERRORS)
     match: str = param()
     min_devices: int = param(default=1, ge=1)
+    entry: str = param(default="attention", choices=ENTRIES)
 
 
 @dataclass(frozen=True)
@@ -150,7 +177,10 @@ def load_cases(file: Path) -> CaseTable:
 # ---- building the arguments ------------------------------------------------------------------------
 
 
-def default_shape(name: str, d: Dims) -> tuple[int, ...]:
+def default_shape(name: str, d: Dims, entry: str = "attention") -> tuple[int, ...]:
+    if entry == "varlen" and name in ("q", "k", "v"):  # packed sequences: [B * S, H, D]
+        rows, heads = (d.seqlen_q, d.heads_q) if name == "q" else (d.seqlen_k, d.heads_kv)
+        return (d.batch * rows, heads, d.head_dim)
     if name in ("q", "out"):
         return (d.batch, d.seqlen_q, d.heads_q, d.head_dim)
     if name == "lse":
@@ -246,15 +276,15 @@ def build(case: Case, device: str, seed: int, *, poisoned_outputs: bool) -> dict
     args: dict[str, Any] = {}
     for name in TENSORS:
         spec = case.tensors.get(name)
-        if name in ("out", "lse") and spec is None and not poisoned_outputs:
-            continue
+        if name in ("out", "lse") and (case.entry != "attention" or (spec is None and not poisoned_outputs)):
+            continue  # the serving entries (FA3's names) take no out or lse
         spec = spec or TensorSpec()
         if spec.value:
             value = {"none": None, "list": [1.0, 2.0], "float": 1.0}[spec.value]
             if value is not None:
                 args[name] = value
             continue
-        shape = spec.shape or default_shape(name, case.dims)
+        shape = spec.shape or default_shape(name, case.dims, case.entry)
         if name == "out" and not spec.shape and isinstance(args.get("v"), torch.Tensor) and args["v"].dim() == 4:
             shape = (*shape[:3], args["v"].shape[3])  # the output takes v's head dim (192 with a v of 128)
         dtype_name = spec.dtype or ("fp32" if name == "lse" else case.dims.dtype)
@@ -268,4 +298,24 @@ def build(case: Case, device: str, seed: int, *, poisoned_outputs: bool) -> dict
         storage, view = _allocate(shape, dtype, where, spec.layout)
         _fill(storage, name in ("out", "lse"), generators.get(where))
         args[name] = view
-    return args
+    return {**args, **index_args(case, device)}
+
+
+def index_args(case: Case, device: str) -> dict[str, Any]:
+    """The serving entry's index arguments: its defaults (INDEX_KEYS' comment), then the case's own."""
+    import torch
+
+    d, out = case.dims, {}
+    if case.entry == "varlen":
+        out = {"cu_seqlens_q": torch.arange(d.batch + 1, dtype=torch.int32, device=device) * d.seqlen_q,
+               "cu_seqlens_k": torch.arange(d.batch + 1, dtype=torch.int32, device=device) * d.seqlen_k,
+               "max_seqlen_q": d.seqlen_q, "max_seqlen_k": d.seqlen_k}
+    elif case.entry == "kvcache":
+        out = {"cache_seqlens": torch.full((d.batch,), d.seqlen_k, dtype=torch.int32, device=device)}
+    for name in INDEX_KEYS:
+        spec = case.call.get(name)
+        if isinstance(spec, IndexSpec):
+            dtype = {"int32": torch.int32, "int64": torch.int64, "fp32": torch.float32}[spec.dtype]
+            t = torch.tensor(spec.values, dtype=dtype, device=device if spec.device == "cuda" else spec.device)
+            out[name] = t.view(spec.shape) if spec.shape else t
+    return out

@@ -104,7 +104,9 @@ def test_the_committed_phase7_report_fits_a_reviewers_minute(tmp_path: Path) -> 
         try:
             assert page.evaluate("document.documentElement.scrollHeight") <= 20 * 1000
             assert page.evaluate("document.documentElement.scrollWidth") <= 1400
-            assert page.locator("section.gate details[open]").count() == 0  # every gate passed: all collapsed
+            # passing gates collapsed; only the others (determinism-gpus: not applicable on one GPU) open
+            not_passed = [g for g in run.gates if g.status is not Status.PASS]
+            assert page.locator("section.gate details[open]").count() == len(not_passed) <= 1
             page.goto(write_all(failing, tmp_path / "fail")["html"].as_uri())
             row = page.locator("#attention .attention-row").first
             box = row.bounding_box()

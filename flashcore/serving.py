@@ -185,6 +185,8 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
           lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """flashcore.attention's [B, S, H, D] layout with a sliding window and soft-capping; (out, lse [B, Hq, Sq]).
     out / lse: optional output buffers, as flashcore.attention takes them."""
+    import torch
+
     key = None
     if out is None and lse is None:
         key = _signature("dense", (q, k, v), (causal, softmax_scale, window_size, softcap, deterministic,
@@ -201,8 +203,9 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
                           deterministic=deterministic, fallback=fallback, num_splits=num_splits,
                           sm_margin=sm_margin, device_type=api.device_type(q, fallback))
     q, k, v = call.q, call.k, call.v
-    out, lse = outputs(call.out, call.lse, q, v, _lse_dense(q), {"q": q, "k": k, "v": v}, "cpu" if q.is_cpu
-                       else "cuda")
+    # check_call has checked a caller's out and lse (as flashcore.attention's); only missing ones are made here
+    out = api.new_out(q, v) if call.out is None else call.out
+    lse = call.lse if call.lse is not None else torch.empty(_lse_dense(q), dtype=torch.float32, device=q.device)
     if call.empty:
         out.zero_()
         lse.fill_(-math.inf)

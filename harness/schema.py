@@ -108,6 +108,15 @@ class Workload:
         return self.head_dim_v or self.head_dim
 
     @property
+    def sequences(self) -> list[tuple[int, int]]:
+        """(queries, keys) of each sequence: varlen's own lengths, a cache's seqlen_q queries over its used keys."""
+        if self.layout == "varlen":
+            return list(zip(self.seqlens_q, self.seqlens_k, strict=True))
+        if self.dense:
+            return [(self.seqlen_q, self.seqlen_k)] * self.batch
+        return [(self.seqlen_q, sk) for sk in self.seqlens_k]
+
+    @property
     def label(self) -> str:
         """Short shape text, e.g. `B4 H16/16 S8192x8192 D128 bf16 causal` (a serving layout and modifiers after)."""
         causal = " causal" if self.causal else ""

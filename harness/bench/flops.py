@@ -41,7 +41,7 @@ def workload_flops(wl: Workload) -> float:
     masked pairs are counted like any other: FLOPs of the unwindowed call), P V at v's head dim."""
     if wl.dense and not wl.head_dim_v:
         return attention_flops(wl.batch, wl.heads_q, wl.seqlen_q, wl.seqlen_k, wl.head_dim, wl.causal)
-    per_dim = sum(attention_flops(1, wl.heads_q, sq, sk, 1, wl.causal) for sq, sk in _lengths(wl))
+    per_dim = sum(attention_flops(1, wl.heads_q, sq, sk, 1, wl.causal) for sq, sk in wl.sequences)
     return per_dim * (wl.head_dim + wl.dim_v) / 2
 
 
@@ -49,17 +49,8 @@ def workload_kv_bytes(wl: Workload) -> int:
     """K and V bytes: every sequence's keys (a cache's used rows, not its capacity)."""
     if wl.dense and not wl.head_dim_v:
         return kv_bytes(wl.batch, wl.heads_kv, wl.seqlen_k, wl.head_dim, wl.dtype)
-    keys = sum(sk for _, sk in _lengths(wl))
+    keys = sum(sk for _, sk in wl.sequences)
     return keys * wl.heads_kv * (wl.head_dim + wl.dim_v) * ELEMENT_BYTES[wl.dtype]
-
-
-def _lengths(wl: Workload) -> list[tuple[int, int]]:
-    """(queries, keys) of each sequence."""
-    if wl.layout == "varlen":
-        return list(zip(wl.seqlens_q, wl.seqlens_k, strict=True))
-    if wl.dense:
-        return [(wl.seqlen_q, wl.seqlen_k)] * wl.batch
-    return [(wl.seqlen_q, sk) for sk in wl.seqlens_k]
 
 
 def tflops(flops: float, time_ms: float) -> float:

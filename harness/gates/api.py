@@ -27,7 +27,7 @@ from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import PHASES, ConfigError, param
 from harness.support import gpu
-from harness.support.api_cases import INDEX_KEYS, SERVING_KEYS, Case, CaseTable, Dims, IndexSpec, build, load_cases
+from harness.support.api_cases import ENTRY_KEYS, SERVING_KEYS, Case, CaseTable, Dims, IndexSpec, build, load_cases
 
 AFTER_SUITE = "after-suite"
 
@@ -114,8 +114,7 @@ def _bytes(t: Any) -> Any:
 
 
 def _kwargs(case: Case, args: dict[str, Any]) -> dict[str, Any]:
-    extra: dict[str, Any] = {k: args[k] for k in ("out", "lse", *INDEX_KEYS, "max_seqlen_q", "max_seqlen_k")
-                             if k in args}
+    extra: dict[str, Any] = {k: args[k] for k in ("out", "lse", *ENTRY_KEYS) if k in args}
     verbatim = {k: v for k, v in case.call.items() if not isinstance(v, IndexSpec)}
     return {"causal": case.dims.causal, **extra, **verbatim}
 

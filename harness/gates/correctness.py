@@ -38,8 +38,7 @@ class CorrectnessParams:
     max_draws: int = param(default=1, ge=1)
 
     def draws_for(self, wl: Workload) -> int:
-        rows = sum(wl.seqlens_q) if wl.layout == "varlen" else wl.batch * wl.seqlen_q
-        return self.draws_for_elements(rows * wl.heads_q * wl.dim_v)
+        return self.draws_for_elements(math.prod(gpu.output_shapes(wl)[0]))
 
     def draws_for_elements(self, elements: int) -> int:
         return max(1, min(self.max_draws, -(-self.min_elements // max(1, elements))))
@@ -147,23 +146,23 @@ def measure(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams, devic
 
 def judge_serving(batch: serving.Batch, out: Any, lse: Any, seed: int) -> Measured:
     """judge_output for a serving workload: every element of out and LSE belongs to a sequence, so all are judged."""
+    return Measured(seed, *written(out, lse, batch.wl.dtype), serving.compare(batch, out, lse))
+
+
+def written(out: Any, lse: Any, dtype: str) -> tuple[int, int, int]:
+    """(output elements still poisoned, other NaN/Inf output elements, LSE elements still poisoned)."""
     import torch
 
-    unwritten, lse_unwritten = gpu.count_unwritten(out, lse, batch.wl.dtype)
-    nonfinite = int((~torch.isfinite(out)).sum()) - unwritten
-    return Measured(seed, unwritten, nonfinite, lse_unwritten, serving.compare(batch, out, lse))
+    unwritten, lse_unwritten = gpu.count_unwritten(out, lse, dtype)
+    return unwritten, int((~torch.isfinite(out)).sum()) - unwritten, lse_unwritten
 
 
 def judge_output(q: Any, k: Any, v: Any, out: Any, lse: Any, causal: bool, dtype: str, seed: int,
                  p: CorrectnessParams) -> Measured:
     """What a finished call wrote, reduced to numbers: poison left, NaN/Inf, errors against SDPA and fp32."""
-    import torch
-
-    unwritten, lse_unwritten = gpu.count_unwritten(out, lse, dtype)
-    nonfinite = int((~torch.isfinite(out)).sum()) - unwritten
     sdpa_out = reference.sdpa(q, k, v, causal)
     stats = reference.compare(q, k, v, causal, out, lse, sdpa_out, p.reference_chunk_mib << 20)
-    return Measured(seed, unwritten, nonfinite, lse_unwritten, stats)
+    return Measured(seed, *written(out, lse, dtype), stats)
 
 
 def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult:

@@ -33,6 +33,7 @@ ENTRIES = ("attention", "varlen", "kvcache")
 # a tensor (any other value is passed verbatim); varlen gets cu_seqlens_q/k = [0, S, 2 S, ...] and max_seqlen_q/k = S
 # unless the case says otherwise, kvcache gets cache_seqlens = [Sk] * B.
 INDEX_KEYS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "cache_seqlens", "cache_batch_idx", "page_table")
+ENTRY_KEYS = (*INDEX_KEYS, "max_seqlen_q", "max_seqlen_k")  # what only the serving entries take
 INDEX_DTYPES = ("int32", "int64", "fp32")
 # A case that passes one of these calls flashcore.serving.dense (attention's layout with a window or softcap) instead
 # of flashcore.attention; reject cases only (the accept judge's reference has neither).
@@ -102,7 +103,7 @@ def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any
             allowed = ", ".join([*own, *Dims.__dataclass_fields__, *TENSORS, "call"])
             raise ConfigError(file, f"{key}.{k}", raw[k], f"unknown key; allowed: {allowed}")
     spec = parse_dataclass(_Own[kind], raw, file, key)
-    serving_only = [k for k in (*INDEX_KEYS, "max_seqlen_q", "max_seqlen_k") if k in call]
+    serving_only = [k for k in ENTRY_KEYS if k in call]
     if serving_only and getattr(spec, "entry", "attention") == "attention":
         raise ConfigError(file, f"{key}.call.{serving_only[0]}", call[serving_only[0]],
                           "an argument of the varlen and kvcache entries: set `entry`")

@@ -40,8 +40,6 @@ class Batch:
     q: torch.Tensor  # varlen [total_q, Hq, D]; else [B, Sq, Hq, D]
     k: torch.Tensor  # varlen [total_k, Hkv, D]; kvcache [B, Sk, Hkv, D]; paged [pages, page_size, Hkv, D]
     v: torch.Tensor
-    seqlens_q: list[int]
-    seqlens_k: list[int]  # keys each sequence attends to
     cu_q: torch.Tensor | None = None  # varlen offsets, int32
     cu_k: torch.Tensor | None = None
     lengths: torch.Tensor | None = None  # kvcache / paged: cache_seqlens, int32
@@ -77,7 +75,7 @@ class Batch:
         """(where in out, q, k, v) of each sequence: where indexes out's first dim (a row range or a batch entry)."""
         wl = self.wl
         row = start = 0
-        for b, (sq, sk) in enumerate(zip(self.seqlens_q, self.seqlens_k, strict=True)):
+        for b, (sq, sk) in enumerate(wl.sequences):
             if wl.layout == "varlen":
                 yield slice(row, row + sq), self.q[row:row + sq], self.k[start:start + sk], self.v[start:start + sk]
                 row, start = row + sq, start + sk
@@ -106,18 +104,16 @@ def make(wl: Workload, seed: int, device: str, nan_tails: bool = False) -> Batch
         sq, sk = list(wl.seqlens_q), list(wl.seqlens_k)
         q, k, v = randn(sum(sq), hq, d), randn(sum(sk), hkv, d), randn(sum(sk), hkv, dv)
         cu_q, cu_k = offsets(sq, device), offsets(sk, device)
-        return Batch(wl, q.mul_(wl.q_scale), k, v, sq, sk, cu_q=cu_q, cu_k=cu_k)
+        return Batch(wl, q.mul_(wl.q_scale), k, v, cu_q=cu_q, cu_k=cu_k)
     q = randn(wl.batch, wl.seqlen_q, hq, d).mul_(wl.q_scale)
-    if wl.layout == "dense":
-        k, v = randn(wl.batch, wl.seqlen_k, hkv, d), randn(wl.batch, wl.seqlen_k, hkv, dv)
-        return Batch(wl, q, k, v, [wl.seqlen_q] * wl.batch, [wl.seqlen_k] * wl.batch)
-    sk = list(wl.seqlens_k)
     k, v = randn(wl.batch, wl.seqlen_k, hkv, d), randn(wl.batch, wl.seqlen_k, hkv, dv)
+    if wl.dense:
+        return Batch(wl, q, k, v)
     if nan_tails:
-        for b, n in enumerate(sk):
+        for b, n in enumerate(wl.seqlens_k):
             k[b, n:], v[b, n:] = math.nan, math.nan
-    lengths = torch.tensor(sk, dtype=torch.int32, device=device)
-    batch = Batch(wl, q, k, v, [wl.seqlen_q] * wl.batch, sk, lengths=lengths)
+    lengths = torch.tensor(wl.seqlens_k, dtype=torch.int32, device=device)
+    batch = Batch(wl, q, k, v, lengths=lengths)
     if wl.layout == "paged":
         per = wl.seqlen_k // wl.page_size
         order = torch.randperm(wl.batch * per, generator=g, device=device)
@@ -135,10 +131,10 @@ def offsets(lengths: list[int], device: str) -> torch.Tensor:
     return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
 
 
-def inputs_for(wl: Workload, seed: int, device: str) -> Any:
-    """A draw of inputs in the form run() takes: (q, k, v) for a plain dense workload, else a Batch (NaN in the
-    cache rows past each sequence's length)."""
-    return gpu.make_inputs(wl, seed, device) if wl.plain else make(wl, seed, device, nan_tails=True)
+def inputs_for(wl: Workload, seed: int, device: str, nan_tails: bool = True) -> Any:
+    """A draw of inputs in the form run() takes: (q, k, v) for a plain dense workload, else a Batch (by default with
+    NaN in the cache rows past each sequence's length)."""
+    return gpu.make_inputs(wl, seed, device) if wl.plain else make(wl, seed, device, nan_tails)
 
 
 def run(fc: ModuleType, wl: Workload, inputs: Any, out: torch.Tensor, lse: torch.Tensor, **options: Any) -> None:

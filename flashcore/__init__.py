@@ -3,7 +3,8 @@
     out, lse = flashcore.attention(q, k, v, causal=True)
 
 Layout: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (fp16 or bf16, last dim contiguous), out like q,
-lse [B, Hq, Sq] float32. See flashcore.api.attention for the full contract. FlashAttention-3's names:
+lse [B, Hq, Sq] float32; FP8 (E4M3) inputs with descale factors: flashcore.attention_fp8 (bf16 out).
+See flashcore.api.attention for the full contract. FlashAttention-3's names:
 flashcore.flash_attn_func, flashcore.flash_attn_varlen_func and flashcore.flash_attn_with_kvcache
 (flashcore/flash_attn.py; the serving layouts in flashcore/serving.py).
 """
@@ -13,9 +14,10 @@ from flashcore._version import __version__
 from flashcore.api import Plan, attention, compiled_points, plan
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 from flashcore.flash_attn import UnsupportedArgument, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from flashcore.fp8 import attention_fp8
 from flashcore.points import Point
 from flashcore.tuning import TileConfig, TuningWarning
 
-__all__ = ["__version__", "attention", "plan", "Plan", "TileConfig", "Point", "compiled_points", "TuningWarning",
-           "library_path", "FlashCoreError", "UnsupportedDeviceError", "KernelLaunchError", "flash_attn_func",
-           "flash_attn_varlen_func", "flash_attn_with_kvcache", "UnsupportedArgument"]
+__all__ = ["__version__", "attention", "attention_fp8", "plan", "Plan", "TileConfig", "Point", "compiled_points",
+           "TuningWarning", "library_path", "FlashCoreError", "UnsupportedDeviceError", "KernelLaunchError",
+           "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "UnsupportedArgument"]

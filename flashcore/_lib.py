@@ -13,6 +13,7 @@ FC_ERR_UNSUPPORTED_DEVICE = 2
 FC_ERR_CUDA = 3
 FC_FP16 = 0
 FC_BF16 = 1
+FC_E4M3 = 2
 
 Strides = ctypes.c_int64 * 3
 
@@ -64,11 +65,18 @@ class FcParams(ctypes.Structure):
         ("page_table", ctypes.c_void_p),
         ("page_table_stride", ctypes.c_int64),
         ("page_size", ctypes.c_int64),
+        ("q_descale", ctypes.c_void_p),
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
+        ("q_descale_stride", ctypes.c_int64 * 2),
+        ("k_descale_stride", ctypes.c_int64 * 2),
+        ("v_descale_stride", ctypes.c_int64 * 2),
     ]
 
 
 # Device-array fields: fc_plan's answer depends on whether each is set, never on its address.
-ARRAY_FIELDS = frozenset({"cu_seqlens_q", "cu_seqlens_k", "seqused_k", "kv_batch_idx", "page_table"})
+ARRAY_FIELDS = frozenset({"cu_seqlens_q", "cu_seqlens_k", "seqused_k", "kv_batch_idx", "page_table", "q_descale",
+                          "k_descale", "v_descale"})
 
 
 class FcPlanInfo(ctypes.Structure):

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import torch
 
 SUPPORTED_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (kernel/launch.h)
+FP8_HEAD_DIMS = (128, 256)  # E4M3 inputs (flashcore/fp8.py)
 # v's head dim when it differs from q and k's (DeepSeek-style prefill: q/k 192, v 128); otherwise v's is q's.
 HEAD_DIM_V = {192: (192, 128)}
 MAX_FAULT = int(faults.MAX_FAULT)  # debug_fault 1..4: flashcore/faults.py (kernel/config.h FaultKind)
@@ -60,16 +61,20 @@ class Call:
 def check_call(q: object, k: object, v: object, *, causal: object = False, softmax_scale: object = None,
                out: object = None, lse: object = None, deterministic: object = False, fallback: object = "error",
                debug_fault: object = 0, num_splits: object = None, sm_margin: object = 0, tile: object = None,
-               device_type: str = "cuda") -> Call:
+               device_type: str = "cuda", fp8: bool = False) -> Call:
     """Every host-side check of `attention`, in order; raises FlashCoreError. `device_type` is "cuda" except in
-    the CPU tests, which run the same checks on CPU tensors."""
+    the CPU tests, which run the same checks on CPU tensors. fp8: the checks of flashcore.attention_fp8 (E4M3
+    inputs, head dims 128 and 256, a bf16 out)."""
     q = validate.tensor("q", q, device_type, None)
     k = validate.tensor("k", k, device_type, q.device)
     v = validate.tensor("v", v, device_type, q.device)
     for name, t in (("q", q), ("k", k), ("v", v)):
         validate.rank(name, t, 4, BSHD)
     validate.no_grad_needed({"q": q, "k": k, "v": v})
-    validate.dtype16("q", q)
+    if fp8:
+        validate.dtype_fp8("q", q)
+    else:
+        validate.dtype16("q", q)
     validate.same("k", "dtype", k.dtype, q.dtype, "q, k and v must have one dtype")
     validate.same("v", "dtype", v.dtype, q.dtype, "q, k and v must have one dtype")
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -79,8 +84,11 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
                              "[B, Sk, Hkv, D] (v's head dim may differ: see below)")
     validate.same("k", "shape[0] (batch)", k.shape[0], batch, "batch sizes must match")
     validate.same("k", "shape[3] (head dim)", k.shape[3], head_dim, "head dims must match")
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise FlashCoreError(f"head dim (q.shape[3]) is {head_dim}: FlashCore supports {SUPPORTED_HEAD_DIMS}")
+    if head_dim not in (FP8_HEAD_DIMS if fp8 else SUPPORTED_HEAD_DIMS):
+        what = f"FP8 inputs run head dims {FP8_HEAD_DIMS}" if fp8 else f"FlashCore supports {SUPPORTED_HEAD_DIMS}"
+        raise FlashCoreError(f"head dim (q.shape[3]) is {head_dim}: {what}")
+    if fp8 and v.shape[3] != head_dim:
+        raise FlashCoreError(f"v's head dim is {v.shape[3]} with q and k's {head_dim}: FP8 inputs need one head dim")
     check_head_dim_v(head_dim, v.shape[3])
     if heads_q and (heads_kv == 0 or heads_q % heads_kv):
         raise FlashCoreError(f"q has {heads_q} heads and k/v have {heads_kv}: heads_q must be a multiple of "
@@ -112,7 +120,9 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
         if tuple(out.shape) != out_shape(q, v):
             raise FlashCoreError(f"out has shape {tuple(out.shape)}: expected {out_shape(q, v)} ([B, Sq, Hq] of q, "
                                  "v's head dim)")
-        validate.same("out", "dtype", out.dtype, q.dtype, "out must have q's dtype")
+        if out.dtype != out_dtype(q):
+            raise FlashCoreError(f"out.dtype is {out.dtype}: expected {out_dtype(q)} "
+                                 f"({'bf16 for FP8 inputs' if fp8 else 'q' + chr(39) + 's dtype'})")
         validate.self_overlap("out", out)
         validate.not_aliased("out", out, inputs)
     if lse is not None:
@@ -148,11 +158,25 @@ def out_shape(q: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
     return (*q.shape[:-1], v.shape[-1])
 
 
-def new_out(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """An uninitialized contiguous output for q and v (q's dtype and device, v's head dim)."""
+def out_dtype(q: torch.Tensor) -> torch.dtype:
+    """The output's dtype: q's, or bf16 for FP8 inputs (FA3's)."""
     import torch
 
-    return torch.empty(out_shape(q, v), dtype=q.dtype, device=q.device)
+    return torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+
+
+def c_dtype(q: torch.Tensor) -> int:
+    """kernel/flashcore.h's fc_dtype of q."""
+    import torch
+
+    return {torch.bfloat16: _lib.FC_BF16, torch.float8_e4m3fn: _lib.FC_E4M3}.get(q.dtype, _lib.FC_FP16)
+
+
+def new_out(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """An uninitialized contiguous output for q and v (out_dtype(q), q's device, v's head dim)."""
+    import torch
+
+    return torch.empty(out_shape(q, v), dtype=out_dtype(q), device=q.device)
 
 
 def device_type(q: object, fallback: object) -> str:
@@ -428,7 +452,6 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
 
 def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
             config: tuning.TileConfig = tuning.DEFAULT) -> _lib.FcParams:
-    import torch
 
     q, k, v = call.q, call.k, call.v
     lse_ptr = lse.data_ptr() if lse is not None else None
@@ -437,7 +460,7 @@ def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
         batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
         head_dim=q.shape[3], head_dim_v=v.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
         o_stride=_strides(out), softmax_scale=call.scale, causal=int(call.causal),
-        dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16, debug_fault=call.debug_fault,
+        dtype=c_dtype(q), debug_fault=call.debug_fault,
         num_splits=call.num_splits or config.num_splits, deterministic=int(call.deterministic),
         sm_margin=call.sm_margin,
         **config.c_fields(),

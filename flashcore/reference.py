@@ -17,6 +17,16 @@ if TYPE_CHECKING:
     import torch
 
 CHUNK_BYTES = 256 << 20  # float32 scores per chunk of query rows
+P_OFFSET = 256.0  # the FP8 kernel's P scale (kernel/softmax.h kOffset = 8)
+
+
+def dequantize(x: torch.Tensor, descale: torch.Tensor | None, heads_kv: int) -> torch.Tensor:
+    """FP8 x [B, S, H, D] as float32 times its descale factor [B, Hkv] (head h takes factor h // (H // Hkv))."""
+    x32 = x.float()
+    if descale is None:
+        return x32
+    per_head = descale.float().repeat_interleave(x.shape[2] // heads_kv, dim=1)  # [B, H]
+    return x32 * per_head[:, None, :, None]
 
 
 def visible(seqlen_q: int, seqlen_k: int, rows: slice, causal: bool, window: tuple[int, int],
@@ -39,8 +49,11 @@ def visible(seqlen_q: int, seqlen_k: int, rows: slice, causal: bool, window: tup
 
 
 def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-             window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """One sequence: out [Sq, Hq, D] float32 and lse [Hq, Sq] float32."""
+             window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+             p_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence: out [Sq, Hq, D] float32 and lse [Hq, Sq] float32. p_dtype: P is rounded to it before P V, as
+    the FP8 kernel does (2^8 exp(s - row max), rounded, over the unrounded sum): the "same rounding" reference of
+    FA3's FP8 tests."""
     import torch
 
     sq, hq, d = q.shape
@@ -61,18 +74,24 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
         s = s.masked_fill(~visible(sq, sk, rows, causal, window, q.device), -math.inf)
         row_lse = torch.logsumexp(s, dim=-1)  # [Hq, n]
         seen = torch.isfinite(row_lse)
-        p = torch.exp(s - torch.where(seen, row_lse, 0.0)[..., None])
+        if p_dtype is None:
+            p = torch.exp(s - torch.where(seen, row_lse, 0.0)[..., None])
+        else:
+            row_max = torch.where(seen, s.amax(dim=-1), 0.0)[..., None]
+            p_un = torch.exp(s - row_max) * P_OFFSET
+            p = p_un.to(p_dtype).float() / p_un.sum(dim=-1, keepdim=True).clamp_min(1e-30)
         out[rows] = torch.matmul(p, v32).permute(1, 0, 2)
         lse[:, rows] = row_lse
     return out, lse
 
 
 def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-          window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+          window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+          p_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]: out [B, Sq, Hq, D] float32, lse [B, Hq, Sq] float32."""
     import torch
 
-    pairs = [sequence(q[b], k[b], v[b], causal=causal, scale=scale, window=window, softcap=softcap)
+    pairs = [sequence(q[b], k[b], v[b], causal=causal, scale=scale, window=window, softcap=softcap, p_dtype=p_dtype)
              for b in range(q.shape[0])]
     if not pairs:
         return (torch.zeros(q.shape, dtype=torch.float32, device=q.device),

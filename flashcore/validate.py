@@ -56,6 +56,14 @@ def dtype16(name: str, t: torch.Tensor) -> None:
         raise FlashCoreError(f"{name}.dtype is {t.dtype}: FlashCore supports torch.float16 and torch.bfloat16")
 
 
+def dtype_fp8(name: str, t: torch.Tensor) -> None:
+    import torch
+
+    if t.dtype != torch.float8_e4m3fn:
+        raise FlashCoreError(f"{name}.dtype is {t.dtype}: FP8 attention takes torch.float8_e4m3fn (use "
+                             "flashcore.attention for fp16 and bf16)")
+
+
 def same(name: str, what: str, value: object, q_value: object, why: str) -> None:
     if value != q_value:
         raise FlashCoreError(f"{name}.{what} is {value} but q.{what} is {q_value}: {why}")

@@ -23,15 +23,15 @@ int fail(int status, const char* fmt, va_list args) {
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-// Strides of a [B, S, H, D] tensor: each must be >= 0 and a multiple of 8 elements (16 bytes), since
-// every row is copied in 16-byte chunks.
-int check_strides(const char* name, const int64_t (&stride)[3]) {
+// Strides of a [B, S, H, D] tensor: each must be >= 0 and a multiple of 16 bytes (8 16-bit or 16 FP8 elements),
+// since every row is copied in 16-byte chunks.
+int check_strides(const char* name, const int64_t (&stride)[3], int elems = kChunkElems) {
   const char* dims[3] = {"batch", "seq", "head"};
   for (int i = 0; i < 3; ++i) {
-    if (stride[i] < 0 || stride[i] % kChunkElems != 0) {
+    if (stride[i] < 0 || stride[i] % elems != 0) {
       return report_error(FC_ERR_INVALID_ARGUMENT,
-                  "%s: %s stride %lld is not allowed: strides must be non-negative multiples of 8 elements (16 bytes)",
-                  name, dims[i], static_cast<long long>(stride[i]));
+                  "%s: %s stride %lld is not allowed: strides must be non-negative multiples of %d elements (16 bytes)",
+                  name, dims[i], static_cast<long long>(stride[i]), elems);
     }
   }
   return FC_OK;
@@ -97,6 +97,40 @@ int check_serving(const fc_params* in) {
   return FC_OK;
 }
 
+// FP8: head dims 128/256, dense batches, descale arrays 4-byte aligned with non-negative strides; 16-bit: no descales.
+int check_fp8(const fc_params* in) {
+  const float* ptrs[3] = {in->q_descale, in->k_descale, in->v_descale};
+  const int64_t* strides[3] = {in->q_descale_stride, in->k_descale_stride, in->v_descale_stride};
+  const char* names[3] = {"q_descale", "k_descale", "v_descale"};
+  if (in->dtype != FC_E4M3) {
+    for (int i = 0; i < 3; ++i) {
+      if (ptrs[i] != nullptr) {
+        return report_error(FC_ERR_INVALID_ARGUMENT, "%s is for FP8 inputs (dtype FC_E4M3): leave it NULL with "
+                            "16-bit inputs", names[i]);
+      }
+    }
+    return FC_OK;
+  }
+  if (in->head_dim != 128 && in->head_dim != 256) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims 128 and 256",
+                        static_cast<long long>(in->head_dim));
+  }
+  if (uses_serving(in)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 inputs take dense batches only: packed rows, per-sequence keys, "
+                        "cache slots, pages, window, softcap and a head_dim_v of its own need 16-bit inputs");
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (ptrs[i] != nullptr && (reinterpret_cast<uintptr_t>(ptrs[i]) % 4 != 0 || strides[i][0] < 0 ||
+                               strides[i][1] < 0)) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "%s: a float array [batch, heads_kv], 4-byte aligned, with "
+                          "non-negative strides (got %p, strides %lld, %lld)", names[i],
+                          static_cast<const void*>(ptrs[i]), static_cast<long long>(strides[i][0]),
+                          static_cast<long long>(strides[i][1]));
+    }
+  }
+  return FC_OK;
+}
+
 }  // namespace
 
 bool uses_serving(const fc_params* in) {
@@ -142,8 +176,9 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   if (!aligned16(in->q) || !aligned16(in->k) || !aligned16(in->v) || !aligned16(in->o)) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "q, k, v and o must start at 16-byte aligned addresses");
   }
-  if (in->dtype != FC_FP16 && in->dtype != FC_BF16) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "dtype %d is not supported: use FC_FP16 (0) or FC_BF16 (1)", in->dtype);
+  if (in->dtype != FC_FP16 && in->dtype != FC_BF16 && in->dtype != FC_E4M3) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "dtype %d is not supported: use FC_FP16 (0), FC_BF16 (1) or FC_E4M3 "
+                        "(2)", in->dtype);
   }
   if (kernel_head_dim(in->head_dim) == 0) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: use 64, 96, 128, 192 or 256",
@@ -195,9 +230,11 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   }
   int status = FC_OK;
   if ((status = check_serving(in)) != FC_OK) return status;
-  if ((status = check_strides("q", in->q_stride)) != FC_OK) return status;
-  if ((status = check_strides("k", in->k_stride)) != FC_OK) return status;
-  if ((status = check_strides("v", in->v_stride)) != FC_OK) return status;
+  if ((status = check_fp8(in)) != FC_OK) return status;
+  const int in_elems = in->dtype == FC_E4M3 ? 16 : kChunkElems;  // o is 16-bit either way
+  if ((status = check_strides("q", in->q_stride, in_elems)) != FC_OK) return status;
+  if ((status = check_strides("k", in->k_stride, in_elems)) != FC_OK) return status;
+  if ((status = check_strides("v", in->v_stride, in_elems)) != FC_OK) return status;
   if ((status = check_strides("o", in->o_stride)) != FC_OK) return status;
 
   int device = 0;
@@ -265,6 +302,16 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->accum_rows = in->batch * in->heads_q * in->seqlen_q;
   out->o_accum = nullptr;
   out->lse_accum = nullptr;
+  out->q_descale = in->q_descale;
+  out->k_descale = in->k_descale;
+  out->v_descale = in->v_descale;
+  for (int i = 0; i < 2; ++i) {
+    out->q_descale_stride[i] = in->q_descale_stride[i];
+    out->k_descale_stride[i] = in->k_descale_stride[i];
+    out->v_descale_stride[i] = in->v_descale_stride[i];
+  }
+  out->vt = nullptr;  // the launcher's (run_tiles.cuh): in the workspace
+  out->vt_keys = 0;
   return FC_OK;
 }
 

@@ -136,6 +136,30 @@ int point_options(int32_t* out, int max, bool with_file) {
   return n;
 }
 
+// FP8's one point per head dim (kernel/tile_choice.h Fp8Choice): 2 consumer warpgroups, ping-pong.
+template <int kHeadDim>
+constexpr int fp8_point() {
+  using C = Fp8Choice<kHeadDim>;
+  return point_code(C::kBlockN, C::kStages, 2, 1, C::kRescaleEarly, C::kProducerRegs);
+}
+
+template <int kHeadDim>
+int check_fp8_point(const fc_params* in) {
+  constexpr int kPoint = fp8_point<kHeadDim>();
+  if ((in->point != 0 && in->point != kPoint) || (in->block_n != 0 && in->block_n != (kPoint & 511))) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one point (0x%x, %d keys per tile): leave "
+                        "point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, static_cast<unsigned>(kPoint),
+                        kPoint & 511, static_cast<unsigned>(in->point), in->block_n);
+  }
+  return FC_OK;
+}
+
+template <int kHeadDim>
+int run_fp8(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+  const int status = check_fp8_point<kHeadDim>(in);
+  return status != FC_OK ? status : run_tiles<kHeadDim, fp8_point<kHeadDim>(), E4m3>(in, p, stream);
+}
+
 template <int kHeadDim, typename Element>
 int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
   return with_point<kHeadDim>(
@@ -146,10 +170,21 @@ template <int kHeadDim>
 int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
   LaunchPlan plan{};
   int point = 0;
-  const int status = with_point<kHeadDim>(in, p, [&](auto pt) {
+  auto plan_at = [&](auto pt) {
     point = decltype(pt)::value;
     return make_plan<kHeadDim, decltype(pt)::value>(in, p, &plan);
-  });
+  };
+  int status = FC_OK;
+  if constexpr (kHeadDim >= 128) {
+    if (in->dtype == FC_E4M3) {
+      status = check_fp8_point<kHeadDim>(in);
+      if (status == FC_OK) status = plan_at(std::integral_constant<int, fp8_point<kHeadDim>()>{});
+    } else {
+      status = with_point<kHeadDim>(in, p, plan_at);
+    }
+  } else {
+    status = with_point<kHeadDim>(in, p, plan_at);
+  }
   if (status != FC_OK) return status;
   out->num_splits = plan.num_splits;
   out->pack_gqa = plan.pack_gqa ? 1 : 0;
@@ -175,6 +210,9 @@ int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream, bo
       case 128: return bf16 ? run_phase1<128, Bf16>(in, p, stream) : run_phase1<128, Fp16>(in, p, stream);
       default: return bf16 ? run_phase1<256, Bf16>(in, p, stream) : run_phase1<256, Fp16>(in, p, stream);
     }
+  }
+  if (in->dtype == FC_E4M3) {  // validate_and_convert allows head dims 128 and 256 only
+    return in->head_dim == 128 ? run_fp8<128>(in, p, stream) : run_fp8<256>(in, p, stream);
   }
   switch (launch_head_dim(in)) {
     case 64: return bf16 ? run<64, Bf16>(in, p, stream) : run<64, Fp16>(in, p, stream);
@@ -209,6 +247,10 @@ extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream
   flashcore::KernelParams kp;
   const int status = flashcore::validate_and_convert(params, &kp);
   if (status != FC_OK) return status;
+  if (params->dtype == FC_E4M3) {
+    return flashcore::report_error(FC_ERR_INVALID_ARGUMENT, "the phase-1 kernel takes 16-bit inputs only: FP8 needs "
+                                   "fc_attention_forward");
+  }
   if (flashcore::uses_serving(params)) {
     return flashcore::report_error(FC_ERR_INVALID_ARGUMENT, "the phase-1 kernel takes dense batches only: packed "
                                    "rows, per-sequence keys, cache slots, window and softcap need fc_attention_forward");

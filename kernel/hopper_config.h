@@ -12,6 +12,7 @@ namespace flashcore {
 // Tensor maps of Q, K, V and O, passed by value as a __grid_constant__ kernel parameter (TMA reads them there).
 struct TmaParams {
   CUtensorMap q, k, v, o;
+  CUtensorMap v_tail;  // FP8 V^T's 64-key chunk of a tile whose BLOCK_N is not a multiple of 128 (64-byte swizzle)
 };
 
 // Warpgroup 0 produces (one thread issues every TMA load); the consumer warpgroups own 64 query rows each
@@ -105,12 +106,15 @@ struct HeadDimTraits {
 
 constexpr int kSmemLimit = 227 * 1024;  // what one H100 block may use
 
-// Everything the kernel derives from (head dim, point); the static_asserts are the rules make tune checks before it
-// builds a point (harness/tune/points.py says the same in Python, with the rule each point breaks).
-template <int kHeadDim, int kPoint>
+// Everything the kernel derives from (head dim, point, input element bytes: 2, or 1 for FP8); the static_asserts are
+// the rules make tune checks before it builds a point (harness/tune/points.py says the same in Python, with the rule
+// each point breaks).
+template <int kHeadDim, int kPoint, int kElemBytes = 2>
 struct HopperTileConfig {
   using Point = TilePoint<kPoint>;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim must be 64, 128 or 256");
+  static_assert(kElemBytes == 2 || kElemBytes == 1, "16-bit or FP8 inputs");
+  static constexpr bool kFp8 = kElemBytes == 1;
   static constexpr int kConsumerWGs = Point::kConsumerWGs;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
@@ -121,11 +125,21 @@ struct HopperTileConfig {
   static constexpr bool kPingPong = Point::kPingPong;
   static constexpr bool kRescaleEarly = Point::kRescaleEarly;
   static_assert(kStages >= 2 && kStages <= 8, "the K/V ring needs 2..8 stages");
-  // TMA boxes and wgmma atoms are 64 columns (128 bytes, the 128-byte swizzle span) wide.
-  static constexpr int kChunks = kHeadDim / 64;
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  // O is staged per consumer warpgroup for the TMA store: [kChunks][64 rows][64] 16-bit, swizzled as Q.
+  // TMA boxes and wgmma atoms are 128 bytes (the 128-byte swizzle span) wide: 64 16-bit or 128 FP8 columns.
+  static constexpr int kRowBytes = kHeadDim * kElemBytes;  // one row of Q or K
+  static constexpr int kChunkCols = 128 / kElemBytes;
+  static constexpr int kChunks = kRowBytes / 128;
+  static constexpr int kQBytes = kBlockM * kRowBytes;
+  // K: [kChunks][kBlockN][128 B]. V: 16-bit [kChunks][kBlockN keys][128 B] (MN-major for P V); FP8 V^T (wgmma FP8
+  // takes K-major operands only) [kBlockN / 128][kHeadDim rows][128 keys], from the transposed copy
+  // (kernel/fp8_vt.cuh). The same bytes either way.
+  static constexpr int kKVBytes = kBlockN * kRowBytes;
+  // k-steps of one GEMM (32 bytes of K each: 16 16-bit or 32 FP8 columns); P's A fragments per block.
+  static constexpr int kKStepsQK = kRowBytes / 32;
+  static constexpr int kPSteps = kBlockN * kElemBytes / 32;
+  // O is 16-bit (bf16 for FP8 inputs), staged per consumer warpgroup for the TMA store: [kOChunks][64 rows][64],
+  // 128-byte swizzled.
+  static constexpr int kOChunks = kHeadDim / 64;
   static constexpr int kOWgBytes = 64 * kHeadDim * 2;
   static constexpr int kOBytes = kOWgBytes * kConsumerWGs;
   static constexpr int kBarrierBytes = (8 * HopperSlots<kStages>::kCount + 15) / 16 * 16;
@@ -141,6 +155,12 @@ struct HopperTileConfig {
                 "O staged over V needs one V stage per consumer warpgroup, each holding its 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
                 "BLOCK_N must be a valid wgmma N (kernel/wgmma_ops.h: 64..256) and a whole k-step of P V");
+  static_assert(!kFp8 || (kBlockN % 64 == 0 && kHeadDim >= 128),
+                "FP8: V^T tiles are 128-key chunks and at most one 64-key chunk, Q/K rows at least one 128-byte chunk");
+  // FP8 V^T: kVtFull chunks [kHeadDim rows][128 keys] (128-byte swizzle), then kVtTail chunk [kHeadDim][64 keys]
+  // (64-byte swizzle: a 64-byte row cannot take the 128-byte pattern).
+  static constexpr int kVtFull = kBlockN / 128;
+  static constexpr int kVtTail = kBlockN % 128 / 64;
   // A warpgroup whose rows see at most kNarrowN keys of a tile's last block (causal diagonal, ragged seqlen_k) runs
   // that block's S and P V GEMMs on its first kNarrowN keys only (0: never). Causal 128 x 128 tiles: the first
   // warpgroup's diagonal block is half the work.

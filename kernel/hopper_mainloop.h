@@ -1,5 +1,6 @@
 // The Hopper kernel's two roles: the TMA producer and the wgmma consumer warpgroups.
-// Shared-memory tiles are [kChunks][rows][64] 16-bit, each chunk 128-byte swizzled by TMA.
+// Shared-memory tiles are [kChunks][rows][128 bytes] (64 16-bit or 128 FP8 columns), each chunk 128-byte swizzled by
+// TMA; FP8 V arrives transposed (hopper_config.h kKVBytes).
 #pragma once
 #include "barriers.h"
 #include "hopper_config.h"
@@ -19,10 +20,10 @@ namespace flashcore {
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
 // kPaged: K/V rows come from a paged cache through the page table (a copy of its own: the page walk inlined into
 // the one producer made ptxas spill its 32 registers for every call).
-template <int kHeadDim, int kPoint, bool kSplit, bool kPaged>
+template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
                              uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
-  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  using Cfg = HopperTileConfig<kHeadDim, kPoint, kElemBytes>;
   using Slots = HopperSlots<Cfg::kStages>;
   tma_prefetch_descriptor(&tma.q);
   tma_prefetch_descriptor(&tma.k);
@@ -57,10 +58,20 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
       uint8_t* dst = ring + stage * Cfg::kKVBytes;
       const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys
-      if constexpr (!kPaged) {
+      if (Cfg::kFp8 && slot_full == Slots::kVFull) {
+        // FP8 V^T [batch][head][d][keys] (dense batches only): boxes of 128 keys x every d row.
+#pragma unroll
+        for (int ch = 0; ch < Cfg::kVtFull; ++ch) {
+          tma_load_4d(dst + ch * kHeadDim * 128, map, full, key0 + 128 * ch, 0, head_kv, seq.kv_batch);
+        }
+        if constexpr (Cfg::kVtTail > 0) {
+          tma_load_4d(dst + Cfg::kVtFull * kHeadDim * 128, &tma.v_tail, full, key0 + 128 * Cfg::kVtFull, 0, head_kv,
+                      seq.kv_batch);
+        }
+      } else if constexpr (!kPaged) {
 #pragma unroll
         for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-          tma_load_4d(dst + ch * Cfg::kBlockN * 128, map, full, 64 * ch, key0, head_kv, seq.kv_batch);
+          tma_load_4d(dst + ch * Cfg::kBlockN * 128, map, full, Cfg::kChunkCols * ch, key0, head_kv, seq.kv_batch);
         }
       } else {
         // Boxes of page_box rows (gcd(page_size, BLOCK_N): a box never crosses a page; one box per chunk when the
@@ -77,7 +88,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
           const int page = r < keys ? __ldg(p.page_table + entry) : -1;
 #pragma unroll
           for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-            tma_load_4d(dst_addr + ch * Cfg::kBlockN * 128 + r * 128, map, full_addr, 64 * ch, row, head_kv, page);
+            tma_load_4d(dst_addr + ch * Cfg::kBlockN * 128 + r * 128, map, full_addr, Cfg::kChunkCols * ch, row,
+                        head_kv, page);
           }
           row += p.page_box;
           if (row == p.page_size) {
@@ -99,7 +111,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     mbarrier_arrive_expect_tx(&bars[Slots::kQFull], Cfg::kChunks * q_rows * 128);
 #pragma unroll
     for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-      tma_load_4d(q_smem + ch * Cfg::kBlockM * 128, &tma.q, &bars[Slots::kQFull], 64 * ch,
+      tma_load_4d(q_smem + ch * Cfg::kBlockM * 128, &tma.q, &bars[Slots::kQFull], Cfg::kChunkCols * ch,
                   seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM), p.pack_gqa ? c.head * p.group : c.head,
                   q_batch_coord(p, c.batch));
     }
@@ -124,9 +136,12 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
 }
 
 // One consumer warpgroup: 64 query rows, S = Q K^T and O += P V on wgmma, online softmax in registers.
+// The high word of a K-major 64-byte-swizzle descriptor with SBO 512 (8 rows of 64 bytes): FP8 V^T's tail chunk.
+constexpr uint32_t kVtTailHi = (512u >> 4) | (2u << 30);
+
 template <int kHeadDim, int kPoint, typename Element>
 struct WgmmaConsumer {
-  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   static constexpr int kNTiles = Cfg::kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
 
@@ -147,8 +162,8 @@ struct WgmmaConsumer {
     static_assert(kKeys % 16 == 0 && kKeys <= Cfg::kBlockN, "a wgmma N within the block");
     auto& acc_flat = reinterpret_cast<float(&)[kKeys / 2]>(acc);
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      // k-step kk: 64-column chunk kk / 4, 32 bytes (16 columns) per step inside the 128-byte swizzled row.
+    for (int kk = 0; kk < Cfg::kKStepsQK; ++kk) {
+      // k-step kk: 128-byte chunk kk / 4, 32 bytes (16 or 32 columns) per step inside the 128-byte swizzled row.
       const uint32_t q_off = (kk / 4) * Cfg::kBlockM * 128 + (kk % 4) * 32;
       const uint32_t k_off = (kk / 4) * Cfg::kBlockN * 128 + (kk % 4) * 32;
       wgmma_ss<kKeys, Element>(acc_flat, q_desc.at(q_off), k_desc.at(k_off), kk > 0);
@@ -167,15 +182,30 @@ struct WgmmaConsumer {
     }
   }
 
-  // Issues O += P V over the block's first kKeys keys (P from registers, V MN-major: LBO = bytes between 64-column
-  // chunks) as one wgmma group.
+  // Issues O += P V over the block's first kKeys keys (P from registers) as one wgmma group. 16-bit V is MN-major
+  // (LBO = bytes between 64-column chunks); FP8 V^T is K-major, 128-key chunks of kHeadDim rows.
   template <int kKeys = Cfg::kBlockN>
-  __device__ __forceinline__ void pv_issue(const uint32_t (&p_frag)[Cfg::kBlockN / 16][4], const SmemDesc& v_desc) {
+  __device__ __forceinline__ void pv_issue(const uint32_t (&p_frag)[Cfg::kPSteps][4], const SmemDesc& v_desc) {
     auto& o_flat = reinterpret_cast<float(&)[kHeadDim / 2]>(o_reg);
+    if constexpr (Cfg::kFp8) {
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      // Keys 16kk..16kk+15: two 8-key groups of 128-byte rows (SBO 1024).
-      wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk], v_desc.at(kk * 16 * 128));
+      for (int kk = 0; kk < kKeys / 32; ++kk) {
+        // Keys 32kk..32kk+31 (in kernel/fp8_vt.cuh's order): 32 bytes of each 128-byte row of chunk kk / 4, or of
+        // each 64-byte row of the tail chunk (its own swizzle mode and SBO: the descriptor's high word).
+        if (kk / 4 < Cfg::kVtFull) {
+          wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk], v_desc.at((kk / 4) * kHeadDim * 128 + (kk % 4) * 32));
+        } else {
+          const SmemDesc tail{v_desc.lo, kVtTailHi};
+          wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk],
+                                      tail.at(Cfg::kVtFull * kHeadDim * 128 + (kk - 4 * Cfg::kVtFull) * 32));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        // Keys 16kk..16kk+15: two 8-key groups of 128-byte rows (SBO 1024).
+        wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk], v_desc.at(kk * 16 * 128));
+      }
     }
     wgmma_commit();
   }
@@ -184,7 +214,7 @@ struct WgmmaConsumer {
   static __device__ __forceinline__ SmemDesc q_desc(uint32_t q_wg_addr) { return SmemDesc::make(q_wg_addr, 16, 1024); }
   static __device__ __forceinline__ SmemDesc k_desc(uint32_t k_addr) { return SmemDesc::make(k_addr, 16, 1024); }
   static __device__ __forceinline__ SmemDesc v_desc(uint32_t v_addr) {
-    return SmemDesc::make(v_addr, Cfg::kBlockN * 128, 1024);
+    return SmemDesc::make(v_addr, Cfg::kFp8 ? 16 : Cfg::kBlockN * 128, 1024);
   }
 
   __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
@@ -197,14 +227,27 @@ struct WgmmaConsumer {
     }
   }
 
-  // P (16-bit A fragments of the P V GEMM) from the softmaxed S registers: C layout repacked as A layout.
-  static __device__ __forceinline__ void pack_p(const float (&s)[kNTiles][4], uint32_t (&p_frag)[Cfg::kBlockN / 16][4]) {
+  // P (A fragments of the P V GEMM) from the softmaxed S registers: C layout repacked as A layout. 16-bit: two
+  // 8-column C tiles are one A fragment. FP8 (k32): the A fragment wants columns 4t..4t+3 (and 16 + 4t..) of a thread
+  // that holds 2t, 2t+1, 8+2t, 9+2t (and 16 + those): no shuffle, the thread's own values go in, and V^T's keys are
+  // stored in the same order (kernel/fp8_vt.cuh), so P V pairs each P with its own key's V row.
+  static __device__ __forceinline__ void pack_p(const float (&s)[kNTiles][4], uint32_t (&p_frag)[Cfg::kPSteps][4]) {
+    if constexpr (Cfg::kFp8) {
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-      p_frag[kk][0] = Element::pack(s[2 * kk][0], s[2 * kk][1]);
-      p_frag[kk][1] = Element::pack(s[2 * kk][2], s[2 * kk][3]);
-      p_frag[kk][2] = Element::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      p_frag[kk][3] = Element::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int kk = 0; kk < Cfg::kPSteps; ++kk) {
+        p_frag[kk][0] = Element::pack4(s[4 * kk][0], s[4 * kk][1], s[4 * kk + 1][0], s[4 * kk + 1][1]);
+        p_frag[kk][1] = Element::pack4(s[4 * kk][2], s[4 * kk][3], s[4 * kk + 1][2], s[4 * kk + 1][3]);
+        p_frag[kk][2] = Element::pack4(s[4 * kk + 2][0], s[4 * kk + 2][1], s[4 * kk + 3][0], s[4 * kk + 3][1]);
+        p_frag[kk][3] = Element::pack4(s[4 * kk + 2][2], s[4 * kk + 2][3], s[4 * kk + 3][2], s[4 * kk + 3][3]);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kPSteps; ++kk) {
+        p_frag[kk][0] = Element::pack(s[2 * kk][0], s[2 * kk][1]);
+        p_frag[kk][1] = Element::pack(s[2 * kk][2], s[2 * kk][3]);
+        p_frag[kk][2] = Element::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        p_frag[kk][3] = Element::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
     }
   }
 

@@ -51,6 +51,16 @@ __device__ __forceinline__ void softcap_scores(float (&s)[kNTiles][4], float pre
   }
 }
 
+// FP8 descale factors ([batch, K/V head] fp32 with strides; nullptr: 1) of tile `c`'s batch and K/V head.
+__device__ __forceinline__ float descale(const float* f, const int64_t (&stride)[2], const KernelParams& p,
+                                         const TileCoord& c) {
+  const int head_kv = p.pack_gqa ? c.head : c.head / p.group;
+  return f == nullptr ? 1.f : __ldg(f + c.batch * stride[0] + head_kv * stride[1]);
+}
+__device__ __forceinline__ float qk_descale(const KernelParams& p, const TileCoord& c) {
+  return descale(p.q_descale, p.q_descale_stride, p, c) * descale(p.k_descale, p.k_descale_stride, p, c);
+}
+
 // A KV cache's rows past a sequence's used keys (seqused_k, paged) are real memory the masked scores give P = 0,
 // but 0 * NaN is NaN: a cache allocated with torch.empty, or a page's stale tail, would poison O (FA3 issues 1745,
 // 2374). The first row of the tile's last V block that must read as zero, or kBlockN when none: only the block
@@ -89,10 +99,14 @@ __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consume
 // kSoftcap: scores are soft-capped (tanh). A run-time branch on it inside the block loop made ptxas spill (hdim 256:
 // 20 bytes), and so did a second copy of the consumer in the same kernel (hdim 128 at 176 keys: 12 bytes), so it is
 // an instantiation of its own, compiled for the short default point of each head dim only (run_tiles.cuh).
+// Element E4m3: FP8 inputs, the per-(batch, K/V head) descale factors folded into the tile's softmax scale and O's
+// normalization, P offset by 2^8 (softmax.h), V read transposed (kernel/fp8_vt.cuh), bf16 output; dense batches only.
 template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap>
-__global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 1)
+__global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kBytes>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
-  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
+  using Out = typename Element::Out;
+  constexpr int kPOffset = Cfg::kFp8 ? 8 : 0;
   using Slots = HopperSlots<Cfg::kStages>;
   extern __shared__ uint8_t smem_raw[];
   // 128-byte-swizzled TMA tiles and wgmma atoms need 1024-byte alignment.
@@ -130,12 +144,14 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     if (Cfg::kConsumerWGs == 2 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
       if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, kSplit, true>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true>(p, tma, q_smem, k_smem, v_smem, bars,
+                                                                      tile_slots);
       }
     } else {
       setmaxnreg_dec<Cfg::Registers::kProducer>();
       if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, kSplit, false>(p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false>(p, tma, q_smem, k_smem, v_smem, bars,
+                                                                       tile_slots);
       }
     }
     return;
@@ -185,6 +201,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     const int n_blocks = kv.n_blocks;
     const SeqMask seq = seq_mask(info.q_len, info.k_len);
     const ThreadRows mask_rows = thread_rows(p, info.coord, kv, info.q_len, tile_row0, lane);  // only .row is used
+    // FP8: S is in units of q_descale * k_descale of the tile's (batch, K/V head).
+    const float scale_log2 = Cfg::kFp8 ? p.softmax_scale_log2 * qk_descale(p, info.coord) : p.softmax_scale_log2;
     consumer.init();
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
     // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
@@ -192,7 +210,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2], auto masked) {
       if constexpr (kSoftcap) softcap_scores(s, p.softcap_prescale);
       if constexpr (decltype(masked)::value) mask_scores(s, p, seq, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
-      consumer.softmax.update(s, p.softmax_scale_log2, alpha);
+      consumer.softmax.template update<kPOffset>(s, scale_log2, alpha);
     };
     // Q (and the tile index) are free for the producer once this thread's last S GEMM has completed.
     auto q_done = [&] { mbarrier_arrive(&bars[Slots::kQEmpty]); };
@@ -210,7 +228,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     using Narrow = std::integral_constant<int, (Cfg::kNarrowN > 0 ? Cfg::kNarrowN : Cfg::kBlockN)>;
 
     // Block 0: S = Q K^T, softmax; P(0) waits in registers for the next iteration's P V.
-    uint32_t p_frag[Cfg::kBlockN / 16][4];
+    uint32_t p_frag[Cfg::kPSteps][4];
     float alpha[2];  // kRescaleEarly: the factor of the last softmax, applied to O before the next P V
     auto rescale_early = [&] {
       if constexpr (Cfg::kRescaleEarly) {
@@ -286,7 +304,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
     auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
-      const int scrub = scrub_rows<Cfg::kBlockN>(kv, seq.k_len);
+      const int scrub = Cfg::kFp8 ? Cfg::kBlockN : scrub_rows<Cfg::kBlockN>(kv, seq.k_len);  // FP8: V^T is a copy
       if (scrub < Cfg::kBlockN) {
         scrub_v<Cfg>(v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes, scrub,
                      consumer_wg * 128 + thread);
@@ -314,7 +332,15 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
     const ThreadRows rows = thread_rows(p, c, kv, again.q_len, tile_row0, lane);
     const int wg_row0 = c.m_block * Cfg::kBlockM + consumer_wg * 64;
     float inv_l[2], lse[2];
-    consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
+    if constexpr (Cfg::kFp8) {
+      const float d = qk_descale(p, c);
+      consumer.softmax.template finalize<kPOffset>(p.softmax_scale * d, inv_l, lse);
+      const float v_scale = descale(p.v_descale, p.v_descale_stride, p, c);
+      inv_l[0] *= v_scale;
+      inv_l[1] *= v_scale;
+    } else {
+      consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
+    }
     const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;
     if constexpr (kSplit) {
       write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, c.batch, c.split, rows, lane, skip_first_row);
@@ -324,7 +350,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
       // without K/V blocks (O = 0) must not stage over V, which the producer may be refilling (no kOEmpty phase);
       // a box past a packed sequence's end would overwrite the next sequence's rows (this is per warpgroup: each
       // stages and stores its own rows, with its own barriers).
-      write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, c.batch, again.q_off, rows, lane,
+      write_output<kHeadDim, Out>(p, consumer.o_reg, inv_l, lse, c.batch, again.q_off, rows, lane,
                                       skip_first_row);
     } else {
       // This warpgroup's 64 rows are staged in its own slot of the O buffer, or, where O overlaps V, in the V stage
@@ -342,12 +368,12 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint>::kThreads, 
         named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
         wg_o = o_own + consumer_wg * Cfg::kOWgBytes;
       }
-      stage_output<Element>(smem_addr(wg_o), consumer.o_reg, inv_l, fault_bias(p), warp_in_wg * 16, lane);
+      stage_output<Out>(smem_addr(wg_o), consumer.o_reg, inv_l, fault_bias(p), warp_in_wg * 16, lane);
       fence_proxy_async_shared();  // the TMA store (async proxy) reads what these generic stores wrote
       named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
       if (thread == 0 && wg_row0 < again.q_len) {
 #pragma unroll
-        for (int ch = 0; ch < Cfg::kChunks; ++ch) {  // dense: rows past seqlen_q clip, columns past head_dim_v too
+        for (int ch = 0; ch < Cfg::kOChunks; ++ch) {  // dense: rows past seqlen_q clip, columns past head_dim_v too
           if (64 * ch < p.head_dim_v) {
             tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, again.q_off + wg_row0, c.head,
                          q_batch_coord(p, c.batch));

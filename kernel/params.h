@@ -55,6 +55,15 @@ struct KernelParams {
   int page_size;
   int page_box;
   int head_dim_v;   // columns of v and o (the kernel's head dim may be larger: TMA zero-fills, stores clip)
+  // FP8 (E4M3) inputs: descale factors [batch, heads_kv] (fp32, element strides; nullptr: 1). The real q is
+  // q * q_descale[b, h / group], likewise k and v. The kernel reads V from vt, the launcher's transposed copy
+  // (kernel/fp8_vt.cuh: [batch][heads_kv][head_dim][vt_keys]).
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  int64_t q_descale_stride[2], k_descale_stride[2], v_descale_stride[2];
+  void* vt;
+  int64_t vt_keys;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

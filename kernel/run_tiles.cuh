@@ -10,6 +10,7 @@
 
 #include "combine.cuh"
 #include "flashcore.h"
+#include "fp8_vt.cuh"
 #include "hopper_config.h"
 #include "kernel_wgmma.cuh"
 #include "launch.h"
@@ -45,6 +46,8 @@ struct LaunchPlan {
   Sections sections;
   bool dynamic;    // tile order from an atomic counter (causal: uneven tiles)
   int64_t counter_offset;  // bytes into the workspace of the counter
+  int64_t vt_offset;       // FP8: bytes into the workspace of V's transposed copy (kernel/fp8_vt.cuh)
+  int64_t vt_keys;         // FP8: its row length (seqlen_k rounded up to kVtKeys); 0 otherwise
   int64_t workspace_bytes;
 };
 
@@ -71,9 +74,17 @@ inline Sections plan_sections(int64_t bh, int64_t kv_bytes, int64_t l2_budget, b
   return {static_cast<int>(bh / sections), static_cast<int>(bh % sections)};
 }
 
+// The tile shape a plan needs (not HopperTileConfig: the plan is the same for 16-bit and FP8 inputs at one point).
+template <int kPoint>
+struct PlanShape {
+  static constexpr int kConsumerWGs = TilePoint<kPoint>::kConsumerWGs;
+  static constexpr int kBlockM = 64 * kConsumerWGs;
+  static constexpr int kBlockN = TilePoint<kPoint>::kBlockN;
+};
+
 template <int kHeadDim, int kPoint>
 int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
-  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  using Cfg = PlanShape<kPoint>;
   if (p.page_table != nullptr && Cfg::kConsumerWGs != 2) {  // the kernel's paged producer (kernel_wgmma.cuh)
     return report_error(FC_ERR_INVALID_ARGUMENT, "point 0x%x has %d consumer warpgroups: a paged cache runs on points "
                         "with 2 (leave point 0)", static_cast<unsigned>(kPoint), Cfg::kConsumerWGs);
@@ -127,16 +138,29 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   const int64_t partial_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
   plan->counter_offset = partial_bytes;
   plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);
+  plan->vt_offset = (plan->workspace_bytes + 127) / 128 * 128;  // TMA wants 16-byte aligned bases
+  plan->vt_keys = in->dtype == FC_E4M3 ? (int64_t{p.seqlen_k} + kVtKeys - 1) / kVtKeys * kVtKeys : 0;
+  if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
   return FC_OK;
 }
 
 
 template <int kHeadDim, int kPoint, typename Element>
 cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, cudaStream_t stream) {
-  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false>
                                     : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
-  if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {
+  if constexpr (Cfg::kFp8) {
+    if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
+    // V's transposed copy first, on the same stream.
+    const VtArgs vt{static_cast<const uint8_t*>(p.v), {p.v_stride[0], p.v_stride[1], p.v_stride[2]}, p.seqlen_k,
+                    p.heads_kv, static_cast<uint8_t*>(p.vt), p.vt_keys};
+    const dim3 grid(static_cast<unsigned>(p.vt_keys / kVtKeys), static_cast<unsigned>(p.heads_kv),
+                    static_cast<unsigned>(p.batch));
+    transpose_v_fp8_kernel<kHeadDim><<<grid, 256, 0, stream>>>(vt);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  } else if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {
     if (p.softcap_prescale > 0.f) {
       kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, true>
                                    : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, true>;
@@ -151,13 +175,13 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   err = cudaGetLastError();
   if (err != cudaSuccess || plan.num_splits == 1) return err;
   const auto blocks = static_cast<unsigned>((p.accum_rows + kCombineWarps - 1) / kCombineWarps);
-  combine_splits_kernel<kHeadDim, Element><<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
+  combine_splits_kernel<kHeadDim, typename Element::Out><<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
 template <int kHeadDim, int kPoint, typename Element>
 int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stream) {
-  using Cfg = HopperTileConfig<kHeadDim, kPoint>;
+  using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   KernelParams p = params;
   LaunchPlan plan{};
   int status = make_plan<kHeadDim, kPoint>(in, p, &plan);
@@ -183,6 +207,8 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   p.section_big = plan.sections.big;
   p.tile_counter =
       plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.counter_offset) : nullptr;
+  p.vt = plan.vt_keys > 0 ? static_cast<uint8_t*>(in->workspace) + plan.vt_offset : nullptr;
+  p.vt_keys = plan.vt_keys;
   // Packed rows (varlen) are one batch entry of total rows; a cache may hold more entries than the call's batch.
   const bool packed_q = in->cu_seqlens_q != nullptr, packed_k = in->cu_seqlens_k != nullptr;
   const int64_t q_rows = packed_q ? in->total_q : in->seqlen_q, q_batch = packed_q ? 1 : in->batch;
@@ -198,15 +224,25 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   // on loads and clips them on stores.
   const int64_t hd = in->head_dim, hd_v = p.head_dim_v;
   TmaParams tma;
+  constexpr int kBytes = Element::kBytes;
+  // FP8 V^T: a map over the copy, {vt_keys, D, Hkv, B} innermost first, boxes of 128 keys x every d row.
+  const int64_t vt_stride[3] = {p.vt_keys * kHeadDim * in->heads_kv, p.vt_keys, p.vt_keys * kHeadDim};
   if ((status = encode_tensor_map(&tma.q, "q", in->q, hd, q_rows, in->heads_q, q_batch, in->q_stride,
-                                  p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1)) != FC_OK ||
+                                  p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1, kBytes)) != FC_OK ||
       (status = encode_tensor_map(&tma.k, "k", in->k, hd, k_map_rows, in->heads_kv, k_batch, in->k_stride,
-                                  k_box)) != FC_OK ||
-      (status = encode_tensor_map(&tma.v, "v", in->v, hd_v, k_map_rows, in->heads_kv, k_batch, in->v_stride,
-                                  k_box)) != FC_OK ||
+                                  k_box, 1, kBytes)) != FC_OK ||
+      (status = Cfg::kFp8 ? encode_tensor_map(&tma.v, "v (transposed copy)", p.vt, p.vt_keys, kHeadDim, in->heads_kv,
+                                              k_batch, vt_stride, kHeadDim, 1, 1)
+                          : encode_tensor_map(&tma.v, "v", in->v, hd_v, k_map_rows, in->heads_kv, k_batch,
+                                              in->v_stride, k_box)) != FC_OK ||
       // O leaves one consumer warpgroup (64 rows) per store.
       (status = encode_tensor_map(&tma.o, "o", in->o, hd_v, q_rows, in->heads_q, q_batch, in->o_stride,
                                   64)) != FC_OK) {
+    return status;
+  }
+  if (Cfg::kFp8 && Cfg::kVtTail > 0 &&
+      (status = encode_tensor_map(&tma.v_tail, "v (transposed copy)", p.vt, p.vt_keys, kHeadDim, in->heads_kv, k_batch,
+                                  vt_stride, kHeadDim, 1, 1, 64)) != FC_OK) {
     return status;
   }
   return report_cuda(launch_wgmma<kHeadDim, kPoint, Element>(p, plan, tma, stream), "attention kernel");

@@ -27,6 +27,10 @@ struct OnlineSoftmax {
 
   // Updates m_i and l_i with one block of scores, turns `s` into P in place (unnormalized) and
   // returns the factor alpha[r] = exp(m_old - m_new) by which the caller rescales its O rows.
+  // kOffset (log2 units): P = 2^kOffset exp(s - m), in (0, 2^kOffset]. FP8 P takes 8 (FA3's choice): E4M3 holds up to
+  // 448 and its subnormals reach 2^-9, so P in [0, 256] keeps 8 more binades of small probabilities than P in
+  // [0, 1]. The factor is in l too, so O / l is unchanged; finalize takes it out of the LSE.
+  template <int kOffset = 0>
   __device__ __forceinline__ void update(float (&s)[kNTiles][4], float scale_log2, float (&alpha)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -40,11 +44,12 @@ struct OnlineSoftmax {
       // A row with no visible key so far keeps m = -inf; subtracting 0 instead keeps exp2 at 0, not NaN.
       const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
       alpha[r] = exp2_ftz(m_i[r] * scale_log2 - m_scaled);
+      const float m_p = m_scaled - static_cast<float>(kOffset);
       float row_sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
-        s[nt][2 * r] = exp2_ftz(s[nt][2 * r] * scale_log2 - m_scaled);
-        s[nt][2 * r + 1] = exp2_ftz(s[nt][2 * r + 1] * scale_log2 - m_scaled);
+        s[nt][2 * r] = exp2_ftz(s[nt][2 * r] * scale_log2 - m_p);
+        s[nt][2 * r + 1] = exp2_ftz(s[nt][2 * r + 1] * scale_log2 - m_p);
         row_sum += s[nt][2 * r] + s[nt][2 * r + 1];
       }
       m_i[r] = m_new;
@@ -53,7 +58,8 @@ struct OnlineSoftmax {
   }
 
   // Full row sums (quad reduction) for the epilogue: 1/l (0 for a row with no visible key) and the
-  // natural-log LSE = scale * m + ln(l) (-inf for a row with no visible key).
+  // natural-log LSE = scale * m + ln(l) (-inf for a row with no visible key); kOffset as in update.
+  template <int kOffset = 0>
   __device__ __forceinline__ void finalize(float softmax_scale, float (&inv_l)[2], float (&lse)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -62,7 +68,7 @@ struct OnlineSoftmax {
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const bool empty = l == 0.f;
       inv_l[r] = empty ? 0.f : 1.f / l;
-      lse[r] = empty ? -INFINITY : m_i[r] * softmax_scale + logf(l);
+      lse[r] = empty ? -INFINITY : m_i[r] * softmax_scale + logf(l) - kOffset * 0.6931471805599453f;
     }
   }
 };

@@ -32,6 +32,39 @@ struct BlockNChoice<256> {
   static constexpr int kShort = 80, kLong = 80;
 };
 
+// FP8 (E4M3) inputs: one compiled point per head dim (no tuned table yet). V^T tiles are 128-key chunks plus at most
+// one 64-key chunk (kernel/fp8_vt.cuh), so BLOCK_N is a multiple of 64. Measured against FA3's FP8 (B4 H16 S8K,
+// docs/perf-notes.md step 8.1): hdim 128 at 192 keys 0.952x (128 keys 0.920x; 256 keys spill 356 B); hdim 256 at
+// 128 keys with a 24-register producer (consumers 240) 0.997x, with 32 (consumers 232, spilling) 0.79x.
+// FLASHCORE_FP8_* override the choices for experiments.
+#ifndef FLASHCORE_FP8_D128_BLOCK_N
+#define FLASHCORE_FP8_D128_BLOCK_N 192
+#endif
+#ifndef FLASHCORE_FP8_D128_STAGES
+#define FLASHCORE_FP8_D128_STAGES 2
+#endif
+#ifndef FLASHCORE_FP8_D256_STAGES
+#define FLASHCORE_FP8_D256_STAGES 2
+#endif
+#ifndef FLASHCORE_FP8_D128_PRODUCER_REGS
+#define FLASHCORE_FP8_D128_PRODUCER_REGS 32
+#endif
+#ifndef FLASHCORE_FP8_D256_PRODUCER_REGS
+#define FLASHCORE_FP8_D256_PRODUCER_REGS 24
+#endif
+#ifndef FLASHCORE_FP8_D256_RESCALE_EARLY
+#define FLASHCORE_FP8_D256_RESCALE_EARLY 0
+#endif
+template <int kHeadDim>
+struct Fp8Choice {
+  static_assert(kHeadDim == 128 || kHeadDim == 256, "FP8 runs head dims 128 and 256");
+  static constexpr bool kD128 = kHeadDim == 128;
+  static constexpr int kBlockN = kD128 ? FLASHCORE_FP8_D128_BLOCK_N : 128;
+  static constexpr int kStages = kD128 ? FLASHCORE_FP8_D128_STAGES : FLASHCORE_FP8_D256_STAGES;
+  static constexpr int kProducerRegs = kD128 ? FLASHCORE_FP8_D128_PRODUCER_REGS : FLASHCORE_FP8_D256_PRODUCER_REGS;
+  static constexpr int kRescaleEarly = kD128 ? 0 : FLASHCORE_FP8_D256_RESCALE_EARLY;
+};
+
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys
 // 0.92x FA3, 160 keys 0.91x, 176 keys 0.88x).
 constexpr int64_t kShortKeyRange = 2048;

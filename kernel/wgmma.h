@@ -12,12 +12,14 @@ namespace flashcore {
 //  K-major (Q, K: rows of 64 16-bit elements = 128 B): SBO = 1024 B between 8-row groups, LBO unused (1).
 //  MN-major (V as B of P V): SBO = 1024 B between 8-key groups along K, LBO = bytes between 64-column
 //  chunks along N (cute's canonical layout ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units).
-__device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+// swizzle_mode 1: 128-byte swizzle; 2: 64-byte (FP8 V^T's 64-key chunk: rows of 64 bytes, SBO 512).
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                    uint32_t swizzle_mode = 1) {
   uint64_t desc = 0;
   desc |= static_cast<uint64_t>((smem_byte_addr & 0x3FFFF) >> 4);
   desc |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16;
   desc |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32;
-  desc |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
+  desc |= static_cast<uint64_t>(swizzle_mode) << 62;
   return desc;
 }
 
@@ -27,8 +29,9 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_byte_addr, uin
 // uniform-datapath instructions per warp and K/V block).
 struct SmemDesc {
   uint32_t lo, hi;
-  static __device__ __forceinline__ SmemDesc make(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-    const uint64_t d = smem_descriptor(smem_byte_addr, lbo_bytes, sbo_bytes);
+  static __device__ __forceinline__ SmemDesc make(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                  uint32_t swizzle_mode = 1) {
+    const uint64_t d = smem_descriptor(smem_byte_addr, lbo_bytes, sbo_bytes, swizzle_mode);
     return {static_cast<uint32_t>(d), static_cast<uint32_t>(d >> 32)};
   }
   __device__ __forceinline__ uint64_t at(uint32_t byte_offset) const {

@@ -134,6 +134,23 @@ def test_spill_at_the_threshold_passes() -> None:
     assert _by_metric(verdict_kernels(parse_ptxas(SPILL), tight), "spill_bytes")[1].status is Status.FAIL
 
 
+def test_spill_allowance_covers_only_its_function_up_to_its_bytes() -> None:
+    at = BuildParams(**{**PARAMS.__dict__, "spill_allowances": ("ILi256ENS_4Bf16=40",)})
+    checks = _by_metric(verdict_kernels(parse_ptxas(SPILL), at), "spill_bytes")
+    assert [c.status for c in checks] == [Status.PASS, Status.PASS]
+    assert checks[1].threshold == 40 and "allowance ILi256ENS_4Bf16=40" in checks[1].message
+    below = BuildParams(**{**PARAMS.__dict__, "spill_allowances": ("ILi256ENS_4Bf16=39",)})
+    assert _by_metric(verdict_kernels(parse_ptxas(SPILL), below), "spill_bytes")[1].status is Status.FAIL
+    other = BuildParams(**{**PARAMS.__dict__, "spill_allowances": ("ILi128ENS_4Bf16=400",)})
+    assert _by_metric(verdict_kernels(parse_ptxas(SPILL), other), "spill_bytes")[1].status is Status.FAIL
+
+
+def test_malformed_spill_allowance_raises() -> None:
+    bad = BuildParams(**{**PARAMS.__dict__, "spill_allowances": ("no-bytes",)})
+    with pytest.raises(ValueError, match="SUBSTRING=BYTES"):
+        verdict_kernels(parse_ptxas(SPILL), bad)
+
+
 def test_device_function_spill_fails() -> None:
     checks = verdict_kernels(parse_ptxas(DEVICE_FN_SPILL), PARAMS)
     assert combine([c.status for c in checks]) is Status.FAIL

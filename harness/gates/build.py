@@ -34,6 +34,28 @@ class BuildParams:
     timeout_s: int = param(gt=0)  # for `make build`
     forbid_serialization_warnings: bool = param()
     serialization_codes: tuple[str, ...] = param()  # "wgmma ... serialized" ptxas codes (gates/phases.yaml)
+    # "SUBSTRING=BYTES": functions whose mangled name holds SUBSTRING may spill up to BYTES (a measured, documented
+    # exception, shown on its check); every other function max_spill_bytes
+    spill_allowances: tuple[str, ...] = param()
+
+
+def allowances(p: BuildParams) -> list[tuple[str, int]]:
+    """spill_allowances as (substring, bytes); a malformed entry raises ValueError."""
+    out = []
+    for item in p.spill_allowances:
+        sub, sep, limit = item.rpartition("=")
+        if not sep or not sub or not limit.isdigit():
+            raise ValueError(f"spill_allowances entry {item!r}: expected SUBSTRING=BYTES")
+        out.append((sub, int(limit)))
+    return out
+
+
+def spill_limit(name: str, p: BuildParams) -> tuple[int, str]:
+    """The spill bytes `name` may have, and the allowance that grants it (empty: max_spill_bytes)."""
+    for sub, limit in allowances(p):
+        if sub in name:
+            return limit, f"{sub}={limit}"
+    return p.max_spill_bytes, ""
 
 
 def _short(name: str, width: int = 60) -> str:
@@ -57,11 +79,13 @@ def verdict_kernels(report: PtxasReport, p: BuildParams) -> list[Check]:
         checks.append(Check(_short(f.name), "arch", None, None, Status.PASS if ok else Status.FAIL,
                             comparison="==", message=f"compiled for {f.arch}" + ("" if ok else f", expected {p.arch}")))
     for f in report.functions:
-        ok = f.spill_bytes <= p.max_spill_bytes
-        checks.append(Check(_short(f.name), "spill_bytes", p.max_spill_bytes, f.spill_bytes,
-                            Status.PASS if ok else Status.FAIL, margin=margin_le(f.spill_bytes, p.max_spill_bytes),
+        limit, allowance = spill_limit(f.name, p)
+        ok = f.spill_bytes <= limit
+        checks.append(Check(_short(f.name), "spill_bytes", limit, f.spill_bytes,
+                            Status.PASS if ok else Status.FAIL, margin=margin_le(f.spill_bytes, limit),
                             message=f"{f.spill_store_bytes} B spill stores, {f.spill_load_bytes} B spill loads"
-                            + (f", {f.registers} registers" if f.registers is not None else "")))
+                            + (f", {f.registers} registers" if f.registers is not None else "")
+                            + (f"; allowance {allowance} (gates/phases.yaml)" if allowance else "")))
     if p.forbid_serialization_warnings:
         bad = [d for d in report.diagnostics if d.code in p.serialization_codes]
         msg = "; ".join(f"{d.code} in {_short(d.function or '?', 40)}" for d in bad[:3]) or "none"

@@ -1,0 +1,91 @@
+"""FP8 (E4M3) attention on the H100 against FA3's FP8 accuracy rule: the error of FlashCore's output against a float32
+reference on the dequantized inputs is at most twice the error of a torch implementation that rounds P to E4M3 the
+same way, plus the bf16 rounding of the output. Fresh random inputs and descale factors per case; out is poisoned
+(NaN) first; never NaN/Inf; the same call twice is bit-identical."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flashcore import reference
+from flashcore.errors import FlashCoreError
+from flashcore.fp8 import attention_fp8
+
+pytestmark = pytest.mark.gpu
+E4M3 = torch.float8_e4m3fn
+
+CASES = [
+    # (batch, seqlen q, seqlen k, heads q, heads kv, head dim, causal)
+    (2, 1024, 1024, 4, 4, 128, False),
+    (2, 1024, 1024, 4, 4, 128, True),
+    (1, 1000, 1300, 8, 2, 128, True),     # ragged tails, GQA, Sq != Sk
+    (1, 777, 777, 4, 1, 128, False),      # MQA, tails off the 128-key tile
+    (2, 512, 640, 4, 2, 256, False),
+    (1, 700, 900, 4, 4, 256, True),
+    (4, 1, 3000, 32, 8, 128, False),      # decode: packed GQA, split-KV
+    (2, 1, 5000, 16, 2, 256, False),
+    (1, 64, 64, 2, 2, 128, True),         # one short block
+]
+
+
+def fp8(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, device="cuda").to(E4M3)
+
+
+def descales(batch: int, heads_kv: int) -> list[torch.Tensor]:
+    return [torch.rand(batch, heads_kv, device="cuda") * 1.5 + 0.25 for _ in range(3)]
+
+
+@pytest.mark.parametrize(("b", "sq", "sk", "hq", "hkv", "d", "causal"), CASES)
+def test_fp8_matches_reference_within_fa3_bound(b: int, sq: int, sk: int, hq: int, hkv: int, d: int,
+                                                causal: bool) -> None:
+    torch.manual_seed(sq * 31 + sk + d + hq)
+    q, k, v = fp8(b, sq, hq, d), fp8(b, sk, hkv, d), fp8(b, sk, hkv, d)
+    qd, kd, vd = descales(b, hkv)
+    out = torch.full((b, sq, hq, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    lse = torch.full((b, hq, sq), float("nan"), device="cuda")
+    attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, out=out, lse=lse)
+    q32, k32, v32 = (reference.dequantize(x, s, hkv) for x, s in ((q, qd), (k, kd), (v, vd)))
+    scale = d ** -0.5
+    ref, ref_lse = reference.dense(q32, k32, v32, causal=causal, scale=scale)
+    pt, _ = reference.dense(q32, k32, v32, causal=causal, scale=scale, p_dtype=E4M3)
+    assert torch.isfinite(out).all() and torch.isfinite(lse[torch.isfinite(ref_lse)]).all()
+    err = (out.float() - ref).abs().max().item()
+    pt_err = (pt.to(torch.bfloat16).float() - ref).abs().max().item()
+    atol = 2 * (ref + 0.3 - 0.3 - ref).abs().max().item()
+    assert err <= 2 * pt_err + atol, (err, pt_err, atol)
+    seen = torch.isfinite(ref_lse)
+    torch.testing.assert_close(lse[seen], ref_lse[seen], atol=2e-3, rtol=2e-3)
+    again, again_lse = attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+    assert torch.equal(again, out) and torch.equal(again_lse, lse)
+
+
+def test_fp8_without_descales_is_unit_scale() -> None:
+    q, k, v = fp8(1, 300, 4, 128), fp8(1, 300, 4, 128), fp8(1, 300, 4, 128)
+    ones = torch.ones(1, 4, device="cuda")
+    a, _ = attention_fp8(q, k, v)
+    b, _ = attention_fp8(q, k, v, q_descale=ones, k_descale=ones, v_descale=ones)
+    assert torch.equal(a, b)
+
+
+def test_fp8_expanded_descale_view() -> None:
+    q, k, v = fp8(2, 256, 4, 128), fp8(2, 256, 2, 128), fp8(2, 256, 2, 128)
+    d = torch.tensor([0.5], device="cuda").expand(2, 2)  # strides (0, 0)
+    a, _ = attention_fp8(q, k, v, q_descale=d, k_descale=d, v_descale=d)
+    b, _ = attention_fp8(q, k, v, q_descale=d.contiguous(), k_descale=d.contiguous(), v_descale=d.contiguous())
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(("what", "kwargs", "message"), [
+    ("head dim 64", {"d": 64}, "head dims (128, 256)"),
+    ("bf16 q", {"dtype": torch.bfloat16}, "float8_e4m3fn"),
+    ("descale shape", {"descale": (3, 4)}, "expected [B, Hkv]"),
+])
+def test_fp8_rejects(what: str, kwargs: dict[str, object], message: str) -> None:
+    d = int(kwargs.get("d", 128))
+    q = torch.randn(1, 64, 4, d, device="cuda").to(kwargs.get("dtype", E4M3))  # type: ignore[arg-type]
+    k = v = fp8(1, 64, 4, d)
+    shape = kwargs.get("descale", (1, 4))
+    with pytest.raises(FlashCoreError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        attention_fp8(q, k, v, q_descale=torch.ones(*shape, device="cuda"))  # type: ignore[misc]

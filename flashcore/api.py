@@ -120,9 +120,9 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
         if tuple(out.shape) != out_shape(q, v):
             raise FlashCoreError(f"out has shape {tuple(out.shape)}: expected {out_shape(q, v)} ([B, Sq, Hq] of q, "
                                  "v's head dim)")
-        if out.dtype != out_dtype(q):
-            raise FlashCoreError(f"out.dtype is {out.dtype}: expected {out_dtype(q)} "
-                                 f"({'bf16 for FP8 inputs' if fp8 else 'q' + chr(39) + 's dtype'})")
+        if fp8 and out.dtype != out_dtype(q):
+            raise FlashCoreError(f"out.dtype is {out.dtype}: expected {out_dtype(q)} (bf16 for FP8 inputs)")
+        validate.same("out", "dtype", out.dtype, out_dtype(q), "out must have q's dtype")
         validate.self_overlap("out", out)
         validate.not_aliased("out", out, inputs)
     if lse is not None:

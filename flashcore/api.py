@@ -338,10 +338,7 @@ def attention(
         index = device_index(q.device)
         capability, name = _device_info(index)
         sdpa = use_fallback(str(q.device), capability, name, call.fallback)
-    out = new_out(q, v) if call.out is None else call.out
-    lse = call.lse
-    if lse is None:
-        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    out, lse = dense_outputs(call)
     if call.empty:
         out.zero_()
         lse.fill_(-math.inf)
@@ -352,13 +349,31 @@ def attention(
             sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)
         return out, lse
 
-    params = _params(call, out, lse, tile_config(call, index, name))
-    lib = _lib.load()
-    with torch.cuda.device(q.device):
-        need = workspace_bytes(lib, params, index)
-    _forward(lib, params, need, q.device)
-    fastpath.remember(key, params, need)
+    launch(_params(call, out, lse, tile_config(call, index, name)), q.device, key)
     return out, lse
+
+
+def dense_outputs(call: Call) -> tuple[torch.Tensor, torch.Tensor]:
+    """The call's out and lse ([B, Hq, Sq] float32), new where the caller passed none."""
+    import torch
+
+    q = call.q
+    out = new_out(q, call.v) if call.out is None else call.out
+    if call.lse is not None:
+        return out, call.lse
+    return out, torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+
+
+def launch(params: _lib.FcParams, device: torch.device, key: tuple[object, ...] | None = None) -> None:
+    """Plan (cached per shape: workspace_bytes), launch on `device`'s current stream, and remember the parameters
+    under the call's fastpath signature `key` for its repeats (None: not remembered)."""
+    import torch
+
+    lib = _lib.load()
+    with torch.cuda.device(device):
+        need = workspace_bytes(lib, params, device_index(device))
+    _forward(lib, params, need, device)
+    fastpath.remember(key, params, need)
 
 
 def _launch_again(entry: fastpath.Entry, q: torch.Tensor, k: torch.Tensor,

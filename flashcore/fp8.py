@@ -6,7 +6,7 @@ import ctypes
 import math
 from typing import TYPE_CHECKING
 
-from flashcore import _lib, api, tuning
+from flashcore import api, tuning
 from flashcore.errors import FlashCoreError
 
 if TYPE_CHECKING:
@@ -63,8 +63,6 @@ def attention_fp8(
     transposed copy it writes into its workspace (kernel/fp8_vt.cuh): one extra read and write of V per call.
     Returns (out, lse); raises FlashCoreError for an unsupported input before anything is launched.
     """
-    import torch
-
     call = api.check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                           deterministic=deterministic, debug_fault=debug_fault, num_splits=num_splits,
                           sm_margin=sm_margin, fp8=True)
@@ -74,10 +72,7 @@ def attention_fp8(
     index = api.device_index(call.q.device)
     capability, name = api._device_info(index)
     api.use_fallback(str(call.q.device), capability, name, "error")
-    res = api.new_out(call.q, call.v) if call.out is None else call.out
-    res_lse = call.lse
-    if res_lse is None:
-        res_lse = torch.empty((batch, call.q.shape[2], call.q.shape[1]), dtype=torch.float32, device=call.q.device)
+    res, res_lse = api.dense_outputs(call)
     if call.empty:
         res.zero_()
         res_lse.fill_(-math.inf)
@@ -87,8 +82,5 @@ def attention_fp8(
         if t is not None:
             setattr(params, n, t.data_ptr())
             setattr(params, n + "_stride", (ctypes.c_int64 * 2)(*t.stride()))
-    lib = _lib.load()
-    with torch.cuda.device(call.q.device):
-        need = api.workspace_bytes(lib, params, index)
-    api._forward(lib, params, need, call.q.device)
+    api.launch(params, call.q.device)
     return res, res_lse

@@ -130,17 +130,6 @@ def _tile_fields_cached(index: int, dtype: torch.dtype, heads_q: int, heads_kv: 
     return (*config.c_fields().items(), ("num_splits", config.num_splits))
 
 
-def _launch(params: _lib.FcParams, device: torch.device, key: tuple[Any, ...] | None = None) -> None:
-    """Plan (cached), launch, and remember the parameters under the call's signature for its repeats."""
-    import torch
-
-    lib = _lib.load()
-    with torch.cuda.device(device):
-        need = api.workspace_bytes(lib, params, api.device_index(device))
-    api._forward(lib, params, need, device)
-    fastpath.remember(key, params, need)
-
-
 def _base_params(call: api.Call, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: torch.Tensor, window: tuple[int, int], softcap: float) -> _lib.FcParams:
     """flashcore.attention's fc_params (api._params) of the call on these 4-D [B, S, H, D] tensors (packed ones as a
@@ -215,7 +204,7 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
         return out.copy_(o), lse.copy_(s)
     params = _base_params(call, q, k, v, out, lse, window, cap)
     _tune(params, q, call, cap)
-    _launch(params, q.device, key)
+    api.launch(params, q.device, key)
     return out, lse
 
 
@@ -275,7 +264,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
     params.cu_seqlens_q, params.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
     params.seqused_k = None if used is None else used.data_ptr()
     _tune(params, q, call, cap)
-    _launch(params, q.device, key)
+    api.launch(params, q.device, key)
     return out, lse
 
 
@@ -347,7 +336,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
         # The tuned table is not read: a paged cache runs on the default points (2 consumer warpgroups).
     else:
         _tune(params, q, call, cap)
-    _launch(params, q.device, key)
+    api.launch(params, q.device, key)
     return out, lse
 
 

@@ -143,21 +143,27 @@ constexpr int fp8_point() {
   return point_code(C::kBlockN, C::kStages, 2, 1, C::kRescaleEarly, C::kProducerRegs);
 }
 
-template <int kHeadDim>
-int check_fp8_point(const fc_params* in) {
-  constexpr int kPoint = fp8_point<kHeadDim>();
-  if ((in->point != 0 && in->point != kPoint) || (in->block_n != 0 && in->block_n != (kPoint & 511))) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one point (0x%x, %d keys per tile): leave "
-                        "point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, static_cast<unsigned>(kPoint),
-                        kPoint & 511, static_cast<unsigned>(in->point), in->block_n);
+// with_point for FP8 inputs: f(std::integral_constant<int, fp8_point>), after checking that the call names no other
+// point (validate_and_convert allows FP8 at head dims 128 and 256 only).
+template <int kHeadDim, typename F>
+int with_fp8_point(const fc_params* in, F&& f) {
+  if constexpr (kHeadDim < 128) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dims 128 and 256");
+  } else {
+    constexpr int kPoint = fp8_point<kHeadDim>();
+    if ((in->point != 0 && in->point != kPoint) || (in->block_n != 0 && in->block_n != (kPoint & 511))) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one point (0x%x, %d keys per tile): "
+                          "leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim,
+                          static_cast<unsigned>(kPoint), kPoint & 511, static_cast<unsigned>(in->point), in->block_n);
+    }
+    return f(std::integral_constant<int, kPoint>{});
   }
-  return FC_OK;
 }
 
 template <int kHeadDim>
 int run_fp8(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
-  const int status = check_fp8_point<kHeadDim>(in);
-  return status != FC_OK ? status : run_tiles<kHeadDim, fp8_point<kHeadDim>(), E4m3>(in, p, stream);
+  return with_fp8_point<kHeadDim>(
+      in, [&](auto point) { return run_tiles<kHeadDim, decltype(point)::value, E4m3>(in, p, stream); });
 }
 
 template <int kHeadDim, typename Element>
@@ -174,17 +180,7 @@ int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
     point = decltype(pt)::value;
     return make_plan<kHeadDim, decltype(pt)::value>(in, p, &plan);
   };
-  int status = FC_OK;
-  if constexpr (kHeadDim >= 128) {
-    if (in->dtype == FC_E4M3) {
-      status = check_fp8_point<kHeadDim>(in);
-      if (status == FC_OK) status = plan_at(std::integral_constant<int, fp8_point<kHeadDim>()>{});
-    } else {
-      status = with_point<kHeadDim>(in, p, plan_at);
-    }
-  } else {
-    status = with_point<kHeadDim>(in, p, plan_at);
-  }
+  const int status = in->dtype == FC_E4M3 ? with_fp8_point<kHeadDim>(in, plan_at) : with_point<kHeadDim>(in, p, plan_at);
   if (status != FC_OK) return status;
   out->num_splits = plan.num_splits;
   out->pack_gqa = plan.pack_gqa ? 1 : 0;

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "params.h"
+
 namespace flashcore {
 
 constexpr int kVtKeys = 128;  // keys per CTA of the pre-pass; vt_keys (the copy's row length) is a multiple
@@ -22,34 +24,28 @@ __host__ __device__ constexpr int vt_key(int pos) {
   return (pos & 16) + 2 * ((pos & 15) >> 2) + (pos & 1) + 8 * ((pos >> 1) & 1);
 }
 
-struct VtArgs {
-  const uint8_t* v;
-  int64_t stride[3];  // batch, seq, head (bytes = elements)
-  int seqlen_k, heads_kv;
-  uint8_t* vt;
-  int64_t vt_keys;
-};
-
-// grid (vt_keys / kVtKeys, heads_kv, batch), 256 threads: 128 keys x kHeadDim bytes through shared memory (rows of
+// V [batch, seqlen_k, heads_kv, kHeadDim] (p.v, p.v_stride: bytes = elements) into p.vt [batch][heads_kv][kHeadDim]
+// [p.vt_keys]. grid (vt_keys / kVtKeys, heads_kv, batch), 256 threads: 128 keys x kHeadDim bytes through shared memory (rows of
 // 32-bit words with one word of padding: the transposing reads of a warp hit 8 distinct words, no bank conflict).
 template <int kHeadDim>
-__global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const __grid_constant__ VtArgs a) {
+__global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const __grid_constant__ KernelParams p) {
   constexpr int kWords = kHeadDim / 4 + 1;
   __shared__ uint32_t tile[kVtKeys][kWords];
   const int key0 = blockIdx.x * kVtKeys, head = blockIdx.y, batch = blockIdx.z;
-  const uint8_t* src = a.v + batch * a.stride[0] + head * a.stride[2];
+  const uint8_t* src = static_cast<const uint8_t*>(p.v) + batch * p.v_stride[0] + head * p.v_stride[2];
   constexpr int kUnits = kHeadDim / 16;  // 16-byte loads per key
   for (int i = threadIdx.x; i < kVtKeys * kUnits; i += blockDim.x) {
     const int key = i / kUnits, unit = i % kUnits;
     uint4 x = make_uint4(0, 0, 0, 0);
-    if (key0 + key < a.seqlen_k) x = __ldg(reinterpret_cast<const uint4*>(src + (key0 + key) * a.stride[1]) + unit);
+    if (key0 + key < p.seqlen_k) x = __ldg(reinterpret_cast<const uint4*>(src + (key0 + key) * p.v_stride[1]) + unit);
     tile[key][4 * unit] = x.x;
     tile[key][4 * unit + 1] = x.y;
     tile[key][4 * unit + 2] = x.z;
     tile[key][4 * unit + 3] = x.w;
   }
   __syncthreads();
-  uint8_t* dst = a.vt + ((static_cast<int64_t>(batch) * a.heads_kv + head) * kHeadDim) * a.vt_keys + key0;
+  uint8_t* dst = static_cast<uint8_t*>(p.vt) + ((static_cast<int64_t>(batch) * p.heads_kv + head) * kHeadDim) * p.vt_keys +
+                 key0;
   // One 32-key group of one d row per item (32 bytes: a whole sector); consecutive threads take consecutive d.
   for (int i = threadIdx.x; i < kHeadDim * (kVtKeys / 32); i += blockDim.x) {
     const int d = i % kHeadDim, group = i / kHeadDim;
@@ -64,7 +60,7 @@ __global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const __grid_const
       }
       w[q] = word;
     }
-    uint4* out = reinterpret_cast<uint4*>(dst + static_cast<int64_t>(d) * a.vt_keys + group * 32);
+    uint4* out = reinterpret_cast<uint4*>(dst + static_cast<int64_t>(d) * p.vt_keys + group * 32);
     out[0] = make_uint4(w[0], w[1], w[2], w[3]);
     out[1] = make_uint4(w[4], w[5], w[6], w[7]);
   }

@@ -7,78 +7,69 @@ Run: python3 kernel/gen_wgmma.py > kernel/wgmma_ops.h   (the build does not run 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # S = Q K^T uses N = BLOCK_N (any multiple of 16 a tile choice may take, kernel/hopper_config.h); O += P V uses
 # N = head dim (64, 128, 256). Uninstantiated templates cost nothing in the build.
 N_VALUES = tuple(range(64, 257, 16))
-TYPES = {"Bf16": "bf16", "Fp16": "f16"}
 
 
-def ss(n: int, tag: str, ptx: str) -> str:
+class Kind(NamedTuple):
+    """One input type: its C++ tag, PTX type, K per instruction, the immediates after scale-d (scale-a, scale-b and,
+    for 16-bit types only, the transpose flags) and how the wrappers' comments describe its operands."""
+
+    tag: str
+    ptx: str
+    k: int
+    ss_imm: str
+    rs_imm: str
+    ss_note: str
+    rs_note: str
+
+
+SIXTEEN = "A and B from shared memory (K-major descriptors)."
+SIXTEEN_RS = "A from registers, B from shared memory, B MN-major (transposed)."
+KINDS = (
+    Kind("Bf16", "bf16", 16, "1, 1, 0, 0", "1, 1, 1", SIXTEEN, SIXTEEN_RS),
+    Kind("Fp16", "f16", 16, "1, 1, 0, 0", "1, 1, 1", SIXTEEN, SIXTEEN_RS),
+    Kind("E4m3", "e4m3", 32, "1, 1", "1, 1", "FP8 E4M3, both from shared memory (K-major: FP8 has no transpose).",
+         "FP8 E4M3, A from registers, B from shared memory K-major."),
+)
+
+
+def _parts(n: int, t: Kind) -> tuple[int, str, str, str]:
+    """Accumulator registers, their asm operand list and constraints, and the instruction's name."""
     regs = n // 2
-    acc = ", ".join(f"%{i}" for i in range(regs))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return (regs, ", ".join(f"%{i}" for i in range(regs)), ", ".join(f'"+f"(d[{i}])' for i in range(regs)),
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{t.k}.f32.{t.ptx}.{t.ptx}")
+
+
+def ss(n: int, t: Kind) -> str:
+    regs, acc, outs, op = _parts(n, t)
     return f"""
-// D[64 x {n}] (+)= A[64 x 16] * B[16 x {n}], A and B from shared memory (K-major descriptors).
+// D[64 x {n}] (+)= A[64 x {t.k}] * B[{t.k} x {n}], {t.ss_note}
 template <>
-__device__ __forceinline__ void wgmma_ss<{n}, {tag}>(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b,
+__device__ __forceinline__ void wgmma_ss<{n}, {t.tag}>(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b,
                                                    int accumulate) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{acc}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}"
+      "{op} {{{acc}}}, %{regs}, %{regs + 1}, p, {t.ss_imm};\\n}}"
       : {outs}
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
 """
 
 
-def rs(n: int, tag: str, ptx: str) -> str:
-    regs = n // 2
-    acc = ", ".join(f"%{i}" for i in range(regs))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+def rs(n: int, t: Kind) -> str:
+    regs, acc, outs, op = _parts(n, t)
     a = ", ".join(f"%{regs + i}" for i in range(4))
     return f"""
-// D[64 x {n}] += A[64 x 16] * B[16 x {n}], A from registers, B from shared memory, B MN-major (transposed).
+// D[64 x {n}] += A[64 x {t.k}] * B[{t.k} x {n}], {t.rs_note}
 template <>
-__device__ __forceinline__ void wgmma_rs<{n}, {tag}>(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b) {{
+__device__ __forceinline__ void wgmma_rs<{n}, {t.tag}>(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{acc}}}, {{{a}}}, %{regs + 4}, p, 1, 1, 1;\\n}}"
-      : {outs}
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}}
-"""
-
-
-def ss8(n: int) -> str:
-    regs = n // 2
-    acc = ", ".join(f"%{i}" for i in range(regs))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    return f"""
-// D[64 x {n}] (+)= A[64 x 32] * B[32 x {n}], FP8 E4M3, both from shared memory (K-major: FP8 has no transpose).
-template <>
-__device__ __forceinline__ void wgmma_ss<{n}, E4m3>(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b,
-                                                   int accumulate) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{acc}}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}"
-      : {outs}
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}}
-"""
-
-
-def rs8(n: int) -> str:
-    regs = n // 2
-    acc = ", ".join(f"%{i}" for i in range(regs))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    a = ", ".join(f"%{regs + i}" for i in range(4))
-    return f"""
-// D[64 x {n}] += A[64 x 32] * B[32 x {n}], FP8 E4M3, A from registers, B from shared memory K-major.
-template <>
-__device__ __forceinline__ void wgmma_rs<{n}, E4m3>(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{acc}}}, {{{a}}}, %{regs + 4}, p, 1, 1;\\n}}"
+      "{op} {{{acc}}}, {{{a}}}, %{regs + 4}, p, {t.rs_imm};\\n}}"
       : {outs}
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }}
@@ -98,11 +89,9 @@ def main() -> None:
     print("template <int kN, typename Element>")
     print("__device__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b);")
     for n in N_VALUES:
-        for tag, ptx in TYPES.items():
-            print(ss(n, tag, ptx), end="")
-            print(rs(n, tag, ptx), end="")
-        print(ss8(n), end="")
-        print(rs8(n), end="")
+        for t in KINDS:
+            print(ss(n, t), end="")
+            print(rs(n, t), end="")
     print("\n}  // namespace flashcore")
 
 

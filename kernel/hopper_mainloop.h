@@ -48,7 +48,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     }
     const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c, seq);
     const int n_blocks = valid ? kv.n_blocks : 0;
-    const int head_kv = p.pack_gqa ? c.head : c.head / p.group;
+    const int head_kv = kv_head(p, c);
     auto load = [&](int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map, int n) {
       const int stage = (block + n) % Cfg::kStages;
       const uint32_t empty_parity = (((block + n) / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
@@ -137,7 +137,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
 
 // One consumer warpgroup: 64 query rows, S = Q K^T and O += P V on wgmma, online softmax in registers.
 // The high word of a K-major 64-byte-swizzle descriptor with SBO 512 (8 rows of 64 bytes): FP8 V^T's tail chunk.
-constexpr uint32_t kVtTailHi = (512u >> 4) | (2u << 30);
+constexpr uint32_t kVtTailHi = static_cast<uint32_t>(smem_descriptor(0, 16, 512, 2) >> 32);
 
 template <int kHeadDim, int kPoint, typename Element>
 struct WgmmaConsumer {

@@ -54,8 +54,7 @@ __device__ __forceinline__ void softcap_scores(float (&s)[kNTiles][4], float pre
 // FP8 descale factors ([batch, K/V head] fp32 with strides; nullptr: 1) of tile `c`'s batch and K/V head.
 __device__ __forceinline__ float descale(const float* f, const int64_t (&stride)[2], const KernelParams& p,
                                          const TileCoord& c) {
-  const int head_kv = p.pack_gqa ? c.head : c.head / p.group;
-  return f == nullptr ? 1.f : __ldg(f + c.batch * stride[0] + head_kv * stride[1]);
+  return f == nullptr ? 1.f : __ldg(f + c.batch * stride[0] + kv_head(p, c) * stride[1]);
 }
 __device__ __forceinline__ float qk_descale(const KernelParams& p, const TileCoord& c) {
   return descale(p.q_descale, p.q_descale_stride, p, c) * descale(p.k_descale, p.k_descale_stride, p, c);

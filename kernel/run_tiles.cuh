@@ -139,7 +139,7 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   plan->counter_offset = partial_bytes;
   plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);
   plan->vt_offset = (plan->workspace_bytes + 127) / 128 * 128;  // TMA wants 16-byte aligned bases
-  plan->vt_keys = in->dtype == FC_E4M3 ? (int64_t{p.seqlen_k} + kVtKeys - 1) / kVtKeys * kVtKeys : 0;
+  plan->vt_keys = in->dtype == FC_E4M3 ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
   if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
   return FC_OK;
 }
@@ -153,11 +153,9 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   if constexpr (Cfg::kFp8) {
     if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
     // V's transposed copy first, on the same stream.
-    const VtArgs vt{static_cast<const uint8_t*>(p.v), {p.v_stride[0], p.v_stride[1], p.v_stride[2]}, p.seqlen_k,
-                    p.heads_kv, static_cast<uint8_t*>(p.vt), p.vt_keys};
     const dim3 grid(static_cast<unsigned>(p.vt_keys / kVtKeys), static_cast<unsigned>(p.heads_kv),
                     static_cast<unsigned>(p.batch));
-    transpose_v_fp8_kernel<kHeadDim><<<grid, 256, 0, stream>>>(vt);
+    transpose_v_fp8_kernel<kHeadDim><<<grid, 256, 0, stream>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   } else if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {

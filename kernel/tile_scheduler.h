@@ -21,6 +21,11 @@ struct TileCoord {
   int split;    // K/V split (0 without split-KV)
 };
 
+// The K/V head tile `c` reads.
+__device__ __forceinline__ int kv_head(const KernelParams& p, const TileCoord& c) {
+  return p.pack_gqa ? c.head : c.head / p.group;
+}
+
 __device__ __forceinline__ TileCoord tile_coord(const KernelParams& p, int tile) {
   const int tiles_per_head = p.m_tiles * p.num_splits;
   const int big_tiles = p.section_big * (p.section_heads + 1) * tiles_per_head;  // the sections of one more head

@@ -13,8 +13,8 @@ namespace flashcore {
 //  MN-major (V as B of P V): SBO = 1024 B between 8-key groups along K, LBO = bytes between 64-column
 //  chunks along N (cute's canonical layout ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units).
 // swizzle_mode 1: 128-byte swizzle; 2: 64-byte (FP8 V^T's 64-key chunk: rows of 64 bytes, SBO 512).
-__device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
-                                                    uint32_t swizzle_mode = 1) {
+__host__ __device__ constexpr uint64_t smem_descriptor(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                       uint32_t swizzle_mode = 1) {
   uint64_t desc = 0;
   desc |= static_cast<uint64_t>((smem_byte_addr & 0x3FFFF) >> 4);
   desc |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16;

@@ -50,12 +50,12 @@ def allowances(p: BuildParams) -> list[tuple[str, int]]:
     return out
 
 
-def spill_limit(name: str, p: BuildParams) -> tuple[int, str]:
-    """The spill bytes `name` may have, and the allowance that grants it (empty: max_spill_bytes)."""
-    for sub, limit in allowances(p):
+def spill_limit(name: str, allowed: list[tuple[str, int]], default: int) -> tuple[int, str]:
+    """The spill bytes `name` may have, and the allowance that grants it (empty: the default, max_spill_bytes)."""
+    for sub, limit in allowed:
         if sub in name:
             return limit, f"{sub}={limit}"
-    return p.max_spill_bytes, ""
+    return default, ""
 
 
 def _short(name: str, width: int = 60) -> str:
@@ -78,8 +78,9 @@ def verdict_kernels(report: PtxasReport, p: BuildParams) -> list[Check]:
         ok = f.arch == p.arch
         checks.append(Check(_short(f.name), "arch", None, None, Status.PASS if ok else Status.FAIL,
                             comparison="==", message=f"compiled for {f.arch}" + ("" if ok else f", expected {p.arch}")))
+    allowed = allowances(p)
     for f in report.functions:
-        limit, allowance = spill_limit(f.name, p)
+        limit, allowance = spill_limit(f.name, allowed, p.max_spill_bytes)
         ok = f.spill_bytes <= limit
         checks.append(Check(_short(f.name), "spill_bytes", limit, f.spill_bytes,
                             Status.PASS if ok else Status.FAIL, margin=margin_le(f.spill_bytes, limit),

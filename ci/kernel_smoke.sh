@@ -42,7 +42,7 @@ run ok --batch 2 --heads-q 12 --heads-kv 12 --seqlen-q 1500 --seqlen-k 1500 --he
 run ok --batch 2 --heads-q 8 --heads-kv 2 --seqlen-q 900 --seqlen-k 900 --head-dim 128 --dtype fp16 --check --causal --schedule 1
 run ok --batch 2 --heads-q 8 --heads-kv 8 --seqlen-q 700 --seqlen-k 700 --head-dim 64 --dtype bf16 --check --schedule 2 --l2-pct 5
 run fail --batch 1 --heads-q 2 --heads-kv 2 --seqlen-q 100 --seqlen-k 100 --head-dim 128 --dtype bf16 --check --block-n 160
-# split-KV (kernel/split_plan.h): forced split counts on every head dim, dtype, causal offset and GQA packing;
+# split-KV (kernel/tile_scheduler.h): forced split counts on every head dim, dtype, causal offset and GQA packing;
 # the automatic choice on a batch-1 decode; deterministic mode and sm_margin.
 for d in 64 128 256; do
   run ok --batch 1 --heads-q 4 --heads-kv 2 --seqlen-q 300 --seqlen-k 1000 --head-dim $d --dtype bf16 --check --causal --splits 3

@@ -20,7 +20,7 @@ SUPPORTED_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 2
 FP8_HEAD_DIMS = (128, 256)  # E4M3 inputs (flashcore/fp8.py)
 # v's head dim when it differs from q and k's (DeepSeek-style prefill: q/k 192, v 128); otherwise v's is q's.
 HEAD_DIM_V = {192: (192, 128)}
-MAX_FAULT = int(faults.MAX_FAULT)  # debug_fault 1..4: flashcore/faults.py (kernel/config.h FaultKind)
+MAX_FAULT = int(faults.MAX_FAULT)  # debug_fault 1..4: flashcore/faults.py (kernel/common.h FaultKind)
 MAX_SPLITS = tuning.MAX_SPLITS
 MAX_SM_MARGIN = 1 << 20
 FALLBACKS = ("error", "sdpa")

@@ -1,4 +1,4 @@
-"""Test-only planted kernel faults (flashcore.attention's debug_fault): the one Python list of kernel/config.h's
+"""Test-only planted kernel faults (flashcore.attention's debug_fault): the one Python list of kernel/common.h's
 `FaultKind` (tests/test_faults.py checks the two agree). The gates' self-tests plant them to prove each gate fails."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ SCHEDULES = {"default": 0, "static": 1, "dynamic": 2}  # fc_schedule (kernel/fla
 TABLE_VERSION = 1
 PACKAGED_TABLE = Path(__file__).resolve().parent / "tuned.yaml"
 DECODE_MAX_Q = 16  # seqlen_q up to this is a decode call
-MAX_SPLITS = 128  # kernel/split_plan.h kMaxSplits
+MAX_SPLITS = 128  # kernel/tile_scheduler.h kMaxSplits
 SEQLEN_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)  # key lengths round up to one of these
 
 
@@ -47,7 +47,7 @@ class TileConfig:
     schedule: str = "default"  # tile order: default, static or dynamic (atomic tile counter)
     l2_section_pct: int = 0  # dynamic order: % of L2 for one section's K/V; 0: a third
     point: str = ""  # compile-time point (flashcore/points.py name, e.g. n128-s3-w2-pp1-re0-r32); "": the default
-    num_splits: int = 0  # split-KV count (decode); 0: the rule of kernel/split_plan.h. A caller's num_splits wins
+    num_splits: int = 0  # split-KV count (decode); 0: the rule of kernel/tile_scheduler.h. A caller's num_splits wins
 
     def problems(self, block_n_options: tuple[int, ...] | None = None, head_dim: int | None = None,
                  compiled: tuple[Point, ...] | None = None) -> list[str]:

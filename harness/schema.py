@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-HEAD_DIMS = (64, 128, 256)  # head dims the kernel is built for (kernel/config.h)
+HEAD_DIMS = (64, 128, 256)  # head dims the kernel is built for (kernel/hopper_config.h HeadDimTraits)
 WORKLOAD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (flashcore.api)
 DTYPES = ("bf16", "fp16")
 # How a workload's batch is laid out (flashcore.serving): dense [B, S, H, D]; varlen: packed sequences of

@@ -5,7 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "config.h"
+#include "common.h"
 #include "flashcore.h"
 #include "launch.h"
 #include "tile_point.h"

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "mma.h"
+#include "element.h"
 #include "params.h"
 
 namespace flashcore {

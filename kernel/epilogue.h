@@ -3,7 +3,7 @@
 // the phase-1 kernel, packed-GQA tiles and the planted skip-row fault write from registers (write_output);
 // split-KV tiles write fp32 partials (write_partial).
 #pragma once
-#include "config.h"
+#include "common.h"
 #include "params.h"
 
 namespace flashcore {

@@ -1,7 +1,7 @@
 // FlashCore forward attention: launchers, kernel choice and the C ABI entry point.
 // Build: make build   (nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas=--warn-on-spills)
 // Hopper features used: TMA (cp.async.bulk.tensor) + mbarrier expect_tx, wgmma.mma_async, setmaxnreg
-// (kernel_wgmma.cuh) for every shape, decode included. The phase-1 mma.sync kernel (kernel_mma_sync.cuh)
+// (kernel_wgmma.cuh) for every shape, decode included. The phase-1 mma.sync kernel (kernel/phase1/)
 // stays reachable through fc_attention_forward_phase1 as a second reference and for comparisons.
 // Requires SM 9.0.
 #include <cuda_runtime.h>
@@ -11,28 +11,14 @@
 
 #include "flashcore.h"
 #include "hopper_config.h"
-#include "kernel_mma_sync.cuh"
 #include "launch.h"
 #include "params.h"
+#include "phase1/kernel.cuh"
 #include "run_tiles.cuh"
 #include "tile_choice.h"
 #include "tile_point.h"
 
 namespace flashcore {
-
-// ---------------------------------------------------------------------------------------------
-// Launchers: one instantiation per (kernel, head dim, dtype).
-template <int kHeadDim, typename Element>
-cudaError_t launch_mma_sync(const KernelParams& p, cudaStream_t stream) {
-  using Cfg = TileConfig<kHeadDim>;
-  auto kernel = attention_forward_kernel<kHeadDim, Element>;
-  // Above 48 KB of dynamic shared memory a kernel must opt in (per device, so on every call: it is cheap).
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
-}
 
 // The points file: FC_POINT(head_dim, block_n, stages, consumer_wgs, pingpong, rescale_early, producer_regs) lines,
 // the points compiled besides each head dim's defaults, one object each (kernel/point.cu). make build reads

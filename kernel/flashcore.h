@@ -34,7 +34,7 @@ typedef struct fc_params {
   float softmax_scale;  // usually 1/sqrt(D)
   int32_t causal;
   int32_t dtype;  // enum fc_dtype
-  int32_t debug_fault;  // 0 in production; >0 plants a test-only fault (see kernel/config.h FaultKind)
+  int32_t debug_fault;  // 0 in production; >0 plants a test-only fault (see kernel/common.h FaultKind)
   // Split-KV (short queries, few heads: too few tiles to fill the GPU): each tile's keys are divided among
   // `num_splits` CTAs that write fp32 partial results into `workspace`; a second kernel adds them in split
   // order (deterministic). fc_plan() says how many splits a call uses and how much workspace it needs.

@@ -82,7 +82,7 @@ def main() -> None:
     print("// warpgroup-level MMA).")
     print("#pragma once")
     print("#include <cstdint>\n")
-    print('#include "mma.h"\n')
+    print('#include "element.h"\n')
     print("namespace flashcore {\n")
     print("template <int kN, typename Element>")
     print("__device__ void wgmma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);")

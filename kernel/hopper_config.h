@@ -3,7 +3,7 @@
 #pragma once
 #include <cuda.h>
 
-#include "config.h"
+#include "common.h"
 #include "tile_point.h"
 #include "tile_scheduler.h"
 

@@ -5,7 +5,7 @@
 #include "barriers.h"
 #include "hopper_config.h"
 #include "mask.h"
-#include "mma.h"
+#include "element.h"
 #include "params.h"
 #include "seqlens.h"
 #include "softmax.h"
@@ -217,15 +217,7 @@ struct WgmmaConsumer {
     return SmemDesc::make(v_addr, Cfg::kFp8 ? 16 : Cfg::kBlockN * 128, 1024);
   }
 
-  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      o_reg[dt][0] *= alpha[0];
-      o_reg[dt][1] *= alpha[0];
-      o_reg[dt][2] *= alpha[1];
-      o_reg[dt][3] *= alpha[1];
-    }
-  }
+  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) { rescale_rows(o_reg, alpha); }
 
   // P (A fragments of the P V GEMM) from the softmaxed S registers: C layout repacked as A layout. 16-bit: two
   // 8-column C tiles are one A fragment. FP8 (k32): the A fragment wants columns 4t..4t+3 (and 16 + 4t..) of a thread

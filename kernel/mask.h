@@ -7,7 +7,7 @@
 #pragma once
 #include <cmath>
 
-#include "config.h"
+#include "common.h"
 #include "params.h"
 
 namespace flashcore {

@@ -15,9 +15,9 @@
 #include "kernel_wgmma.cuh"
 #include "launch.h"
 #include "params.h"
-#include "split_plan.h"
 #include "tensor_maps.h"
 #include "tile_choice.h"
+#include "tile_scheduler.h"
 
 namespace flashcore {
 
@@ -30,12 +30,6 @@ struct DefaultPoints {
 };
 
 // What one call launches: tile list, GQA packing, split-KV count, persistent grid and workspace (fc_plan_info).
-// Sections of the tile order: `big` sections of heads + 1 (batch, head) pairs, then sections of `heads`.
-struct Sections {
-  int heads;
-  int big;
-};
-
 struct LaunchPlan {
   bool pack_gqa;
   int m_tiles;     // query tiles per (head, batch); 1 when packed
@@ -58,20 +52,6 @@ inline int64_t l2_budget_bytes(int device, int pct) {
   int l2 = 0;
   if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess || l2 <= 0) l2 = 50 << 20;
   return pct > 0 ? int64_t{l2} * pct / 100 : l2 / 3;
-}
-
-// The sections of the tile order (kernel/tile_scheduler.h). Equal-cost tiles (static order) go one head at a time, query tiles side by side: the CTAs
-// in flight then read the K/V of the fewest heads (B4 H16 S8K hdim 128: 6-head sections read 1.07 GB from DRAM,
-// FA3's head-by-head order 0.41 GB; S = 2K +4 %). Uneven tiles (dynamic order) go longest-first inside sections
-// whose K/V fit the L2 budget, all of one size but for a head: a short last section would end the launch on one
-// wave of its tiles, longest included (S = 1K causal with sections of 50 and a last one of 6: SMs idle for 7 % of
-// the kernel, ncu sm__cycles_active max vs avg).
-inline Sections plan_sections(int64_t bh, int64_t kv_bytes, int64_t l2_budget, bool dynamic) {
-  if (!dynamic) return {1, 0};
-  int64_t fit = l2_budget / (kv_bytes > 0 ? kv_bytes : 1);
-  if (fit < 1) fit = 1;
-  const int64_t sections = (bh + fit - 1) / fit;
-  return {static_cast<int>(bh / sections), static_cast<int>(bh % sections)};
 }
 
 // The tile shape a plan needs (not HopperTileConfig: the plan is the same for 16-bit and FP8 inputs at one point).

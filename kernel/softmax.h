@@ -73,4 +73,16 @@ struct OnlineSoftmax {
   }
 };
 
+// O *= alpha per row: in the C fragment layout a thread's c0, c1 are row g and c2, c3 row g + 8 (mma.sync and wgmma).
+template <int kTiles>
+__device__ __forceinline__ void rescale_rows(float (&o)[kTiles][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+    o[t][0] *= alpha[0];
+    o[t][1] *= alpha[0];
+    o[t][2] *= alpha[1];
+    o[t][3] *= alpha[1];
+  }
+}
+
 }  // namespace flashcore

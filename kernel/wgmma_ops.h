@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "mma.h"
+#include "element.h"
 
 namespace flashcore {
 

@@ -1,4 +1,4 @@
-"""The planted-fault numbers: flashcore/faults.py is kernel/config.h's FaultKind, name for name, value for value."""
+"""The planted-fault numbers: flashcore/faults.py is kernel/common.h's FaultKind, name for name, value for value."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_python_and_cxx_fault_lists_agree() -> None:
-    text = (REPO / "kernel" / "config.h").read_text()
+    text = (REPO / "kernel" / "common.h").read_text()
     cxx = {name: int(v) for name, v in re.findall(r"\bkFault(\w+)\s*=\s*(\d+)", text)}
     assert sorted(cxx.values()) == [int(f) for f in Fault]
     pairs = {"None": Fault.NONE, "TailMaskOffByOne": Fault.TAIL_MASK, "Nondeterministic": Fault.NONDETERMINISTIC,

@@ -277,7 +277,7 @@ def test_selftest_plants_a_slow_kernel_for_the_dram_gate() -> None:
     from flashcore.faults import Fault
 
     assert MAX_FAULT == Fault.SLOW == 4  # the slow fault is one debug_fault accepts
-    assert "kFaultSlow = 4" in (REPO / "kernel/config.h").read_text()
+    assert "kFaultSlow = 4" in (REPO / "kernel/common.h").read_text()
 
 
 # ---- on the H100 ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The split-KV heuristic (kernel/split_plan.h), compiled for the host with the system C++ compiler."""
+"""The split-KV heuristic (kernel/tile_scheduler.h, host half), compiled for the host with the system C++ compiler."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = r"""
 #include <cstdio>
 #include <cstdlib>
-#include "split_plan.h"
+#include "tile_scheduler.h"
 int main(int argc, char** argv) {
   for (int i = 1; i + 2 < argc; i += 3) {
     const long long tiles = std::atoll(argv[i]);
@@ -27,20 +27,29 @@ int main(int argc, char** argv) {
 """
 
 
-@pytest.fixture(scope="module")
-def choose(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def _compile(tmp_path_factory: pytest.TempPathFactory, name: str, program: str) -> Path:
+    """The host program `program` (which includes kernel/tile_scheduler.h), built with the system C++ compiler."""
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no host C++ compiler")
-    d = tmp_path_factory.mktemp("split_plan")
-    (d / "main.cpp").write_text(PROGRAM)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernel'}", str(d / "main.cpp"), "-o", str(d / "plan")],
+    d = tmp_path_factory.mktemp(name)
+    (d / "main.cpp").write_text(program)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernel'}", str(d / "main.cpp"), "-o", str(d / name)],
                    check=True)
+    return d / name
+
+
+def _run(exe: Path, *args: object) -> list[int]:
+    return [int(x) for x in subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True,
+                                           check=True).stdout.split()]
+
+
+@pytest.fixture(scope="module")
+def choose(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    exe = _compile(tmp_path_factory, "split_plan", PROGRAM)
 
     def run(*cases: tuple[int, int, int]) -> list[int]:
-        args = [str(x) for case in cases for x in case]
-        return [int(x) for x in subprocess.run([str(d / "plan"), *args], capture_output=True, text=True,
-                                               check=True).stdout.split()]
+        return _run(exe, *(x for case in cases for x in case))
 
     return run
 
@@ -80,3 +89,42 @@ def test_ragged_keys_split_full_grids_into_more_tiles(choose) -> None:  # type: 
     assert choose((512, 47, -132), (1024, 47, -132), (2048, 47, -132), (8192, 47, -132)) == [4, 3, 2, 1]
     # never under 4 blocks per split; a grid under 80 % of the SMs takes the general rule
     assert choose((512, 9, -132), (512, 4, -132), (8, 373, -132)) == [2, 1, 16]
+
+
+SECTIONS_PROGRAM = r"""
+#include <cstdio>
+#include <cstdlib>
+#include "tile_scheduler.h"
+int main(int argc, char** argv) {
+  const flashcore::Sections s = flashcore::plan_sections(std::atoll(argv[1]), std::atoll(argv[2]),
+                                                         std::atoll(argv[3]), std::atoi(argv[4]) != 0);
+  std::printf("%d %d\n", s.heads, s.big);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def sections(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    exe = _compile(tmp_path_factory, "sections", SECTIONS_PROGRAM)
+
+    def run(bh: int, kv_bytes: int, budget: int, dynamic: bool) -> tuple[int, int]:
+        heads, big = _run(exe, bh, kv_bytes, budget, int(dynamic))
+        return heads, big
+
+    return run
+
+
+def test_static_order_goes_one_head_at_a_time(sections) -> None:  # type: ignore[no-untyped-def]
+    assert sections(64, 30, 100, False) == (1, 0)
+
+
+def test_dynamic_sections_fit_the_l2_budget_and_cover_every_head(sections) -> None:  # type: ignore[no-untyped-def]
+    for bh, kv, budget in [(64, 30, 100), (64, 1, 1000), (7, 50, 100), (1000, 3, 100), (5, 500, 100)]:
+        heads, big = sections(bh, kv, budget, True)
+        fit = max(1, budget // kv)
+        n = -(-bh // fit)  # the fewest sections whose K/V fit
+        assert big * (heads + 1) + (n - big) * heads == bh, (bh, kv, budget)  # every (batch, head) pair once
+        assert heads + (1 if big else 0) <= fit  # no section over the budget
+        assert 0 <= big < n  # sizes differ by at most one head
+    assert sections(64, 30, 100, True) == (2, 20)  # 3 fit: 22 sections, 20 of 3 and 2 of 2

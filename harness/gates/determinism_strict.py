@@ -2,7 +2,7 @@
 
 flashcore.attention(..., deterministic=True) promises the same bits whatever launch configuration a run could
 pick. What changes the configuration today is the split-KV count, chosen from the GPU's SM count minus
-`sm_margin` (kernel/split_plan.h). So each workload's repeats cycle through `sm_margins` (as if the GPU had
+`sm_margin` (kernel/tile_scheduler.h). So each workload's repeats cycle through `sm_margins` (as if the GPU had
 that many fewer SMs), all with deterministic=True, and every repeat must equal the first bit for bit.
 The gate also records flashcore.plan() for each margin with and without the flag: without it the split count
 must change with the margin on at least one workload (`require_varied_plans`), or the sweep proved nothing

@@ -26,7 +26,7 @@ class Space:
     l2_section_pct: tuple[int, ...]
     # Compile-time points per head dim: the product of each key's values (flashcore/points.py), built by make tune.
     points: dict[int, tuple[Point, ...]] = field(default_factory=dict)
-    # split-KV counts tried on decode buckets, each against the rule of kernel/split_plan.h (the default)
+    # split-KV counts tried on decode buckets, each against the rule of kernel/tile_scheduler.h (the default)
     decode_splits: tuple[int, ...] = ()
 
 

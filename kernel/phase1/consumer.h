@@ -1,12 +1,12 @@
 // Consumer warps: per K/V block, S = Q K^T (mma.sync), mask, online softmax, O += P V.
 // Each warp owns 16 query rows; a thread holds rows g and g+8 of the slab (see mma.h).
 #pragma once
-#include "barriers.h"
+#include "../barriers.h"
 #include "config.h"
-#include "mask.h"
-#include "mma.h"
-#include "params.h"
-#include "softmax.h"
+#include "../mask.h"
+#include "mma_sync.h"
+#include "../params.h"
+#include "../softmax.h"
 
 namespace flashcore {
 
@@ -48,13 +48,7 @@ struct Consumer {
 
   // O = O * alpha + P V, P taken from the S registers (C fragments repacked as A fragments).
   __device__ __forceinline__ void pv(float (&s)[kNTiles][4], const float (&alpha)[2], uint32_t v_addr, int lane) {
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      o_reg[dt][0] *= alpha[0];
-      o_reg[dt][1] *= alpha[0];
-      o_reg[dt][2] *= alpha[1];
-      o_reg[dt][3] *= alpha[1];
-    }
+    rescale_rows(o_reg, alpha);
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
       const uint32_t a[4] = {Element::pack(s[2 * kk][0], s[2 * kk][1]), Element::pack(s[2 * kk][2], s[2 * kk][3]),

@@ -2,10 +2,10 @@
 // cp.async (16 bytes per lane per copy); each tile completes on its mbarrier. Rows past the sequence end are zero-filled (src-size 0), so
 // consumers never read garbage: masked scores are -inf and the zero V rows add nothing.
 #pragma once
-#include "barriers.h"
+#include "../barriers.h"
 #include "config.h"
-#include "mma.h"
-#include "params.h"
+#include "mma_sync.h"
+#include "../params.h"
 
 namespace flashcore {
 

@@ -3,13 +3,13 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "barriers.h"
+#include "../barriers.h"
 #include "config.h"
 #include "consumer.h"
-#include "epilogue.h"
+#include "../epilogue.h"
 #include "loader.h"
-#include "mask.h"
-#include "params.h"
+#include "../mask.h"
+#include "../params.h"
 
 namespace flashcore {
 
@@ -95,6 +95,19 @@ __global__ void __launch_bounds__(kThreads, launch_min_blocks<kHeadDim>())
     write_output<kHeadDim, Element>(p, consumer.o_reg, inv_l, lse, batch, 0, rows, lane,
                                     p.fault == kFaultSkipFirstRow && consumer_warp == 0);
   }
+}
+
+// The launch: one CTA per (query tile, query head, batch).
+template <int kHeadDim, typename Element>
+cudaError_t launch_mma_sync(const KernelParams& p, cudaStream_t stream) {
+  using Cfg = TileConfig<kHeadDim>;
+  auto kernel = attention_forward_kernel<kHeadDim, Element>;
+  // Above 48 KB of dynamic shared memory a kernel must opt in (per device, so on every call: it is cheap).
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, kThreads, Cfg::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace flashcore

@@ -18,7 +18,8 @@ import yaml
 
 HEAD_DIMS = (64, 128, 256)  # head dims the kernel is built for (kernel/hopper_config.h HeadDimTraits)
 WORKLOAD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (flashcore.api)
-DTYPES = ("bf16", "fp16")
+DTYPES = ("bf16", "fp16", "e4m3")  # e4m3: FP8 inputs with descales, bf16 out (flashcore.attention_fp8)
+FP8_HEAD_DIMS = (128, 256)  # the head dims flashcore.attention_fp8 runs (flashcore/api.py FP8_HEAD_DIMS)
 # How a workload's batch is laid out (flashcore.serving): dense [B, S, H, D]; varlen: packed sequences of
 # seqlens_q / seqlens_k tokens (flash_attn_varlen_func); kvcache: a cache of seqlen_k slots per sequence holding
 # seqlens_k keys each (flash_attn_with_kvcache); paged: that cache in pages of page_size keys behind a page table.
@@ -96,8 +97,18 @@ class Workload:
 
     @property
     def plain(self) -> bool:
-        """Dense without a window or soft-capping: flashcore.attention's call, which torch SDPA also makes."""
-        return self.dense and self.window == (-1, -1) and not self.softcap and self.q_scale == 1.0
+        """Dense 16-bit without a window or soft-capping: flashcore.attention's call, which torch SDPA also makes."""
+        return self.dense and self.window == (-1, -1) and not self.softcap and self.q_scale == 1.0 and not self.fp8
+
+    @property
+    def fp8(self) -> bool:
+        """FP8 (E4M3) inputs: flashcore.attention_fp8, with per-(batch, K/V head) descale factors."""
+        return self.dtype == "e4m3"
+
+    @property
+    def out_dtype(self) -> str:
+        """The output's dtype: the inputs' own for 16-bit inputs, bf16 for FP8."""
+        return "bf16" if self.fp8 else self.dtype
 
     @property
     def window(self) -> tuple[int, int]:
@@ -141,6 +152,8 @@ def workload_problems(wl: Workload) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if wl.head_dim_v and (wl.head_dim, wl.head_dim_v) not in ((192, 128),) and wl.head_dim_v != wl.head_dim:
         out.append(("head_dim_v", "0, head_dim, or 128 with head_dim 192"))
+    if wl.fp8:
+        out.extend(fp8_problems(wl))
     if any(x < 0 for x in (*wl.seqlens_q, *wl.seqlens_k)):
         out.append(("seqlens_k" if any(x < 0 for x in wl.seqlens_k) else "seqlens_q", "lengths are >= 0"))
     if wl.layout == "dense":
@@ -167,6 +180,20 @@ def workload_problems(wl: Workload) -> list[tuple[str, str]]:
             out.append(("page_size", "a multiple of 16 that divides seqlen_k (the capacity)"))
     elif wl.page_size:
         out.append(("page_size", "only for the paged layout"))
+    return out
+
+
+def fp8_problems(wl: Workload) -> list[tuple[str, str]]:
+    """What flashcore.attention_fp8 does not take: it runs dense batches at head dims 128 and 256, no window, no
+    soft-capping, one head dim for q, k and v."""
+    out: list[tuple[str, str]] = []
+    if wl.head_dim not in FP8_HEAD_DIMS:
+        out.append(("head_dim", f"dtype e4m3 runs head dims {' and '.join(map(str, FP8_HEAD_DIMS))}"))
+    if not wl.dense:
+        out.append(("layout", "dtype e4m3 runs dense batches only"))
+    for key, off in (("window_left", -1), ("window_right", -1), ("softcap", 0.0), ("head_dim_v", 0)):
+        if getattr(wl, key) != off:
+            out.append((key, "not with dtype e4m3"))
     return out
 
 

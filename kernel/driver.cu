@@ -1,7 +1,7 @@
 // Standalone driver (no torch): runs the FlashCore kernel on generated inputs for one workload.
 // Used by the sanitizer and ncu gates, which must see plain cudaMalloc allocations.
 //   build/flashcore_driver --batch 2 --heads-q 4 --heads-kv 4 --seqlen-q 100 --seqlen-k 100
-//       --head-dim 64 --dtype bf16 [--causal] [--iters 1] [--seed 1] [--check] [--fault N] [--tol X]
+//       --head-dim 64 --dtype bf16|fp16|e4m3 [--causal] [--iters 1] [--seed 1] [--check] [--fault N] [--tol X]
 //       [--kernel wgmma|phase1]   (phase1: the mma.sync kernel of phase 1, for comparisons)
 //       [--splits N] [--sm-margin N] [--deterministic]   (split-KV: fc_params fields of the same names)
 //       [--block-n N] [--schedule 0|1|2] [--l2-pct N]      (tile configuration: fc_params fields, 0 = default)
@@ -11,9 +11,13 @@
 //   of seqlen-k slots per sequence holding seqlens-k keys; paged: that cache in pages of page-size keys, stored in a
 //   shuffled order behind a page table. Every buffer is its own cudaMalloc of exactly its size (memcheck sees
 //   any overrun). --check (the naive kernel) covers the dense layout without a window or softcap only.
+//   e4m3: FP8 inputs (dense, head dim 128/256) with descale factors [B, Hkv] of 0.5, 1 or 2 (each its own
+//   allocation), bf16 output; --check runs the naive kernel on bf16 copies of the dequantized inputs (exact: an E4M3
+//   value times a power of two is a bf16 value).
 // Prints one line "RESULT status=ok|fail ..." and exits 0 (ok), 1 (check failed), 2 (bad usage), 3 (error).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -45,6 +49,29 @@ __global__ void fill_random(uint16_t* data, int64_t n, uint32_t seed, int dtype)
     h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
     const float x = (static_cast<float>(h) * (1.0f / 4294967296.0f) * 2.f - 1.f) * 1.7320508f;
     data[i] = dtype == FC_BF16 ? __bfloat16_as_ushort(__float2bfloat16(x)) : __half_as_ushort(__float2half(x));
+  }
+}
+
+__global__ void fill_random_e4m3(uint8_t* data, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (static_cast<uint32_t>(i >> 32) + seed * 0x9E3779B9u);
+    h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+    const float x = (static_cast<float>(h) * (1.0f / 4294967296.0f) * 2.f - 1.f) * 1.7320508f;
+    data[i] = __nv_fp8_e4m3(x).__x;
+  }
+}
+
+// FP8 x [B, S, H, D] (dense) times its descale [B, Hkv] (head h takes h / (H / Hkv)) as bf16: exact for powers of 2.
+__global__ void dequantize_e4m3(const uint8_t* x, uint16_t* out, int64_t n, int64_t seq, int heads, int heads_kv,
+                                int dim, const float* descale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t h = (i / dim) % heads, b = i / (static_cast<int64_t>(dim) * heads * seq);
+    __nv_fp8_e4m3 v;
+    v.__x = x[i];
+    const float f = static_cast<float>(v) * descale[b * heads_kv + h / (heads / heads_kv)];
+    out[i] = __bfloat16_as_ushort(__float2bfloat16(f));
   }
 }
 
@@ -94,7 +121,7 @@ bool consistent(const Args& a) {
 int usage(const char* msg) {
   std::fprintf(stderr, "flashcore_driver: %s\n"
                "usage: flashcore_driver --batch B --heads-q H --heads-kv H --seqlen-q S --seqlen-k S --head-dim D\n"
-               "       --dtype bf16|fp16 [--causal] [--iters N] [--seed N] [--check] [--fault N] [--tol X]\n"
+               "       --dtype bf16|fp16|e4m3 [--causal] [--iters N] [--seed N] [--check] [--fault N] [--tol X]\n"
                "       [--kernel wgmma|phase1] [--splits N] [--sm-margin N] [--deterministic]\n"
                "       [--block-n N] [--schedule 0|1|2] [--l2-pct N]\n"
                "       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]\n"
@@ -154,7 +181,8 @@ bool parse(int argc, char** argv, Args* a) {
     else if (!std::strcmp(f, "--dtype")) {
       if (i + 1 >= argc) return false;
       const char* d = argv[++i];
-      a->p.dtype = !std::strcmp(d, "bf16") ? FC_BF16 : !std::strcmp(d, "fp16") ? FC_FP16 : -2;
+      a->p.dtype = !std::strcmp(d, "bf16") ? FC_BF16 : !std::strcmp(d, "fp16") ? FC_FP16
+                 : !std::strcmp(d, "e4m3") ? FC_E4M3 : -2;
     } else return false;
   }
   const bool serving = a->layout != kDense || a->p.window || a->p.softcap != 0.f || a->p.head_dim_v != 0;
@@ -228,17 +256,38 @@ int main(int argc, char** argv) {
   const int64_t nq = rows_q * p.heads_q * D, no = rows_q * p.heads_q * Dv;
   const int64_t nk = rows_k * p.heads_kv * D, nv = rows_k * p.heads_kv * Dv;
   const int64_t nlse = a.layout == kVarlen ? p.heads_q * rows_q : p.batch * p.heads_q * p.seqlen_q;
-  uint16_t *q, *k, *v, *o;
+  const bool fp8 = p.dtype == FC_E4M3;
+  const int64_t eb = fp8 ? 1 : 2;  // input element bytes; the output is 16-bit (bf16 for FP8)
+  const int out_dtype = fp8 ? FC_BF16 : p.dtype;
+  void *q, *k, *v;
+  uint16_t* o;
   float* lse;
-  CUDA_CHECK(cudaMalloc(&q, nq * 2));
-  CUDA_CHECK(cudaMalloc(&k, nk * 2));
-  CUDA_CHECK(cudaMalloc(&v, nv * 2));
+  CUDA_CHECK(cudaMalloc(&q, nq * eb));
+  CUDA_CHECK(cudaMalloc(&k, nk * eb));
+  CUDA_CHECK(cudaMalloc(&v, nv * eb));
   CUDA_CHECK(cudaMalloc(&o, no * 2));
   CUDA_CHECK(cudaMalloc(&lse, nlse * 4));
-  fill_random<<<1024, 256>>>(q, nq, 3 * a.seed + 0, p.dtype);
-  fill_random<<<1024, 256>>>(k, nk, 3 * a.seed + 1, p.dtype);
-  fill_random<<<1024, 256>>>(v, nv, 3 * a.seed + 2, p.dtype);
+  void* bufs[3] = {q, k, v};
+  const int64_t counts[3] = {nq, nk, nv};
+  for (int i = 0; i < 3; ++i) {
+    const uint32_t seed = 3 * a.seed + i;
+    if (fp8) fill_random_e4m3<<<1024, 256>>>(static_cast<uint8_t*>(bufs[i]), counts[i], seed);
+    else fill_random<<<1024, 256>>>(static_cast<uint16_t*>(bufs[i]), counts[i], seed, p.dtype);
+  }
   CUDA_CHECK(cudaGetLastError());
+  float* descales[3] = {nullptr, nullptr, nullptr};
+  if (fp8) {  // 0.5, 1 or 2 per (batch, K/V head), one allocation each so memcheck sees an overrun of any
+    std::vector<float> host(p.batch * p.heads_kv);
+    for (int i = 0; i < 3; ++i) {
+      for (size_t j = 0; j < host.size(); ++j) host[j] = std::ldexp(1.f, static_cast<int>((j + i + a.seed) % 3) - 1);
+      CUDA_CHECK(cudaMalloc(&descales[i], host.size() * sizeof(float)));
+      CUDA_CHECK(cudaMemcpy(descales[i], host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    p.q_descale = descales[0]; p.k_descale = descales[1]; p.v_descale = descales[2];
+    const int64_t ds[2] = {p.heads_kv, 1};
+    std::memcpy(p.q_descale_stride, ds, sizeof ds); std::memcpy(p.k_descale_stride, ds, sizeof ds);
+    std::memcpy(p.v_descale_stride, ds, sizeof ds);
+  }
   CUDA_CHECK(cudaMemset(o, 0xFF, no * 2));  // poison: 0xFFFF is NaN in fp16 and bf16
   CUDA_CHECK(cudaMemset(lse, 0xFF, nlse * 4));
 
@@ -291,13 +340,28 @@ int main(int argc, char** argv) {
     float *o_ref, *lse_ref;
     CUDA_CHECK(cudaMalloc(&o_ref, nq * 4));
     CUDA_CHECK(cudaMalloc(&lse_ref, nlse * 4));
-    CUDA_CHECK(fc_naive_forward(&p, o_ref, lse_ref, nullptr));
+    fc_params ref_p = p;  // FP8: the naive kernel reads bf16 copies of the dequantized inputs
+    uint16_t* deq[3] = {nullptr, nullptr, nullptr};
+    if (fp8) {
+      const int64_t seqs[3] = {p.seqlen_q, p.seqlen_k, p.seqlen_k};
+      const int heads[3] = {static_cast<int>(p.heads_q), static_cast<int>(p.heads_kv), static_cast<int>(p.heads_kv)};
+      for (int i = 0; i < 3; ++i) {
+        CUDA_CHECK(cudaMalloc(&deq[i], counts[i] * 2));
+        dequantize_e4m3<<<1024, 256>>>(static_cast<const uint8_t*>(bufs[i]), deq[i], counts[i], seqs[i], heads[i],
+                                       static_cast<int>(p.heads_kv), static_cast<int>(D), descales[i]);
+      }
+      CUDA_CHECK(cudaGetLastError());
+      ref_p.dtype = FC_BF16; ref_p.q = deq[0]; ref_p.k = deq[1]; ref_p.v = deq[2];
+      ref_p.q_descale = ref_p.k_descale = ref_p.v_descale = nullptr;
+    }
+    CUDA_CHECK(fc_naive_forward(&ref_p, o_ref, lse_ref, nullptr));
+    for (uint16_t* d : deq) if (d != nullptr) CUDA_CHECK(cudaFree(d));
     std::vector<uint16_t> h_o(nq);
     std::vector<float> h_ref(nq);
     CUDA_CHECK(cudaMemcpy(h_o.data(), o, nq * 2, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(h_ref.data(), o_ref, nq * 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < nq; ++i) {
-      const float x = to_float(h_o[i], p.dtype);
+      const float x = to_float(h_o[i], out_dtype);
       if (!std::isfinite(x)) { ++nonfinite; continue; }
       max_err = std::fmax(max_err, std::fabs(x - h_ref[i]));
     }
@@ -312,8 +376,9 @@ int main(int argc, char** argv) {
         max_lse_err = std::isnan(err) ? INFINITY : std::fmax(max_lse_err, err);
       }
     }
-    const double tol = a.tol > 0 ? a.tol : (p.dtype == FC_BF16 ? 2e-2 : 5e-3);
-    status_ok = nonfinite == 0 && max_err <= tol && max_lse_err <= 1e-3;
+    // FP8: P is rounded to E4M3 (3 mantissa bits) before P V, so the output is judged more loosely
+    const double tol = a.tol > 0 ? a.tol : (fp8 ? 6e-2 : p.dtype == FC_BF16 ? 2e-2 : 5e-3);
+    status_ok = nonfinite == 0 && max_err <= tol && max_lse_err <= (fp8 ? 2e-3 : 1e-3);
     CUDA_CHECK(cudaFree(o_ref));
     CUDA_CHECK(cudaFree(lse_ref));
   }
@@ -325,6 +390,7 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaFree(q)); CUDA_CHECK(cudaFree(k)); CUDA_CHECK(cudaFree(v));
   CUDA_CHECK(cudaFree(o)); CUDA_CHECK(cudaFree(lse));
   for (int32_t* d : owned) CUDA_CHECK(cudaFree(d));
+  for (float* d : descales) if (d != nullptr) CUDA_CHECK(cudaFree(d));
   CUDA_CHECK(cudaEventDestroy(start)); CUDA_CHECK(cudaEventDestroy(stop));
   return status_ok ? 0 : 1;
 }

@@ -417,3 +417,60 @@ def test_long_context_pairs_are_held_to_their_own_spread_limit(config: Config) -
     assert spread_checks(prefill, three_pct)["rel_std[speed_vs_fa2]"] is Status.FAIL
     burst = {3: 1.4, 4: 1.4}  # a neighbour's job in the second half of the rounds
     assert spread_checks(long_wl, burst) == {"rel_std[speed_vs_fa2]": Status.FAIL, "speed_vs_fa2": Status.NOT_RUN}
+
+
+@pytest.fixture
+def fp8_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.bench import ceiling
+
+    monkeypatch.setattr(ceiling, "measure", lambda kind, n, reps=20, device="cuda": ceiling.Ceiling(
+        kind, n, 1250.0, f"stand-in {kind} {n}^3"))
+
+
+def test_planted_slow_fp8_kernel_turns_perf_fp8_red(config: Config, tmp_path: Path, fp8_ceiling: None,
+                                                    gpu_stand_in: Callable[[Rate], None]) -> None:
+    gpu_stand_in(fa3_rate(1.0))  # at FA3's FP8 speed: passes clean; the planted 1.3x slower path must fail
+    clean = perf.run_perf(context(config, "perf-fp8", tmp_path / "clean"))
+    assert clean.status is Status.PASS, clean.message
+    assert {w["name"] for w in clean.details["workloads"]} == set(config.sets["fp8-bench"])
+    assert all(config.workloads[n].dtype == "e4m3" for n in config.sets["fp8-bench"])
+    result = perf.run_perf(context(config, "perf-fp8", tmp_path / "slow", fault=SLOW_FAULT))
+    assert result.status is Status.FAIL
+    assert set(checks_of(result, "speed_vs_fa3")) == {Status.FAIL}  # 0.77x < min_ratio 0.80
+    assert checks_of(result, "geomean_speed_vs_fa3") == [Status.FAIL]
+
+
+def test_perf_fp8_shows_each_workload_against_the_measured_matmul_ceiling(
+        config: Config, tmp_path: Path, fp8_ceiling: None, gpu_stand_in: Callable[[Rate], None]) -> None:
+    gpu_stand_in(fa3_rate(1.0))
+    result = perf.run_perf(context(config, "perf-fp8", tmp_path / "run"))
+    c = result.details["ceiling"]
+    assert (c["kind"], c["tflops"]) == ("fp8-matmul", 1250.0)
+    assert c["fraction"]["fp8-s8k-d128"] == pytest.approx(ANCHORS["fa3"] / 1250.0, rel=0.02)
+    text = html(result)
+    assert "stand-in fp8-matmul 8192^3 measured in this run at 1250.0 TFLOPS" in text
+    assert "fp8-s8k-d128 0.50" in text
+
+
+def test_a_ceiling_that_cannot_run_is_shown_and_leaves_the_verdicts(
+        config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu_stand_in: Callable[[Rate], None]) -> None:
+    from harness.bench import ceiling
+
+    def broken(kind: str, n: int, reps: int = 20, device: str = "cuda") -> ceiling.Ceiling:
+        raise RuntimeError("no _scaled_mm on this torch")
+
+    monkeypatch.setattr(ceiling, "measure", broken)
+    gpu_stand_in(fa3_rate(1.0))
+    result = perf.run_perf(context(config, "perf-fp8", tmp_path / "run"))
+    assert result.status is Status.PASS
+    assert result.details["ceiling"]["tflops"] is None
+    assert "not measured" in html(result) and "no _scaled_mm on this torch" in html(result)
+
+
+def test_perf_fa3_and_serving_reports_show_their_tables(config: Config, tmp_path: Path,
+                                                        gpu_stand_in: Callable[[Rate], None]) -> None:
+    gpu_stand_in(fa3_rate(1.0))
+    for gate in ("perf-fa3", "perf-serving"):
+        text = html(perf.run_perf(context(config, gate, tmp_path / gate)))
+        assert "Every repetition's time, round and SM clock" in text, gate  # the section with its tables
+        assert "judged per workload: FlashCore speed" in text, gate

@@ -28,6 +28,8 @@ EXPECTED_WORKLOADS = [
     "serve-varlen-ragged", "serve-varlen-chunked", "serve-cache-lengths", "serve-paged-mid-page", "serve-paged-16",
     "serve-window", "serve-window-varlen", "serve-softcap", "serve-softcap-cache", "serve-d96", "serve-d192-v128",
     "serve-d192-varlen", "serve-varlen-prefill", "serve-decode-lengths", "serve-paged-decode",
+    "fp8-gqa-causal", "fp8-d256-causal", "fp8-decode", "fp8-s4k-d128", "fp8-s4k-d128-causal", "fp8-s4k-d256",
+    "fp8-s4k-d256-causal", "fp8-s8k-d128", "fp8-s8k-d128-causal", "fp8-s8k-d256", "fp8-s8k-d256-causal",
 ]  # fmt: skip
 
 
@@ -169,7 +171,7 @@ CASES = [
     ("float_size", W, _wl("s1", batch=2.5), "workloads.s1.batch = 2.5", "an integer"),
     ("bool_size", W, _wl("s1", batch=True), "workloads.s1.batch = True", "an integer"),
     ("causal_text", W, _wl("s1", causal="yes"), "workloads.s1.causal = 'yes'", "true or false"),
-    ("dtype", W, _wl("decode", dtype="fp8"), "workloads.decode.dtype = 'fp8'", "{bf16, fp16}"),
+    ("dtype", W, _wl("decode", dtype="fp8"), "workloads.decode.dtype = 'fp8'", "{bf16, fp16, e4m3}"),
     ("kind", W, _wl("decode", kind="fast"), "workloads.decode.kind = 'fast'", "compute-bound, memory-bound, edge"),
     ("missing_key", W, _del("workloads", "gqa", "dtype"), "workloads.gqa.dtype = (missing)", "required"),
     ("unknown_key", W, _wl("gqa", stride=8), "workloads.gqa.stride = 8", "unknown key; allowed: batch"),

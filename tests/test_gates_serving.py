@@ -24,6 +24,7 @@ from harness.schema import Workload, workload_problems
 from harness.support import gpu, serving
 
 P = CorrectnessParams(workloads=("w",), seeds=1, fp16_max_abs=2.0e-3, bf16_error_factor=2.0, bf16_error_slack=1.0e-5,
+                      fp8_error_factor=2.0, fp8_error_slack=1.0e-5,
                       lse_max_abs=1.0e-3, reference_chunk_mib=64)
 
 
@@ -170,5 +171,5 @@ def test_only_flashcore_and_fa3_run_serving_workloads() -> None:
     batch = serving.make(LAYOUTS["varlen"], 1, "cpu")
     with pytest.raises(backends.Unavailable, match="only flashcore and fa3"):
         backends.prepare_serving("cudnn", batch)
-    with pytest.raises(backends.Unavailable, match="planted kernel faults reach flashcore.attention only"):
+    with pytest.raises(backends.Unavailable, match="planted kernel faults reach flashcore.attention and attention_fp8"):
         backends.prepare_serving("flashcore", batch, fault=4)

@@ -184,7 +184,8 @@ def test_phase1_yaml_entry(gates_dir: Path) -> None:
     config = load_config(gates_dir)
     (spec,) = [g for g in config.phase(1).gates if g.name == "sanitizer"]
     p = spec.params
-    assert p.tools == TOOLS and p.padding > 0 and p.workloads == config.sets["sanitizer"] + config.sets["serving"]
+    assert p.tools == TOOLS and p.padding > 0 and p.workloads == (
+        config.sets["sanitizer"] + config.sets["serving"] + config.sets["fp8"])
     assert {config.workloads[w].head_dim for w in p.workloads} == {64, 96, 128, 192, 256}
     assert any(config.workloads[w].heads_q > config.workloads[w].heads_kv for w in p.workloads)  # GQA
     assert any(config.workloads[w].causal for w in p.workloads)

@@ -114,7 +114,7 @@ def import_fa3_module() -> tuple[ModuleType, str, frozenset[str]]:
     errors = []
     try:
         mod: ModuleType = importlib.import_module("flash_attn_interface")
-        return mod, "flash_attn_interface", frozenset({"bf16", "fp16"})
+        return mod, "flash_attn_interface", frozenset({"bf16", "fp16", "e4m3"})
     except Exception as e:  # noqa: BLE001 - any import failure means "try the next one"
         errors.append(f"flash_attn_interface: {_first_line(e)}")
     try:
@@ -122,7 +122,8 @@ def import_fa3_module() -> tuple[ModuleType, str, frozenset[str]]:
         sys.modules.setdefault("flash_attn_config", config)  # the interface imports its config under this name
         mod = importlib.import_module("fa3_fwd_interface")
         flags = getattr(config, "CONFIG", {}).get("build_flags", {})
-        dtypes = {"bf16"} | (set() if flags.get("FLASHATTENTION_DISABLE_FP16") else {"fp16"})
+        dtypes = {"bf16"} | (set() if flags.get("FLASHATTENTION_DISABLE_FP16") else {"fp16"}) | (
+            set() if flags.get("FLASHATTENTION_DISABLE_FP8") else {"e4m3"})
         version = _dist_version("fa3-fwd")
         return mod, f"fa3_fwd_interface (fa3-fwd {version})", frozenset(dtypes)
     except Exception as e:  # noqa: BLE001
@@ -170,22 +171,29 @@ def prepare(backend: str, wl: Workload, q: torch.Tensor, k: torch.Tensor, v: tor
 
 def prepare_serving(backend: str, batch: serving.Batch, fault: int = 0) -> Prepared:
     """prepare() for a workload that is not plain dense (harness/support/serving.py): FlashCore's serving entry
-    points and FA3's varlen / KV-cache ones. SDPA has no per-sequence lengths, windows or soft-capping."""
+    points and FA3's varlen / KV-cache ones; FP8 (harness/support/fp8.py): flashcore.attention_fp8 and FA3's
+    flash_attn_func with the same descales. SDPA has no per-sequence lengths, windows, soft-capping or FP8."""
     wl = batch.wl
     if backend == "flashcore":
-        if fault:
-            raise Unavailable("planted kernel faults reach flashcore.attention only, not the serving entry points")
+        if fault and not wl.fp8:
+            raise Unavailable("planted kernel faults reach flashcore.attention and attention_fp8 only, not the serving "
+                              "entry points")
         try:
             fc = gpu.load_flashcore()
         except gpu.FlashcoreUnavailable as e:
             raise Unavailable(str(e)) from None
         out, lse = gpu.poisoned_outputs(wl, str(batch.q.device))
+        if wl.fp8:
+            return Prepared(batch.flashcore(fc, out, lse, debug_fault=fault), implementation="flashcore.attention_fp8",
+                            planted=f"kernel debug_fault {fault}" if fault else "")
         return Prepared(batch.flashcore(fc, out, lse), implementation=f"flashcore.serving ({wl.layout})")
     if backend == "fa3":
         mod, where, dtypes = import_fa3_module()
         if wl.dtype not in dtypes:
             raise Unavailable(f"{where} is built without {wl.dtype} (only {', '.join(sorted(dtypes))})")
         return Prepared(batch.fa3(mod), implementation=where)
+    if wl.fp8:
+        raise Unavailable(f"{backend} has no FP8 (E4M3) attention: only flashcore and fa3 run it")
     raise Unavailable(f"{backend} cannot run a {wl.layout} workload with its window/softcap: only flashcore and fa3 "
                       "have per-sequence lengths, windows and soft-capping")
 

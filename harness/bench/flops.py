@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from harness.schema import Workload
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1}
 
 
 def visible_pairs(seqlen_q: int, seqlen_k: int) -> int:

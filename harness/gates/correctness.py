@@ -1,7 +1,9 @@
 """Correctness gate: flashcore's output against torch SDPA and an fp32 reference, on every configured workload.
 
 Rule (ROADMAP): fp16: max|ours - SDPA| < fp16_max_abs. bf16: err(ours) <= factor * err(SDPA) + slack,
-err = max|x - ref32| over the same inputs. A max error over few elements is noise (on san-decode's 512
+err = max|x - ref32| over the same inputs. FP8 (e4m3, FA3's FP8 test): err(ours) <= fp8 factor * err(torch with P
+rounded to E4M3, output to bf16) + fp8 slack, against the fp32 reference of the dequantized inputs
+(harness/support/fp8.py). A max error over few elements is noise (on san-decode's 512
 output elements SDPA's max bf16 error went from 0.65e-3 to 1.18e-3 between input draws, measured on the H100),
 so a small workload is judged over input draws pooled to at least `min_elements` output elements (at most
 `max_draws`): ours and SDPA see the same draws, and the max over the pool is judged.
@@ -32,6 +34,8 @@ class CorrectnessParams:
     fp16_max_abs: float = param(gt=0)
     bf16_error_factor: float = param(gt=0)
     bf16_error_slack: float = param(ge=0)
+    fp8_error_factor: float = param(gt=0)  # e4m3: err(ours) <= factor * err(E4M3-P torch baseline) + slack
+    fp8_error_slack: float = param(ge=0)
     lse_max_abs: float = param(gt=0)
     reference_chunk_mib: int = param(gt=0)  # fp32 working set of the reference, per chunk of heads
     min_elements: int = param(default=1, ge=1)  # output elements a verdict is judged over (input draws pooled)
@@ -68,15 +72,18 @@ def verdict_output(subject: str, dtype: str, m: Measured, p: CorrectnessParams) 
                      margin=finite_or_none(margin_le(s.diff_sdpa, p.fp16_max_abs)),
                      message=f"max|ours-sdpa| {s.diff_sdpa:.3g} (err vs fp32: ours {s.err_ours:.3g}, "
                      f"sdpa {s.err_sdpa:.3g}), seed {m.seed}")
+    fp8 = dtype == "e4m3"
+    base = "the E4M3-P baseline" if fp8 else "sdpa"
     if not math.isfinite(s.err_sdpa):
         return Check(subject, "err_vs_fp32", None, finite_or_none(s.err_ours), Status.ERROR,
-                     message=f"SDPA's own error is {s.err_sdpa}: no baseline to judge against, seed {m.seed}")
-    threshold = p.bf16_error_factor * s.err_sdpa + p.bf16_error_slack
+                     message=f"{base}'s own error is {s.err_sdpa}: no baseline to judge against, seed {m.seed}")
+    factor, slack = (p.fp8_error_factor, p.fp8_error_slack) if fp8 else (p.bf16_error_factor, p.bf16_error_slack)
+    threshold = factor * s.err_sdpa + slack
     ok = s.err_ours <= threshold
     return Check(subject, "err_vs_fp32", threshold, finite_or_none(s.err_ours), Status.PASS if ok else Status.FAIL,
                  comparison="<=", margin=finite_or_none(margin_le(s.err_ours, threshold)),
-                 message=f"max|ours-ref32| {s.err_ours:.3g} vs {p.bf16_error_factor:g} x sdpa {s.err_sdpa:.3g}"
-                 f" + {p.bf16_error_slack:g}, seed {m.seed}")
+                 message=f"max|ours-ref32| {s.err_ours:.3g} vs {factor:g} x {base} {s.err_sdpa:.3g}"
+                 f" + {slack:g}, seed {m.seed}")
 
 
 def verdict_written(subject: str, m: Measured) -> list[Check]:
@@ -146,7 +153,7 @@ def measure(fc: ModuleType, wl: Workload, seed: int, p: CorrectnessParams, devic
 
 def judge_serving(batch: serving.Batch, out: Any, lse: Any, seed: int) -> Measured:
     """judge_output for a serving workload: every element of out and LSE belongs to a sequence, so all are judged."""
-    return Measured(seed, *written(out, lse, batch.wl.dtype), serving.compare(batch, out, lse))
+    return Measured(seed, *written(out, lse, batch.wl.out_dtype), serving.compare(batch, out, lse))
 
 
 def written(out: Any, lse: Any, dtype: str) -> tuple[int, int, int]:
@@ -163,6 +170,15 @@ def judge_output(q: Any, k: Any, v: Any, out: Any, lse: Any, causal: bool, dtype
     sdpa_out = reference.sdpa(q, k, v, causal)
     stats = reference.compare(q, k, v, causal, out, lse, sdpa_out, p.reference_chunk_mib << 20)
     return Measured(seed, *written(out, lse, dtype), stats)
+
+
+def baseline_name(wl: Workload) -> str:
+    """What a workload's accuracy is judged against (the reports' "baseline")."""
+    if wl.fp8:
+        from harness.support import fp8
+
+        return fp8.BASELINE
+    return "sdpa" if wl.plain else serving.BASELINE
 
 
 def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult:
@@ -188,7 +204,7 @@ def check_workloads(ctx: GateContext, fc: ModuleType, device: str) -> GateResult
             checks.extend(new)
             rule = next(c for c in new if c.metric in ("max_abs_vs_sdpa", "err_vs_fp32"))
             details[subject] = {"shape": wl.label, "seed": seed, "draws": p.draws_for(wl),
-                                "baseline": "sdpa" if wl.plain else serving.BASELINE,
+                                "baseline": baseline_name(wl),
                                 "elapsed_s": round(time.perf_counter() - t0, 3),
                                 "threshold": rule.threshold, "margin": rule.margin,
                                 "unwritten": m.unwritten, "lse_unwritten": m.lse_unwritten, "nonfinite": m.nonfinite,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.bench import report
+from harness.bench.ceiling import KINDS as CEILINGS
 from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
 from harness.bench.settings import BASELINES, OURS, BenchSettings, check_backends, load_bench_settings, timing_dict
 from harness.gates.base import Gate, GateContext, SelfTest
@@ -59,6 +60,10 @@ class PerfParams:
     report_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
     # the spread limit for workloads of kind long-context (calls of 50-500 ms under the power cap); 0: max_rel_std
     long_context_max_rel_std: float = param(default=0.0, ge=0)
+    # the chip's matmul rate measured in the same run (harness/bench/ceiling.py), shown as FlashCore's fraction of
+    # it per workload, never judged; "": none
+    ceiling: str = param(default="", choices=("", *CEILINGS))
+    ceiling_n: int = param(default=8192, gt=0)
 
     def spread_limit(self, wl: Workload) -> float:
         return pv.spread_limit(wl, self.max_rel_std, self.long_context_max_rel_std)
@@ -196,7 +201,25 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
     details = perf_details(ctx, settings, [*workloads, *reported], backends, by_wl, stored, stored_why, log_json,
                            refs)
     details["report_only"] = [w.name for w in reported]
+    if p.ceiling:
+        details["ceiling"] = ceiling_details(ctx, p, by_wl)
     return ctx.result(checks, details=details, logs=[log_json])
+
+
+def ceiling_details(ctx: GateContext, p: PerfParams, by_wl: dict[str, dict[str, Measurement]]) -> dict[str, Any]:
+    """The matmul ceiling, measured now, and FlashCore's TFLOPS as a fraction of it per workload (or why not)."""
+    from harness.bench import ceiling
+
+    ctx.step(f"ceiling: {p.ceiling} {p.ceiling_n}^3")
+    try:
+        c = ceiling.measure(p.ceiling, p.ceiling_n)
+    except Exception as e:  # noqa: BLE001 - a ceiling that cannot run is shown as such, the gate's verdicts stand
+        ctx.log(f"ceiling {p.ceiling}:\n{traceback.format_exc()}")
+        return {"kind": p.ceiling, "tflops": None, "why": f"{type(e).__name__}: {e}", "fraction": {}}
+    ctx.log(f"ceiling: {c.what}: {c.tflops:.1f} TFLOPS")
+    ours = {name: ms[OURS].tflops for name, ms in by_wl.items()}
+    fraction = {name: round(t / c.tflops, 4) for name, t in ours.items() if t is not None}
+    return {"kind": c.kind, "what": c.what, "tflops": round(c.tflops, 1), "why": "", "fraction": fraction}
 
 
 def perf_details(ctx: GateContext, settings: BenchSettings, workloads: Sequence[Workload], backends: Sequence[str],
@@ -276,6 +299,15 @@ class PerfFa3Gate(PerfGate):
     selftest_none = ("perf-fa2's code against FA3 (its planted cases); red on the CPU in tests/test_bench_gates.py "
                      "test_planted_slow_kernel_turns_perf_fa3_red")
 
+
+
+@register("perf-fp8")
+class PerfFp8Gate(PerfGate):
+    """Issue 16: FP8 (E4M3) prefill paired with FA3's FP8 (flash_attn_func with the same descales), with the chip's
+    FP8 matmul rate measured in the same run as the ceiling; without FA3 an ERROR with the install hint."""
+
+    selftest_none = ("perf-fa2's code on FP8 workloads (its planted cases); red on the CPU in "
+                     "tests/test_bench_gates.py test_planted_slow_fp8_kernel_turns_perf_fp8_red")
 
 
 @register("perf-serving")

@@ -66,7 +66,8 @@ def not_hopper_reason(capability: tuple[int, int], name: str) -> str | None:
 
 
 def load_flashcore(fault: int = 0) -> ModuleType:
-    """The flashcore module; with `fault` != 0 a copy whose attention() plants that test-only kernel fault."""
+    """The flashcore module; with `fault` != 0 a copy whose attention() and attention_fp8() plant that test-only
+    kernel fault."""
     try:
         fc = importlib.import_module("flashcore")
     except Exception as e:  # noqa: BLE001 - report any load failure as the gate's error
@@ -81,6 +82,8 @@ def load_flashcore(fault: int = 0) -> ModuleType:
     planted = ModuleType("flashcore_planted")
     planted.__dict__.update(fc.__dict__)
     planted.attention = functools.partial(fc.attention, debug_fault=fault)  # type: ignore[attr-defined]
+    if hasattr(fc, "attention_fp8"):
+        planted.attention_fp8 = functools.partial(fc.attention_fp8, debug_fault=fault)  # type: ignore[attr-defined]
     return planted
 
 
@@ -92,7 +95,7 @@ def workload_seed(base: int, gate: str, workload: str, index: int = 0) -> int:
 def torch_dtype(name: str) -> torch.dtype:
     import torch
 
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn}[name]
 
 
 def make_inputs(wl: Workload, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -120,7 +123,8 @@ def poisoned_outputs(wl: Workload, device: str) -> tuple[torch.Tensor, torch.Ten
     import torch
 
     out_shape, lse_shape = output_shapes(wl)
-    out = torch.full(out_shape, POISON_16[wl.dtype], dtype=torch.int16, device=device).view(torch_dtype(wl.dtype))
+    dt = wl.out_dtype
+    out = torch.full(out_shape, POISON_16[dt], dtype=torch.int16, device=device).view(torch_dtype(dt))
     lse = torch.full(lse_shape, POISON_LSE, dtype=torch.int32, device=device).view(torch.float32)
     return out, lse
 

@@ -28,7 +28,7 @@ from harness.support import gpu, reference
 if TYPE_CHECKING:
     import torch
 
-BASELINE = "torch 16-bit"  # the name the reports give the baseline of these workloads
+BASELINE = "torch 16-bit"  # the name the reports give the baseline of these workloads (FP8: fp8.BASELINE)
 CHUNK_BYTES = 256 << 20  # 16-bit scores per chunk of query rows in the baseline
 
 
@@ -44,9 +44,13 @@ class Batch:
     cu_k: torch.Tensor | None = None
     lengths: torch.Tensor | None = None  # kvcache / paged: cache_seqlens, int32
     page_table: torch.Tensor | None = None  # paged: int32 [B, seqlen_k // page_size]
+    descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # FP8: q, k, v float32 [B, Hkv]
 
     def options(self) -> dict[str, Any]:
         wl = self.wl
+        if self.descales is not None:  # FP8 (harness/support/fp8.py): dense, no window or softcap
+            return {"causal": wl.causal, **dict(zip(("q_descale", "k_descale", "v_descale"), self.descales,
+                                                     strict=True))}
         return {"causal": wl.causal, "window_size": wl.window, "softcap": wl.softcap}
 
     def flashcore(self, fc: ModuleType, out: torch.Tensor, lse: torch.Tensor,
@@ -56,6 +60,8 @@ class Batch:
         if wl.layout == "varlen":
             return lambda: fc.serving.varlen(self.q, self.k, self.v, self.cu_q, self.cu_k, wl.seqlen_q, wl.seqlen_k,
                                              **kw)
+        if self.descales is not None:
+            return lambda: fc.attention_fp8(self.q, self.k, self.v, **kw)
         if wl.layout == "dense":
             return lambda: fc.serving.dense(self.q, self.k, self.v, **kw)
         return lambda: fc.serving.kvcache(self.q, self.k, self.v, self.lengths, page_table=self.page_table, **kw)
@@ -133,7 +139,11 @@ def offsets(lengths: list[int], device: str) -> torch.Tensor:
 
 def inputs_for(wl: Workload, seed: int, device: str, nan_tails: bool = True) -> Any:
     """A draw of inputs in the form run() takes: (q, k, v) for a plain dense workload, else a Batch (by default with
-    NaN in the cache rows past each sequence's length)."""
+    NaN in the cache rows past each sequence's length; FP8 inputs with their descales)."""
+    if wl.fp8:
+        from harness.support import fp8
+
+        return fp8.make(wl, seed, device)
     return gpu.make_inputs(wl, seed, device) if wl.plain else make(wl, seed, device, nan_tails)
 
 
@@ -179,11 +189,16 @@ def baseline(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
 
 
 def compare(batch: Batch, out: torch.Tensor, lse: torch.Tensor) -> reference.ErrorStats:
-    """Errors of ours and of the 16-bit baseline against the fp32 reference, sequence by sequence, and of our LSE."""
+    """Errors of ours and of the 16-bit baseline against the fp32 reference, sequence by sequence, and of our LSE.
+    FP8 inputs: harness/support/fp8.py's reference and baseline."""
     import torch
 
     from flashcore import reference as truth
 
+    if batch.descales is not None:
+        from harness.support import fp8
+
+        return fp8.compare(batch, out, lse)
     wl = batch.wl
     scale = 1.0 / math.sqrt(wl.head_dim)
     kw: dict[str, Any] = {"causal": wl.causal, "scale": scale, "window": wl.window, "softcap": wl.softcap}

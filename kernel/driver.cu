@@ -378,7 +378,8 @@ int main(int argc, char** argv) {
     }
     // FP8: P is rounded to E4M3 (3 mantissa bits) before P V, so the output is judged more loosely
     const double tol = a.tol > 0 ? a.tol : (fp8 ? 6e-2 : p.dtype == FC_BF16 ? 2e-2 : 5e-3);
-    status_ok = nonfinite == 0 && max_err <= tol && max_lse_err <= (fp8 ? 2e-3 : 1e-3);
+    // FP8's LSE: S from FP8 wgmma, as FA3's (gates/phases.yaml fp8_lse_max_abs)
+    status_ok = nonfinite == 0 && max_err <= tol && max_lse_err <= (fp8 ? 2e-2 : 1e-3);
     CUDA_CHECK(cudaFree(o_ref));
     CUDA_CHECK(cudaFree(lse_ref));
   }

@@ -132,7 +132,7 @@ def test_a_phase_without_gates_cannot_pass(tmp_path: Path) -> None:
 def test_no_gpu_marks_gpu_gates_not_run_and_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     params = CorrectnessParams(workloads=("w",), seeds=1, fp16_max_abs=2e-3, bf16_error_factor=2.0,
-                               bf16_error_slack=1e-5, fp8_error_factor=2.0, fp8_error_slack=1e-5,
+                               bf16_error_slack=1e-5, fp8_error_factor=2.0, fp8_error_slack=1e-5, fp8_lse_max_abs=2e-2,
                                lse_max_abs=1e-3, reference_chunk_mib=16)
     config = config_of({1: [("fake-pass", NoParams()), ("correctness", params)]})
     result, progress = run(config, 1, tmp_path)

@@ -24,6 +24,7 @@ WL = Workload(name="f", batch=2, heads_q=4, heads_kv=2, seqlen_q=40, seqlen_k=70
               causal=True, kind="edge", why="test")
 P = correctness.CorrectnessParams(workloads=("f",), seeds=1, fp16_max_abs=2.0e-3, bf16_error_factor=2.0,
                                   bf16_error_slack=1.0e-5, fp8_error_factor=2.0, fp8_error_slack=1.0e-5,
+                                  fp8_lse_max_abs=2.0e-2,
                                   lse_max_abs=1.0e-3, reference_chunk_mib=64)
 
 
@@ -154,3 +155,12 @@ def test_a_planted_fault_reaches_attention_fp8(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(importlib, "import_module", lambda name: fake)
     planted = gpu.load_flashcore(1)
     assert planted.attention_fp8()["debug_fault"] == 1 and planted.attention()["debug_fault"] == 1
+
+
+def test_fp8_lse_has_its_own_limit() -> None:
+    m = correctness.Measured(1, 0, 0, 0, ErrorStats(err_ours=0.0, err_sdpa=0.01, diff_sdpa=0.0, lse_err=0.0103,
+                                                    lse_bad_rows=0))
+    assert correctness.verdict_lse("f", m, P, "e4m3").status is Status.PASS  # FA3's own FP8 LSE error
+    assert correctness.verdict_lse("f", m, P, "bf16").status is Status.FAIL
+    leaked = dataclasses.replace(m, stats=dataclasses.replace(m.stats, lse_err=0.057))  # a key leaked into 17
+    assert correctness.verdict_lse("f", leaked, P, "e4m3").status is Status.FAIL

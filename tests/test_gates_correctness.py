@@ -19,6 +19,7 @@ from harness.support.reference import ErrorStats
 
 P = CorrectnessParams(workloads=("w",), seeds=1, fp16_max_abs=2.0e-3, bf16_error_factor=2.0, bf16_error_slack=1.0e-5,
                       fp8_error_factor=2.0, fp8_error_slack=1.0e-5,
+                      fp8_lse_max_abs=2.0e-2,
                       lse_max_abs=1.0e-3, reference_chunk_mib=64)
 
 
@@ -317,7 +318,8 @@ def test_real_kernel_passes_and_a_planted_fault_fails(tmp_path: Path, fault: int
 
 def test_small_workloads_get_pooled_draws_big_ones_one() -> None:
     p = CorrectnessParams(workloads=("w",), seeds=1, fp16_max_abs=2.0e-3, bf16_error_factor=2.0,
-                          bf16_error_slack=1.0e-5, fp8_error_factor=2.0, fp8_error_slack=1.0e-5, lse_max_abs=1.0e-3,
+                          bf16_error_slack=1.0e-5, fp8_error_factor=2.0, fp8_error_slack=1.0e-5,
+                          fp8_lse_max_abs=2.0e-2, lse_max_abs=1.0e-3,
                           reference_chunk_mib=64,
                           min_elements=65536, max_draws=64)
     tiny = workload("t", b=2, hq=2, hkv=2, sq=1, sk=300, d=128)  # 512 output elements

@@ -24,7 +24,7 @@ from harness.schema import Workload, workload_problems
 from harness.support import gpu, serving
 
 P = CorrectnessParams(workloads=("w",), seeds=1, fp16_max_abs=2.0e-3, bf16_error_factor=2.0, bf16_error_slack=1.0e-5,
-                      fp8_error_factor=2.0, fp8_error_slack=1.0e-5,
+                      fp8_error_factor=2.0, fp8_error_slack=1.0e-5, fp8_lse_max_abs=2.0e-2,
                       lse_max_abs=1.0e-3, reference_chunk_mib=64)
 
 

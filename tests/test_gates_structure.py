@@ -66,3 +66,19 @@ def test_phase1_kernel_claimed_as_phase3_fails(real_ptx: dict[str, set[str]]) ->
     assert all(has_instruction(ops, "mma.sync") for ops in decode.values())
     checks = verdict_structure(decode, "attention_forward_kernel", ("wgmma.mma_async",), ("mma.sync",), "PTX")
     assert combine([c.status for c in checks]) is Status.FAIL
+
+
+def test_one_of_several_instructions_and_labels_that_tell_instantiations_apart() -> None:
+    """FP8 kernels run QGMMA (HGMMA is 16-bit only): "HGMMA|QGMMA" passes either, fails neither; the labels keep the
+    template arguments (E4m3, point) that the old 57-character cut dropped."""
+    base = "_ZN9flashcore30attention_forward_wgmma_kernelILi256ELi17220736EN"
+    kernels = {base + "S_4E4m3ELb0ELb0EEEvNS_12KernelParamsENS_9TmaParamsE": {"QGMMA", "UTMALDG"},
+               base + "S_4Bf16ELb0ELb0EEEvNS_12KernelParamsENS_9TmaParamsE": {"HGMMA"},
+               base + "S_4Fp16ELb0ELb0EEEvNS_12KernelParamsENS_9TmaParamsE": {"HMMA"}}
+    checks = verdict_structure(kernels, "attention_forward_wgmma_kernel", ("HGMMA|QGMMA",), ("HMMA",), "SASS")
+    has = {c.workload: c for c in checks if c.metric == "has HGMMA|QGMMA"}
+    assert len(has) == 3  # three distinct labels
+    by_type = {next(t for t in ("E4m3", "Bf16", "Fp16") if t in label): c for label, c in has.items()}
+    assert by_type["E4m3"].status is Status.PASS and "QGMMA present" in by_type["E4m3"].message
+    assert by_type["Bf16"].status is Status.PASS
+    assert by_type["Fp16"].status is Status.FAIL and "MISSING" in by_type["Fp16"].message

@@ -36,24 +36,37 @@ class StructureParams:
 
 def verdict_structure(kernels: dict[str, set[str]], pattern: str, required: tuple[str, ...],
                       forbidden: tuple[str, ...], source: str) -> list[Check]:
-    """Per matching kernel: every required instruction present, every forbidden one absent.
-    No kernel matching `pattern` is an ERROR (nothing was checked)."""
+    """Per matching kernel: every required instruction present (an entry "A|B": one of them, e.g. HGMMA for 16-bit
+    inputs or QGMMA for FP8), every forbidden one absent. No kernel matching `pattern` is an ERROR (nothing was
+    checked)."""
     matched = {name: ops for name, ops in kernels.items() if re.search(pattern, name)}
     if not matched:
         return [Check("(library)", "kernels_matched", 1, 0, Status.ERROR, ">=",
                       message=f"no kernel matches {pattern!r} in the {source} ({len(kernels)} kernels)")]
     checks = []
     for name, ops in sorted(matched.items()):
-        label = name if len(name) <= 60 else name[:57] + "..."
+        label = kernel_label(name, pattern)
         for instr in required:
-            ok = has_instruction(ops, instr)
-            checks.append(Check(label, f"has {instr}", None, None, Status.PASS if ok else Status.FAIL, "==",
-                                message=f"{source}: {instr} {'present' if ok else 'MISSING'}"))
+            found = [alt for alt in instr.split("|") if has_instruction(ops, alt)]
+            what = ", ".join(found) + " present" if found else "MISSING"
+            checks.append(Check(label, f"has {instr}", None, None, Status.PASS if found else Status.FAIL, "==",
+                                message=f"{source}: {instr} {what}" if "|" in instr else
+                                f"{source}: {instr} {'present' if found else 'MISSING'}"))
         for instr in forbidden:
             bad = has_instruction(ops, instr)
             checks.append(Check(label, f"no {instr}", None, None, Status.FAIL if bad else Status.PASS, "==",
                                 message=f"{source}: {instr} {'FOUND' if bad else 'absent'}"))
     return checks
+
+
+def kernel_label(name: str, pattern: str, width: int = 80) -> str:
+    """A mangled kernel name short enough for a table, from the match of `pattern` on: the template arguments that
+    tell the instantiations apart (head dim, point, element type) stay visible."""
+    if len(name) <= width:
+        return name
+    m = re.search(pattern, name)
+    start = m.start() if m else 0
+    return ("..." if start else "") + name[start:start + width - 6] + "..."
 
 
 class StructureGate(Gate):

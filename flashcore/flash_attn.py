@@ -5,8 +5,10 @@
     from flashcore import flash_attn_func          # instead of: from flash_attn_interface import flash_attn_func
 
 Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths, cache_batch_idx and paged
-caches run on the kernel (flashcore/serving.py). An argument FlashCore does not implement yet (FP8 descales,
-rotary, left-padded caches, seqused_q, ...) raises UnsupportedArgument naming it, before anything runs; FA3's
+caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
+runs through flash_attn_func on dense batches (flashcore.attention_fp8). An argument FlashCore does not implement
+yet (descales with packed sequences or a KV cache, rotary, left-padded caches, seqused_q, ...) raises
+UnsupportedArgument naming it, before anything runs; FA3's
 pure speed hints (pack_gqa, scheduler_metadata left None) are accepted. FlashCore is forward-only: inputs that need
 a gradient are refused as by flashcore.attention. Extension, keyword-only: `fallback="sdpa"` (plain torch) for CPU
 tensors and non-Hopper GPUs.
@@ -32,9 +34,12 @@ class UnsupportedArgument(FlashCoreError):
 # What each unsupported argument needs, for the message (issues: 15 serving features, 16 FP8).
 _WHY = {
     "qv": "a second query operand (FA3's MLA path) is not implemented",
-    "q_descale": "FP8 inputs are not implemented yet (issue 16)",
-    "k_descale": "FP8 inputs are not implemented yet (issue 16)",
-    "v_descale": "FP8 inputs are not implemented yet (issue 16)",
+    "q_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
+    "k_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
+    "v_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
+    "fp8 window_size": "sliding windows with FP8 inputs are not implemented; pass (-1, -1)",
+    "fp8 softcap": "softcap with FP8 inputs is not implemented; pass 0.0",
+    "fp8 fallback": "fallback='sdpa' has no FP8 path: FP8 runs on the Hopper kernel only",
     "attention_chunk": "chunked attention is not implemented; pass 0",
     "rotary_cos": "rotary embedding inside the call is not implemented; apply it to q and k first",
     "rotary_sin": "rotary embedding inside the call is not implemented; apply it to q and k first",
@@ -63,6 +68,12 @@ def _window_set(window_size: Any) -> bool:
                              "no window") from None
 
 
+def _is_fp8(q: Any) -> bool:
+    import torch
+
+    return isinstance(q, torch.Tensor) and q.dtype == torch.float8_e4m3fn
+
+
 def _splits(num_splits: Any) -> int | None:
     """FA3's num_splits (0: its heuristic, 1: no split, n: n splits) as flashcore.attention's (None: automatic)."""
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
@@ -79,9 +90,23 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
                     fallback: str = "error") -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_func: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]; causal bottom-right aligned. Returns out,
     or (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not
-    probabilities). pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count."""
-    _refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-             "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0})
+    probabilities). pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count.
+    FP8: float8_e4m3fn q, k, v (head dim 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on
+    flashcore.attention_fp8; out is bf16."""
+    _refuse({"qv": qv is not None, "attention_chunk": attention_chunk != 0})
+    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+    if _is_fp8(q):
+        _refuse({"fp8 window_size": _window_set(window_size), "fp8 softcap": softcap != 0.0,
+                 "fp8 fallback": fallback != "error"})
+        from flashcore.fp8 import attention_fp8
+
+        out, lse = attention_fp8(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
+                                 num_splits=_splits(num_splits), sm_margin=sm_margin, **descales)
+        return (out, lse) if return_attn_probs else out
+    given = [name for name, d in descales.items() if d is not None]
+    if given:
+        raise FlashCoreError(f"{given[0]} is given but q is {getattr(q, 'dtype', type(q).__name__)}: descale "
+                             "factors apply to float8_e4m3fn inputs only")
     if _window_set(window_size) or softcap != 0.0:
         out, lse = serving.dense(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
                                  softcap=softcap, deterministic=deterministic, num_splits=_splits(num_splits),

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import flashcore  # noqa: E402
-from flashcore import UnsupportedArgument, flash_attn_func, flash_attn_with_kvcache  # noqa: E402
+from flashcore import UnsupportedArgument, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache  # noqa: E402
 
 # FA3's signatures (fa3-fwd 0.0.3, fa3_fwd_interface.py): a user switches by changing one import, so every name,
 # position and default must match; FlashCore's own extension (fallback) is keyword-only, after them.
@@ -62,7 +62,7 @@ def test_func_is_flashcore_attention() -> None:
 
 @pytest.mark.parametrize(("kwargs", "named"), [
     ({"attention_chunk": 64}, "attention_chunk"),
-    ({"q_descale": torch.ones(2, 2)}, "q_descale"), ({"qv": torch.ones(1)}, "qv"),
+    ({"qv": torch.ones(1)}, "qv"),
 ])
 def test_func_refuses_what_it_does_not_implement_by_name(kwargs, named) -> None:
     q, k, v = _qkv()
@@ -127,3 +127,51 @@ def test_kvcache_per_sequence_lengths_and_what_it_refuses() -> None:
         flash_attn_with_kvcache(q, k, v, new, new, fallback="sdpa")
     with pytest.raises(flashcore.FlashCoreError, match="pass both or neither"):
         flash_attn_with_kvcache(q, k, v, new, None, cache_seqlens=3, fallback="sdpa")
+
+
+def _fp8(b: int = 1, s: int = 40, h: int = 2) -> torch.Tensor:
+    return torch.randn(b, s, h, 128).to(torch.float8_e4m3fn)
+
+
+def test_func_runs_fp8_inputs_on_attention_fp8_with_the_descales(monkeypatch: pytest.MonkeyPatch) -> None:
+    import flashcore.fp8
+
+    seen: dict[str, object] = {}
+
+    def fake(q, k, v, **kw):  # type: ignore[no-untyped-def]
+        seen.update(kw)
+        return "OUT", "LSE"
+
+    monkeypatch.setattr(flashcore.fp8, "attention_fp8", fake)
+    q, k, v = _fp8(), _fp8(), _fp8()
+    d = [torch.rand(1, 2) for _ in range(3)]
+    out = flash_attn_func(q, k, v, causal=True, q_descale=d[0], k_descale=d[1], v_descale=d[2], num_splits=0)
+    assert out == "OUT"
+    assert seen["causal"] is True and seen["num_splits"] is None  # FA3's 0: chosen automatically
+    assert (seen["q_descale"], seen["k_descale"], seen["v_descale"]) == tuple(d)
+    assert flash_attn_func(q, k, v, return_attn_probs=True) == ("OUT", "LSE")
+    assert seen["q_descale"] is None and seen["num_splits"] == 1  # FA3's defaults: unit descales, no split
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"window_size": (8, 0)}, "fp8 window_size"), ({"softcap": 5.0}, "fp8 softcap"),
+    ({"fallback": "sdpa"}, "fp8 fallback"),
+])
+def test_func_refuses_fp8_with_what_attention_fp8_lacks(kwargs, named) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UnsupportedArgument, match=f"^{named}: "):
+        flash_attn_func(_fp8(), _fp8(), _fp8(), **kwargs)
+
+
+def test_func_refuses_descales_on_16_bit_inputs() -> None:
+    q, k, v = _qkv()
+    with pytest.raises(flashcore.FlashCoreError, match="k_descale is given but q is torch.bfloat16: descale factors "
+                       "apply to float8_e4m3fn inputs only"):
+        flash_attn_func(q, k, v, k_descale=torch.ones(2, 2), fallback="sdpa")
+
+
+def test_varlen_still_refuses_descales_by_name() -> None:
+    q, k, v = _qkv()
+    cu = torch.tensor([0, 37, 74], dtype=torch.int32)
+    with pytest.raises(UnsupportedArgument, match="^q_descale: FP8 inputs run through flash_attn_func on dense"):
+        flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu, 37, 37,
+                               q_descale=torch.ones(2, 2), fallback="sdpa")

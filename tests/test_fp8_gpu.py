@@ -89,3 +89,14 @@ def test_fp8_rejects(what: str, kwargs: dict[str, object], message: str) -> None
     shape = kwargs.get("descale", (1, 4))
     with pytest.raises(FlashCoreError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         attention_fp8(q, k, v, q_descale=torch.ones(*shape, device="cuda"))  # type: ignore[misc]
+
+
+def test_fa3_names_run_fp8_on_attention_fp8() -> None:
+    """flashcore.flash_attn_func with float8_e4m3fn inputs and descales: the same bits as attention_fp8."""
+    from flashcore import flash_attn_func
+
+    q, k, v = fp8(2, 300, 8, 128), fp8(2, 500, 2, 128), fp8(2, 500, 2, 128)
+    qd, kd, vd = descales(2, 2)
+    want, want_lse = attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=True)
+    out, lse = flash_attn_func(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, return_attn_probs=True)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, want) and torch.equal(lse, want_lse)

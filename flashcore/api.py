@@ -446,21 +446,23 @@ class Plan:
 
 def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, deterministic: bool = False,
          num_splits: int | None = None, sm_margin: int = 0, tile: tuning.TileConfig | None = None) -> Plan:
-    """The launch `attention` would make with these arguments (validated the same way); launches nothing."""
+    """The launch `attention` would make with these arguments (validated the same way); launches nothing.
+    float8_e4m3fn inputs: the launch of flashcore.attention_fp8 (its one compiled point per head dim; no `tile`)."""
     import torch
 
+    fp8 = isinstance(q, torch.Tensor) and q.dtype == torch.float8_e4m3fn
     call = check_call(q, k, v, causal=causal, deterministic=deterministic, num_splits=num_splits,
-                      sm_margin=sm_margin, tile=tile)
+                      sm_margin=sm_margin, tile=tile, fp8=fp8)
     if call.empty:
         return Plan(0, False, 0, 0)
     index = device_index(call.q.device)
     capability, name = _device_info(index)
     use_fallback(str(call.q.device), capability, name, "error")
     lib = _lib.load()
-    config = tile_config(call, index, name)
-    # fc_plan checks o like q; q itself stands in (nothing is written).
+    config = tuning.DEFAULT if fp8 else tile_config(call, index, name)
+    # fc_plan checks o like q; q itself stands in (nothing is written). FP8: o is bf16, so a bf16 one is allocated.
     with torch.cuda.device(call.q.device):
-        info = _plan(lib, _params(call, call.q, None, config))
+        info = _plan(lib, _params(call, dense_outputs(call)[0] if fp8 else call.q, None, config))
     return Plan(info.num_splits, bool(info.pack_gqa), info.ctas, info.workspace_bytes, info.block_n,
                 bool(info.dynamic), info.section_heads, points.Point.from_code(info.point).name, config)
 

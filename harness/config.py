@@ -94,11 +94,12 @@ def _parse_gate(file: Path, phase: int, name: Any, raw: Any, workloads: Mapping[
     for f in dataclasses.fields(params):
         if f.metadata.get("workloads"):
             names = _resolve(file, f"{key}.{f.name}", getattr(params, f.name), workloads, sets)
-            serving = [n for n in names if not workloads[n].plain]
+            serving = [n for n in names if not workloads[n].plain
+                       and not (f.metadata.get("fp8") and workloads[n].fp8)]
             if serving and not f.metadata.get("serving"):
                 raise ConfigError(file, f"{key}.{f.name}", serving[0],
                                   f"{workloads[serving[0]].label}: gate {name} runs plain dense workloads only "
-                                  "(no varlen, cache, window or softcap)")
+                                  "(no varlen, cache, window, softcap or FP8)")
             params = dataclasses.replace(params, **{f.name: names})
     return GateSpec(name=name, phase=phase, params=params)
 

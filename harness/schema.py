@@ -55,13 +55,15 @@ def param(
     choices: tuple[Any, ...] | None = None,
     workloads: bool = False,
     serving: bool = False,
+    fp8: bool = False,
 ) -> Any:
     """Declare one field of a gate's `Params` dataclass with its bounds (checked by the loader).
 
     `workloads=True` marks a list of workload or set names; the loader expands sets and checks every name.
-    Such a list holds dense workloads only unless `serving=True` (the gate runs varlen, kvcache and paged ones).
+    Such a list holds dense workloads only unless `serving=True` (the gate runs varlen, kvcache and paged ones);
+    `fp8=True` admits FP8 (e4m3) dense workloads besides the plain ones.
     """
-    meta = {"gt": gt, "ge": ge, "choices": choices, "workloads": workloads, "serving": serving}
+    meta = {"gt": gt, "ge": ge, "choices": choices, "workloads": workloads, "serving": serving, "fp8": fp8}
     if default is _MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

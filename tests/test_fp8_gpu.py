@@ -100,3 +100,15 @@ def test_fa3_names_run_fp8_on_attention_fp8() -> None:
     want, want_lse = attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=True)
     out, lse = flash_attn_func(q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, return_attn_probs=True)
     assert out.dtype == torch.bfloat16 and torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
+def test_plan_takes_fp8_inputs_and_deterministic_mode_fixes_their_split_count() -> None:
+    """flashcore.plan on float8_e4m3fn inputs: attention_fp8's launch (hdim 128 at 192 keys per tile); decode splits
+    the keys, and deterministic=True keeps one split count whatever sm_margin (the determinism-strict gate's claim)."""
+    import flashcore
+
+    q, k, v = fp8(4, 1, 32, 128), fp8(4, 3000, 8, 128), fp8(4, 3000, 8, 128)
+    plan = flashcore.plan(q, k, v)
+    assert plan.block_n == 192 and plan.pack_gqa and plan.num_splits > 1
+    fixed = {flashcore.plan(q, k, v, deterministic=True, sm_margin=m).num_splits for m in (0, 66, 120)}
+    assert len(fixed) == 1

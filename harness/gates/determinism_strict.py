@@ -21,12 +21,12 @@ from harness.gates.determinism import DeterminismParams, RepeatStats, repeat_bit
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.schema import Workload, param
-from harness.support import gpu
+from harness.support import gpu, serving
 
 
 @dataclass(frozen=True)
 class StrictParams:
-    workloads: tuple[str, ...] = param(workloads=True)
+    workloads: tuple[str, ...] = param(workloads=True, fp8=True)  # plain dense and FP8 ones
     repeats: int = param(ge=2)  # calls per workload; repeat r uses sm_margins[r % len(sm_margins)]
     sm_margins: tuple[int, ...] = param()  # launch configurations the repeats cycle through
     require_varied_plans: bool = param(default=True)
@@ -42,13 +42,17 @@ def plans(fc: ModuleType, wl: Workload, q: Any, k: Any, v: Any, margins: tuple[i
 
 
 def measure(fc: ModuleType, wl: Workload, seed: int, p: StrictParams) -> tuple[RepeatStats, Any]:
-    q, k, v = gpu.make_inputs(wl, seed, "cuda")
+    if not (wl.plain or wl.fp8):
+        raise ValueError(f"{wl.name}: determinism-strict runs plain dense and FP8 workloads (flashcore.plan takes "
+                         f"[B, S, H, D] tensors, not the {wl.layout} layout)")
+    inputs = serving.inputs_for(wl, seed, "cuda")  # (q, k, v), or an FP8 Batch with its descales
+    q, k, v = (inputs.q, inputs.k, inputs.v) if isinstance(inputs, serving.Batch) else inputs
     plan = plans(fc, wl, q, k, v, p.sm_margins)
 
     def options(r: int) -> dict[str, Any]:
         return {"deterministic": True, "sm_margin": p.sm_margins[r % len(p.sm_margins)]}
 
-    return repeat_bits(fc, wl, (q, k, v), seed, p.repeats, "cuda", options, label="determinism-strict"), plan
+    return repeat_bits(fc, wl, inputs, seed, p.repeats, "cuda", options, label="determinism-strict"), plan
 
 
 def verdict_plans(details: dict[str, Any], p: StrictParams) -> Check:

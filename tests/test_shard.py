@@ -148,8 +148,11 @@ def _stand_in_build(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     """make gate-phase7 GPUS=0,1 with stand-in workers: one merged results.json, each gate once, its GPU named;
-    then GPU 1's worker dies: its gates are ERRORs (exit 1), GPU 0's results still count."""
+    then GPU 1's worker dies: its gates are ERRORs (exit 1), GPU 0's results still count. The balance reads gate
+    times from the history: an empty one here, so every gate weighs gates/shard.yaml's default_seconds (the
+    session's throwaway history holds whatever gates earlier tests ran, which moved the units around)."""
     monkeypatch.chdir(REPO)
+    monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "empty-history.sqlite"))
     _stand_in_build(monkeypatch)
     script = _fake(tmp_path)
     monkeypatch.setattr(shard, "worker_command", lambda phase, gates, out, seed, gates_dir: [

@@ -25,8 +25,8 @@ __host__ __device__ constexpr int vt_key(int pos) {
 }
 
 // V [batch, seqlen_k, heads_kv, kHeadDim] (p.v, p.v_stride: bytes = elements) into p.vt [batch][heads_kv][kHeadDim]
-// [p.vt_keys]. grid (vt_keys / kVtKeys, heads_kv, batch), 256 threads: 128 keys x kHeadDim bytes through shared memory (rows of
-// 32-bit words with one word of padding: the transposing reads of a warp hit 8 distinct words, no bank conflict).
+// [p.vt_keys]. grid (vt_keys / kVtKeys, heads_kv, batch), 256 threads: 128 keys x kHeadDim bytes through shared memory
+// (rows of 32-bit words with one word of padding, so the 16-byte stores of 4 keys by a warp fall in distinct banks).
 template <int kHeadDim>
 __global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const __grid_constant__ KernelParams p) {
   constexpr int kWords = kHeadDim / 4 + 1;
@@ -46,23 +46,32 @@ __global__ void __launch_bounds__(256) transpose_v_fp8_kernel(const __grid_const
   __syncthreads();
   uint8_t* dst = static_cast<uint8_t*>(p.vt) + ((static_cast<int64_t>(batch) * p.heads_kv + head) * kHeadDim) * p.vt_keys +
                  key0;
-  // One 32-key group of one d row per item (32 bytes: a whole sector); consecutive threads take consecutive d.
-  for (int i = threadIdx.x; i < kHeadDim * (kVtKeys / 32); i += blockDim.x) {
-    const int d = i % kHeadDim, group = i / kHeadDim;
-    uint32_t w[8];
+  // One half (16 keys) of a 32-key group of 4 d rows per item: the word column c (d = 4c..4c+3) of those keys, one
+  // LDS per key, transposed in 4x4 byte blocks by __byte_perm. Lanes 2t and 2t + 1 take the two halves of one group,
+  // so each store instruction writes whole 32-byte sectors (one 16-byte store per lane and row), and a warp's reads
+  // (16 columns x 2 halves 16 keys apart) hit 32 distinct banks. One byte per LDS and two half-sector stores per
+  // thread left the pass at 80 % of L2 throughput and 43 % of DRAM (docs/perf-notes.md steps 8.3-8.5).
+  constexpr int kCols = kHeadDim / 4;
+  for (int i = threadIdx.x; i < 2 * kCols * (kVtKeys / 32); i += blockDim.x) {
+    const int half = i & 1, c = (i >> 1) % kCols, group = (i >> 1) / kCols;
+    const int base = group * 32 + 16 * half;  // vt_key(16 + x) = 16 + vt_key(x)
+    uint32_t rows[4][4];  // rows[b][q]: d row 4c + b, key positions 16 half + 4q .. + 3
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      uint32_t word = 0;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = group * 32 + vt_key(4 * q + e);
-        word |= ((tile[key][d / 4] >> (8 * (d % 4))) & 0xffu) << (8 * e);
-      }
-      w[q] = word;
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t a0 = tile[base + vt_key(4 * q)][c], a1 = tile[base + vt_key(4 * q + 1)][c];
+      const uint32_t a2 = tile[base + vt_key(4 * q + 2)][c], a3 = tile[base + vt_key(4 * q + 3)][c];
+      const uint32_t lo01 = __byte_perm(a0, a1, 0x5140), hi01 = __byte_perm(a0, a1, 0x7362);  // interleave bytes
+      const uint32_t lo23 = __byte_perm(a2, a3, 0x5140), hi23 = __byte_perm(a2, a3, 0x7362);
+      rows[0][q] = __byte_perm(lo01, lo23, 0x5410);  // byte 0 of a0..a3
+      rows[1][q] = __byte_perm(lo01, lo23, 0x7632);  // byte 1
+      rows[2][q] = __byte_perm(hi01, hi23, 0x5410);  // byte 2
+      rows[3][q] = __byte_perm(hi01, hi23, 0x7632);  // byte 3
     }
-    uint4* out = reinterpret_cast<uint4*>(dst + static_cast<int64_t>(d) * p.vt_keys + group * 32);
-    out[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    out[1] = make_uint4(w[4], w[5], w[6], w[7]);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(4 * c + b) * p.vt_keys + base) =
+          make_uint4(rows[b][0], rows[b][1], rows[b][2], rows[b][3]);
+    }
   }
 }
 

@@ -158,11 +158,18 @@ def out_shape(q: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
     return (*q.shape[:-1], v.shape[-1])
 
 
+def is_fp8(q: object) -> bool:
+    """q is a float8_e4m3fn tensor: flashcore.attention_fp8's input."""
+    import torch
+
+    return isinstance(q, torch.Tensor) and q.dtype == torch.float8_e4m3fn
+
+
 def out_dtype(q: torch.Tensor) -> torch.dtype:
     """The output's dtype: q's, or bf16 for FP8 inputs (FA3's)."""
     import torch
 
-    return torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
+    return torch.bfloat16 if is_fp8(q) else q.dtype
 
 
 def c_dtype(q: torch.Tensor) -> int:
@@ -450,7 +457,7 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
     float8_e4m3fn inputs: the launch of flashcore.attention_fp8 (its one compiled point per head dim; no `tile`)."""
     import torch
 
-    fp8 = isinstance(q, torch.Tensor) and q.dtype == torch.float8_e4m3fn
+    fp8 = is_fp8(q)
     call = check_call(q, k, v, causal=causal, deterministic=deterministic, num_splits=num_splits,
                       sm_margin=sm_margin, tile=tile, fp8=fp8)
     if call.empty:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from flashcore import serving
-from flashcore.api import attention
+from flashcore.api import attention, is_fp8
 from flashcore.errors import FlashCoreError
 
 if TYPE_CHECKING:
@@ -68,12 +68,6 @@ def _window_set(window_size: Any) -> bool:
                              "no window") from None
 
 
-def _is_fp8(q: Any) -> bool:
-    import torch
-
-    return isinstance(q, torch.Tensor) and q.dtype == torch.float8_e4m3fn
-
-
 def _splits(num_splits: Any) -> int | None:
     """FA3's num_splits (0: its heuristic, 1: no split, n: n splits) as flashcore.attention's (None: automatic)."""
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
@@ -95,7 +89,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     flashcore.attention_fp8; out is bf16."""
     _refuse({"qv": qv is not None, "attention_chunk": attention_chunk != 0})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
-    if _is_fp8(q):
+    if is_fp8(q):
         _refuse({"fp8 window_size": _window_set(window_size), "fp8 softcap": softcap != 0.0,
                  "fp8 fallback": fallback != "error"})
         from flashcore.fp8 import attention_fp8

@@ -42,12 +42,16 @@
 
 // ----------------------------------------------------------------------------------------------
 // Inputs: a counter-based hash gives reproducible uniform values in [-1.73, 1.73] (unit variance).
+__device__ float random_value(int64_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (static_cast<uint32_t>(i >> 32) + seed * 0x9E3779B9u);
+  h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+  return (static_cast<float>(h) * (1.0f / 4294967296.0f) * 2.f - 1.f) * 1.7320508f;
+}
+
 __global__ void fill_random(uint16_t* data, int64_t n, uint32_t seed, int dtype) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (static_cast<uint32_t>(i >> 32) + seed * 0x9E3779B9u);
-    h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
-    const float x = (static_cast<float>(h) * (1.0f / 4294967296.0f) * 2.f - 1.f) * 1.7320508f;
+    const float x = random_value(i, seed);
     data[i] = dtype == FC_BF16 ? __bfloat16_as_ushort(__float2bfloat16(x)) : __half_as_ushort(__float2half(x));
   }
 }
@@ -55,10 +59,7 @@ __global__ void fill_random(uint16_t* data, int64_t n, uint32_t seed, int dtype)
 __global__ void fill_random_e4m3(uint8_t* data, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (static_cast<uint32_t>(i >> 32) + seed * 0x9E3779B9u);
-    h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
-    const float x = (static_cast<float>(h) * (1.0f / 4294967296.0f) * 2.f - 1.f) * 1.7320508f;
-    data[i] = __nv_fp8_e4m3(x).__x;
+    data[i] = __nv_fp8_e4m3(random_value(i, seed)).__x;
   }
 }
 

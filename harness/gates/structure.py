@@ -48,10 +48,9 @@ def verdict_structure(kernels: dict[str, set[str]], pattern: str, required: tupl
         label = kernel_label(name, pattern)
         for instr in required:
             found = [alt for alt in instr.split("|") if has_instruction(ops, alt)]
-            what = ", ".join(found) + " present" if found else "MISSING"
+            which = ", ".join(found) + " " if "|" in instr else ""  # one of several: name the one present
             checks.append(Check(label, f"has {instr}", None, None, Status.PASS if found else Status.FAIL, "==",
-                                message=f"{source}: {instr} {what}" if "|" in instr else
-                                f"{source}: {instr} {'present' if found else 'MISSING'}"))
+                                message=f"{source}: {instr} {which + 'present' if found else 'MISSING'}"))
         for instr in forbidden:
             bad = has_instruction(ops, instr)
             checks.append(Check(label, f"no {instr}", None, None, Status.FAIL if bad else Status.PASS, "==",

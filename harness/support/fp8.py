@@ -55,13 +55,9 @@ def compare(batch: Batch, out: torch.Tensor, lse: torch.Tensor) -> reference.Err
                                                                      strict=True))
     scale = 1.0 / math.sqrt(wl.head_dim)
     acc = reference.Errors()
-    prev = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true fp32
-    try:
+    with reference.true_fp32():
         for b in range(wl.batch):
             ref, lse_ref = truth.sequence(q[b], k[b], v[b], causal=wl.causal, scale=scale)
             base, _ = truth.sequence(q[b], k[b], v[b], causal=wl.causal, scale=scale, p_dtype=torch.float8_e4m3fn)
             acc.add(out[b], base.to(torch.bfloat16), ref, lse[b], lse_ref, torch.isfinite(lse_ref))
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev
     return acc.stats()

@@ -8,7 +8,9 @@ key has output 0 and LSE -inf. GQA: query head h reads K/V head h // (Hq / Hkv).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -89,6 +91,19 @@ def visible_rows(first: int, end: int, seqlen_q: int, seqlen_k: int, device: tor
     return j <= i + (seqlen_k - seqlen_q)
 
 
+@contextlib.contextmanager
+def true_fp32() -> Iterator[None]:
+    """The fp32 references' matmuls without TF32 (torch may allow it globally), restored afterwards."""
+    import torch
+
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
 def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, ours: torch.Tensor,
             ours_lse: torch.Tensor, sdpa_out: torch.Tensor, budget_bytes: int) -> ErrorStats:
     """Compute the fp32 reference chunk by chunk (chunking()) and reduce the errors of ours and SDPA."""
@@ -100,9 +115,7 @@ def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, our
     ours_bh, sdpa_bh = ours.permute(0, 2, 1, 3), sdpa_out.permute(0, 2, 1, 3)
     acc = Errors()
     heads, rows = chunking(sq, sk, d, budget_bytes)
-    prev = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true fp32
-    try:
+    with true_fp32():
         for start in range(0, b * hq, heads):
             idx = torch.arange(start, min(start + heads, b * hq), device=q.device)
             bi, hi = idx // hq, idx % hq
@@ -117,8 +130,6 @@ def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, our
                 ref[:, ~row_visible] = 0.0
                 acc.add(ours_bh[bi, hi, rs], sdpa_bh[bi, hi, rs], ref, ours_lse[bi, hi, rs], lse_ref, row_visible)
                 del ref, lse_ref
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev
     return acc.stats()
 
 

@@ -203,14 +203,10 @@ def compare(batch: Batch, out: torch.Tensor, lse: torch.Tensor) -> reference.Err
     scale = 1.0 / math.sqrt(wl.head_dim)
     kw: dict[str, Any] = {"causal": wl.causal, "scale": scale, "window": wl.window, "softcap": wl.softcap}
     acc = reference.Errors()
-    prev = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true fp32
-    try:
+    with reference.true_fp32():
         for where, q, k, v in batch.sequences():
             ref, lse_ref = truth.sequence(q, k, v, **kw)  # [Sq, Hq, Dv], [Hq, Sq]
             base = baseline(q, k, v, **kw)
             ours_lse = lse[:, where] if wl.layout == "varlen" else lse[where]
             acc.add(out[where], base, ref, ours_lse, lse_ref, torch.isfinite(lse_ref))
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev
     return acc.stats()

@@ -5,7 +5,8 @@ FP8 time includes its V transpose pre-pass (kernel/fp8_vt.cuh). Ratio = FA3 time
 
     PYTHONPATH=<fa3-fwd and nvtx wheels>:. python3 bench/fp8_fa3.py [--quick] [--fp8-only]   # $OUT/bench_fp8.json
 
---quick: S = 8K only; --fp8-only: the FP8 prefill pairs only (an A/B of builds: FLASHCORE_LIB=<build>.so).
+--quick: S = 8K only; --fp8-only: the FP8 prefill pairs only (an A/B of builds: FLASHCORE_LIB=<build>.so);
+--dims=64,128: those head dims only (default 128 and 256; 64 runs only when named).
 
 Needs an H100 and the fa3-fwd wheel (built with FP8).
 """
@@ -99,8 +100,10 @@ def main() -> None:
         fp8_peak, bf16_peak = matmul_ceilings()
         print(f"matmul 8192^3: FP8 {fp8_peak:.0f} TFLOPS, bf16 {bf16_peak:.0f} TFLOPS", flush=True)
         ROWS.append({"name": "matmul 8192^3", "fp8_tflops": fp8_peak, "bf16_tflops": bf16_peak})
-    shapes = [(4, 16, 8192, 128), (4, 16, 8192, 256)] if quick else \
-        [(4, 16, 4096, 128), (4, 16, 8192, 128), (4, 16, 4096, 256), (4, 16, 8192, 256), (16, 16, 1024, 128)]
+    dims = next((tuple(int(d) for d in a.split("=", 1)[1].split(",")) for a in sys.argv if a.startswith("--dims=")),
+                (128, 256))
+    shapes = [(4, 16, 8192, d) for d in dims] if quick else \
+        [(4, 16, s, d) for d in dims for s in (4096, 8192)] + [(16, 16, 1024, d) for d in dims if d == 128]
     for batch, heads, seqlen, dim in shapes:
         for causal in (False, True):
             prefill(fa3, batch, heads, seqlen, dim, causal, bf16=not fp8_only)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import torch
 
 SUPPORTED_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (kernel/launch.h)
-FP8_HEAD_DIMS = (128, 256)  # E4M3 inputs (flashcore/fp8.py)
+FP8_HEAD_DIMS = (64, 128, 256)  # E4M3 inputs (flashcore/fp8.py)
 # v's head dim when it differs from q and k's (DeepSeek-style prefill: q/k 192, v 128); otherwise v's is q's.
 HEAD_DIM_V = {192: (192, 128)}
 MAX_FAULT = int(faults.MAX_FAULT)  # debug_fault 1..4: flashcore/faults.py (kernel/common.h FaultKind)
@@ -64,7 +64,7 @@ def check_call(q: object, k: object, v: object, *, causal: object = False, softm
                device_type: str = "cuda", fp8: bool = False) -> Call:
     """Every host-side check of `attention`, in order; raises FlashCoreError. `device_type` is "cuda" except in
     the CPU tests, which run the same checks on CPU tensors. fp8: the checks of flashcore.attention_fp8 (E4M3
-    inputs, head dims 128 and 256, a bf16 out)."""
+    inputs, head dims 64, 128 and 256, a bf16 out)."""
     q = validate.tensor("q", q, device_type, None)
     k = validate.tensor("k", k, device_type, q.device)
     v = validate.tensor("v", v, device_type, q.device)

@@ -97,7 +97,7 @@ int check_serving(const fc_params* in) {
   return FC_OK;
 }
 
-// FP8: head dims 128/256, dense batches, descale arrays 4-byte aligned with non-negative strides; 16-bit: no descales.
+// FP8: head dims 64/128/256, dense batches, descale arrays 4-byte aligned with non-negative strides; 16-bit: no descales.
 int check_fp8(const fc_params* in) {
   const float* ptrs[3] = {in->q_descale, in->k_descale, in->v_descale};
   const int64_t* strides[3] = {in->q_descale_stride, in->k_descale_stride, in->v_descale_stride};
@@ -111,8 +111,8 @@ int check_fp8(const fc_params* in) {
     }
     return FC_OK;
   }
-  if (in->head_dim != 128 && in->head_dim != 256) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims 128 and 256",
+  if (in->head_dim != 64 && in->head_dim != 128 && in->head_dim != 256) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims 64, 128 and 256",
                         static_cast<long long>(in->head_dim));
   }
   if (uses_serving(in)) {

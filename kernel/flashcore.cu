@@ -122,28 +122,24 @@ int point_options(int32_t* out, int max, bool with_file) {
   return n;
 }
 
-// FP8's one point per head dim (kernel/tile_choice.h Fp8Choice): 2 consumer warpgroups, ping-pong.
+// FP8's one point per head dim (kernel/tile_choice.h Fp8Choice), ping-pong.
 template <int kHeadDim>
 constexpr int fp8_point() {
   using C = Fp8Choice<kHeadDim>;
-  return point_code(C::kBlockN, C::kStages, 2, 1, C::kRescaleEarly, C::kProducerRegs);
+  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly, C::kProducerRegs);
 }
 
 // with_point for FP8 inputs: f(std::integral_constant<int, fp8_point>), after checking that the call names no other
-// point (validate_and_convert allows FP8 at head dims 128 and 256 only).
+// point.
 template <int kHeadDim, typename F>
 int with_fp8_point(const fc_params* in, F&& f) {
-  if constexpr (kHeadDim < 128) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dims 128 and 256");
-  } else {
-    constexpr int kPoint = fp8_point<kHeadDim>();
-    if ((in->point != 0 && in->point != kPoint) || (in->block_n != 0 && in->block_n != (kPoint & 511))) {
-      return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one point (0x%x, %d keys per tile): "
-                          "leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim,
-                          static_cast<unsigned>(kPoint), kPoint & 511, static_cast<unsigned>(in->point), in->block_n);
-    }
-    return f(std::integral_constant<int, kPoint>{});
+  constexpr int kPoint = fp8_point<kHeadDim>();
+  if ((in->point != 0 && in->point != kPoint) || (in->block_n != 0 && in->block_n != (kPoint & 511))) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one point (0x%x, %d keys per tile): "
+                        "leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim,
+                        static_cast<unsigned>(kPoint), kPoint & 511, static_cast<unsigned>(in->point), in->block_n);
   }
+  return f(std::integral_constant<int, kPoint>{});
 }
 
 template <int kHeadDim>
@@ -193,8 +189,12 @@ int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream, bo
       default: return bf16 ? run_phase1<256, Bf16>(in, p, stream) : run_phase1<256, Fp16>(in, p, stream);
     }
   }
-  if (in->dtype == FC_E4M3) {  // validate_and_convert allows head dims 128 and 256 only
-    return in->head_dim == 128 ? run_fp8<128>(in, p, stream) : run_fp8<256>(in, p, stream);
+  if (in->dtype == FC_E4M3) {  // validate_and_convert allows head dims 64, 128 and 256 only
+    switch (in->head_dim) {
+      case 64: return run_fp8<64>(in, p, stream);
+      case 128: return run_fp8<128>(in, p, stream);
+      default: return run_fp8<256>(in, p, stream);
+    }
   }
   switch (launch_head_dim(in)) {
     case 64: return bf16 ? run<64, Bf16>(in, p, stream) : run<64, Fp16>(in, p, stream);

@@ -85,7 +85,7 @@ typedef struct fc_params {
   const int32_t* page_table;
   int64_t page_table_stride;  // elements between sequences' rows of page_table (>= pages per sequence)
   int64_t page_size;
-  // FP8 (dtype FC_E4M3): q, k and v are E4M3 (strides multiples of 16 elements), o is bf16; head dims 128 and 256,
+  // FP8 (dtype FC_E4M3): q, k and v are E4M3 (strides multiples of 16 elements), o is bf16; head dims 64, 128 and 256,
   // dense batches (no serving field). The real q is q * q_descale[b, h / (Hq / Hkv)], likewise k and v: device fp32
   // arrays [batch, heads_kv] with element strides {batch, head} (NULL: 1; FA3's q_descale, k_descale, v_descale).
   // The workspace (fc_plan) then also holds V's transposed copy (kernel/fp8_vt.cuh). NULL for 16-bit dtypes.

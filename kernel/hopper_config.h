@@ -125,12 +125,15 @@ struct HopperTileConfig {
   static constexpr bool kPingPong = Point::kPingPong;
   static constexpr bool kRescaleEarly = Point::kRescaleEarly;
   static_assert(kStages >= 2 && kStages <= 8, "the K/V ring needs 2..8 stages");
-  // TMA boxes and wgmma atoms are 128 bytes (the 128-byte swizzle span) wide: 64 16-bit or 128 FP8 columns.
+  // Q and K TMA boxes and wgmma atoms are one swizzle span wide: 128 bytes (64 16-bit or 128 FP8 columns), or 64
+  // bytes where the whole row is 64 (FP8 hdim 64: 64-byte swizzle, 8-row groups of 512 bytes).
   static constexpr int kRowBytes = kHeadDim * kElemBytes;  // one row of Q or K
-  static constexpr int kChunkCols = 128 / kElemBytes;
-  static constexpr int kChunks = kRowBytes / 128;
+  static constexpr int kSpan = kRowBytes < 128 ? kRowBytes : 128;
+  static constexpr int kSwizzleMode = kSpan == 128 ? 1 : 2;  // the descriptors' swizzle field (kernel/wgmma.h)
+  static constexpr int kChunkCols = kSpan / kElemBytes;
+  static constexpr int kChunks = kRowBytes / kSpan;
   static constexpr int kQBytes = kBlockM * kRowBytes;
-  // K: [kChunks][kBlockN][128 B]. V: 16-bit [kChunks][kBlockN keys][128 B] (MN-major for P V); FP8 V^T (wgmma FP8
+  // K: [kChunks][kBlockN][kSpan B]. V: 16-bit [kChunks][kBlockN keys][128 B] (MN-major for P V); FP8 V^T (wgmma FP8
   // takes K-major operands only) [kBlockN / 128][kHeadDim rows][128 keys], from the transposed copy
   // (kernel/fp8_vt.cuh). The same bytes either way.
   static constexpr int kKVBytes = kBlockN * kRowBytes;
@@ -144,7 +147,7 @@ struct HopperTileConfig {
   static constexpr int kOBytes = kOWgBytes * kConsumerWGs;
   static constexpr int kBarrierBytes = (8 * HopperSlots<kStages>::kCount + 15) / 16 * 16;
   static constexpr int kTileSlotBytes = 2 * kTileInfoBytes;  // TileInfo slots (tile_scheduler.h), 16-byte aligned
-  static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries
+  static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries (64-byte: 512)
   static constexpr int kBaseBytes = kAlign + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + kTileSlotBytes;
   // O gets its own buffer when it fits; otherwise each warpgroup stages its rows in one of V's stages (FA3 overlaps
   // O with V too) and the producer loads the next tile's V only after the stores have read them (kOEmpty).
@@ -155,8 +158,7 @@ struct HopperTileConfig {
                 "O staged over V needs one V stage per consumer warpgroup, each holding its 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
                 "BLOCK_N must be a valid wgmma N (kernel/wgmma_ops.h: 64..256) and a whole k-step of P V");
-  static_assert(!kFp8 || (kBlockN % 64 == 0 && kHeadDim >= 128),
-                "FP8: V^T tiles are 128-key chunks and at most one 64-key chunk, Q/K rows at least one 128-byte chunk");
+  static_assert(!kFp8 || kBlockN % 64 == 0, "FP8: V^T tiles are 128-key chunks and at most one 64-key chunk");
   // FP8 V^T: kVtFull chunks [kHeadDim rows][128 keys] (128-byte swizzle), then kVtTail chunk [kHeadDim][64 keys]
   // (64-byte swizzle: a 64-byte row cannot take the 128-byte pattern).
   static constexpr int kVtFull = kBlockN / 128;

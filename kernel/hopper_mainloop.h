@@ -1,6 +1,6 @@
 // The Hopper kernel's two roles: the TMA producer and the wgmma consumer warpgroups.
-// Shared-memory tiles are [kChunks][rows][128 bytes] (64 16-bit or 128 FP8 columns), each chunk 128-byte swizzled by
-// TMA; FP8 V arrives transposed (hopper_config.h kKVBytes).
+// Shared-memory tiles are [kChunks][rows][kSpan bytes] (64 16-bit or 128 FP8 columns; FP8 hdim 64: one 64-byte chunk),
+// each chunk swizzled by TMA over its span; FP8 V arrives transposed (hopper_config.h kKVBytes).
 #pragma once
 #include "barriers.h"
 #include "hopper_config.h"
@@ -71,7 +71,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       } else if constexpr (!kPaged) {
 #pragma unroll
         for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-          tma_load_4d(dst + ch * Cfg::kBlockN * 128, map, full, Cfg::kChunkCols * ch, key0, head_kv, seq.kv_batch);
+          tma_load_4d(dst + ch * Cfg::kBlockN * Cfg::kSpan, map, full, Cfg::kChunkCols * ch, key0, head_kv,
+                      seq.kv_batch);
         }
       } else {
         // Boxes of page_box rows (gcd(page_size, BLOCK_N): a box never crosses a page; one box per chunk when the
@@ -88,7 +89,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
           const int page = r < keys ? __ldg(p.page_table + entry) : -1;
 #pragma unroll
           for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-            tma_load_4d(dst_addr + ch * Cfg::kBlockN * 128 + r * 128, map, full_addr, Cfg::kChunkCols * ch, row,
+            tma_load_4d(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch, row,
                         head_kv, page);
           }
           row += p.page_box;
@@ -108,10 +109,10 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     }
     // Packed GQA: the tile's head is the K/V head and the Q box spans its `group` query heads x all query rows.
     const int q_rows = p.pack_gqa ? p.group * p.seqlen_q : Cfg::kBlockM;
-    mbarrier_arrive_expect_tx(&bars[Slots::kQFull], Cfg::kChunks * q_rows * 128);
+    mbarrier_arrive_expect_tx(&bars[Slots::kQFull], q_rows * Cfg::kRowBytes);
 #pragma unroll
     for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-      tma_load_4d(q_smem + ch * Cfg::kBlockM * 128, &tma.q, &bars[Slots::kQFull], Cfg::kChunkCols * ch,
+      tma_load_4d(q_smem + ch * Cfg::kBlockM * Cfg::kSpan, &tma.q, &bars[Slots::kQFull], Cfg::kChunkCols * ch,
                   seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM), p.pack_gqa ? c.head * p.group : c.head,
                   q_batch_coord(p, c.batch));
     }
@@ -163,9 +164,10 @@ struct WgmmaConsumer {
     auto& acc_flat = reinterpret_cast<float(&)[kKeys / 2]>(acc);
 #pragma unroll
     for (int kk = 0; kk < Cfg::kKStepsQK; ++kk) {
-      // k-step kk: 128-byte chunk kk / 4, 32 bytes (16 or 32 columns) per step inside the 128-byte swizzled row.
-      const uint32_t q_off = (kk / 4) * Cfg::kBlockM * 128 + (kk % 4) * 32;
-      const uint32_t k_off = (kk / 4) * Cfg::kBlockN * 128 + (kk % 4) * 32;
+      // k-step kk: chunk kk / kSteps, 32 bytes (16 or 32 columns) per step inside the swizzled row.
+      constexpr int kSteps = Cfg::kSpan / 32;
+      const uint32_t q_off = (kk / kSteps) * Cfg::kBlockM * Cfg::kSpan + (kk % kSteps) * 32;
+      const uint32_t k_off = (kk / kSteps) * Cfg::kBlockN * Cfg::kSpan + (kk % kSteps) * 32;
       wgmma_ss<kKeys, Element>(acc_flat, q_desc.at(q_off), k_desc.at(k_off), kk > 0);
     }
     wgmma_commit();
@@ -211,8 +213,13 @@ struct WgmmaConsumer {
   }
 
   // Descriptors of Q (this warpgroup's rows), and of K and V in ring stage 0; stage s adds s * kKVBytes.
-  static __device__ __forceinline__ SmemDesc q_desc(uint32_t q_wg_addr) { return SmemDesc::make(q_wg_addr, 16, 1024); }
-  static __device__ __forceinline__ SmemDesc k_desc(uint32_t k_addr) { return SmemDesc::make(k_addr, 16, 1024); }
+  // Q and K are K-major: SBO = 8 rows of one span (1024 or 512 bytes), LBO unused.
+  static __device__ __forceinline__ SmemDesc q_desc(uint32_t q_wg_addr) {
+    return SmemDesc::make(q_wg_addr, 16, 8 * Cfg::kSpan, Cfg::kSwizzleMode);
+  }
+  static __device__ __forceinline__ SmemDesc k_desc(uint32_t k_addr) {
+    return SmemDesc::make(k_addr, 16, 8 * Cfg::kSpan, Cfg::kSwizzleMode);
+  }
   static __device__ __forceinline__ SmemDesc v_desc(uint32_t v_addr) {
     return SmemDesc::make(v_addr, Cfg::kFp8 ? 16 : Cfg::kBlockN * 128, 1024);
   }

@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   // 128-byte-swizzled TMA tiles and wgmma atoms need 1024-byte alignment.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + Cfg::kAlign - 1) &
                                              ~uintptr_t{Cfg::kAlign - 1});
-  uint8_t* q_smem = smem;                                         // [kChunks][kBlockM][64]
-  uint8_t* k_smem = q_smem + Cfg::kQBytes;                        // [kStages][kChunks][kBlockN][64]
+  uint8_t* q_smem = smem;                                         // [kChunks][kBlockM][kSpan bytes]
+  uint8_t* k_smem = q_smem + Cfg::kQBytes;                        // [kStages][kChunks][kBlockN][kSpan bytes]
   uint8_t* v_smem = k_smem + Cfg::kStages * Cfg::kKVBytes;        // [kStages][kChunks][kBlockN][64]
   uint8_t* o_own = v_smem + Cfg::kStages * Cfg::kKVBytes;         // [wg][kChunks][64][64] unless O overlaps V
   auto* bars = reinterpret_cast<uint64_t*>(o_own + (Cfg::kOAliasV ? 0 : Cfg::kOBytes));
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   const int lane = thread % 32;
   const int warp_in_wg = thread / 32;
   const int tile_row0 = consumer_wg * 64 + warp_in_wg * 16;  // first of this warp's 16 rows in the tile
-  const uint32_t q_wg_addr = smem_addr(q_smem) + consumer_wg * 64 * 128;  // this warpgroup's 64 rows
+  const uint32_t q_wg_addr = smem_addr(q_smem) + consumer_wg * 64 * Cfg::kSpan;  // this warpgroup's 64 rows
 
   using Consumer = WgmmaConsumer<kHeadDim, kPoint, Element>;
   Consumer consumer;

@@ -206,9 +206,10 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   // FP8 V^T: a map over the copy, {vt_keys, D, Hkv, B} innermost first, boxes of 128 keys x every d row.
   const int64_t vt_stride[3] = {p.vt_keys * kHeadDim * in->heads_kv, p.vt_keys, p.vt_keys * kHeadDim};
   if ((status = encode_tensor_map(&tma.q, "q", in->q, hd, q_rows, in->heads_q, q_batch, in->q_stride,
-                                  p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1, kBytes)) != FC_OK ||
+                                  p.pack_gqa ? p.seqlen_q : Cfg::kBlockM, p.pack_gqa ? p.group : 1, kBytes,
+                                  Cfg::kSpan)) != FC_OK ||
       (status = encode_tensor_map(&tma.k, "k", in->k, hd, k_map_rows, in->heads_kv, k_batch, in->k_stride,
-                                  k_box, 1, kBytes)) != FC_OK ||
+                                  k_box, 1, kBytes, Cfg::kSpan)) != FC_OK ||
       (status = Cfg::kFp8 ? encode_tensor_map(&tma.v, "v (transposed copy)", p.vt, p.vt_keys, kHeadDim, in->heads_kv,
                                               k_batch, vt_stride, kHeadDim, 1, 1)
                           : encode_tensor_map(&tma.v, "v", in->v, hd_v, k_map_rows, in->heads_kv, k_batch,

@@ -55,14 +55,24 @@ struct BlockNChoice<256> {
 #ifndef FLASHCORE_FP8_D256_RESCALE_EARLY
 #define FLASHCORE_FP8_D256_RESCALE_EARLY 0
 #endif
+#ifndef FLASHCORE_FP8_D64_BLOCK_N
+#define FLASHCORE_FP8_D64_BLOCK_N 128
+#endif
+#ifndef FLASHCORE_FP8_D64_CONSUMERS
+#define FLASHCORE_FP8_D64_CONSUMERS 3
+#endif
+// hdim 64 takes the 16-bit hdim 64's shape (3 consumer warpgroups, BLOCK_M 192, 128 keys; FA3's FP8 hdim 64 also
+// runs BLOCK_M 192): its short GEMMs leave the softmax as the long pole.
 template <int kHeadDim>
 struct Fp8Choice {
-  static_assert(kHeadDim == 128 || kHeadDim == 256, "FP8 runs head dims 128 and 256");
-  static constexpr bool kD128 = kHeadDim == 128;
-  static constexpr int kBlockN = kD128 ? FLASHCORE_FP8_D128_BLOCK_N : 128;
-  static constexpr int kStages = kD128 ? FLASHCORE_FP8_D128_STAGES : FLASHCORE_FP8_D256_STAGES;
-  static constexpr int kProducerRegs = kD128 ? FLASHCORE_FP8_D128_PRODUCER_REGS : FLASHCORE_FP8_D256_PRODUCER_REGS;
-  static constexpr int kRescaleEarly = kD128 ? 0 : FLASHCORE_FP8_D256_RESCALE_EARLY;
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "FP8 runs head dims 64, 128 and 256");
+  static constexpr bool kD64 = kHeadDim == 64, kD128 = kHeadDim == 128;
+  static constexpr int kConsumerWGs = kD64 ? FLASHCORE_FP8_D64_CONSUMERS : 2;
+  static constexpr int kBlockN = kD64 ? FLASHCORE_FP8_D64_BLOCK_N : kD128 ? FLASHCORE_FP8_D128_BLOCK_N : 128;
+  static constexpr int kStages = kD64 ? 2 : kD128 ? FLASHCORE_FP8_D128_STAGES : FLASHCORE_FP8_D256_STAGES;
+  static constexpr int kProducerRegs =
+      kD64 ? 32 : kD128 ? FLASHCORE_FP8_D128_PRODUCER_REGS : FLASHCORE_FP8_D256_PRODUCER_REGS;
+  static constexpr int kRescaleEarly = kD128 || kD64 ? 0 : FLASHCORE_FP8_D256_RESCALE_EARLY;
 };
 
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys

@@ -166,8 +166,8 @@ CASES = [
      "runs plain dense workloads only"),
     ("fp8_in_dense_gate", P, lambda d: d["phases"][7]["gates"]["determinism-gpus"].update(
         workloads=["fp8-decode"]), "phases.7.gates.determinism-gpus.workloads = 'fp8-decode'", "softcap or FP8)"),
-    ("fp8_head_dim", W, _wl("fp8-decode", head_dim=64), "workloads.fp8-decode.head_dim = 64",
-     "dtype e4m3 runs head dims 128 and 256"),
+    ("fp8_head_dim", W, _wl("fp8-decode", head_dim=96), "workloads.fp8-decode.head_dim = 96",
+     "dtype e4m3 runs head dims 64, 128, 256"),
     ("gqa_ratio", W, _wl("gqa", heads_kv=5), "workloads.gqa.heads_q = 32", "multiple of heads_kv (5)"),
     ("zero_batch", W, _wl("s1", batch=0), "workloads.s1.batch = 0", "must be > 0"),
     ("negative_seqlen", W, _wl("s4097", seqlen_k=-1), "workloads.s4097.seqlen_k = -1", "must be > 0"),

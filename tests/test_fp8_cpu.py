@@ -36,7 +36,7 @@ def test_fp8_call_passes_and_wants_a_bf16_out() -> None:
 
 
 @pytest.mark.parametrize(("d", "dtype", "message"), [
-    (64, E4M3, r"head dim \(q.shape\[3\]\) is 64: FP8 inputs run head dims \(128, 256\)"),
+    (32, E4M3, r"head dim \(q.shape\[3\]\) is 32: FP8 inputs run head dims \(64, 128, 256\)"),
     (96, E4M3, r"FP8 inputs run head dims"),
     (128, torch.bfloat16, r"q.dtype is torch.bfloat16: FP8 attention takes torch.float8_e4m3fn"),
 ])

@@ -26,6 +26,9 @@ CASES = [
     (4, 1, 3000, 32, 8, 128, False),      # decode: packed GQA, split-KV
     (2, 1, 5000, 16, 2, 256, False),
     (1, 64, 64, 2, 2, 128, True),         # one short block
+    (2, 1024, 1024, 4, 4, 64, False),     # hdim 64: 64-byte Q/K rows, BLOCK_M 192
+    (1, 1000, 1300, 8, 2, 64, True),
+    (4, 1, 3000, 32, 8, 64, False),
 ]
 
 
@@ -78,7 +81,7 @@ def test_fp8_expanded_descale_view() -> None:
 
 
 @pytest.mark.parametrize(("what", "kwargs", "message"), [
-    ("head dim 64", {"d": 64}, "head dims (128, 256)"),
+    ("head dim 96", {"d": 96}, "head dims (64, 128, 256)"),
     ("bf16 q", {"dtype": torch.bfloat16}, "float8_e4m3fn"),
     ("descale shape", {"descale": (3, 4)}, "expected [B, Hkv]"),
 ])

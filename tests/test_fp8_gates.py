@@ -39,7 +39,7 @@ def test_fp8_head_dims_are_the_apis() -> None:
 
 
 @pytest.mark.parametrize(("change", "key"), [
-    ({"head_dim": 64}, "head_dim"),
+    ({"head_dim": 96}, "head_dim"),
     ({"layout": "kvcache", "seqlens_k": (10, 20)}, "layout"),
     ({"window_left": 16}, "window_left"),
     ({"softcap": 30.0}, "softcap"),

@@ -30,17 +30,35 @@ struct OnlineSoftmax {
   // kOffset (log2 units): P = 2^kOffset exp(s - m), in (0, 2^kOffset]. FP8 P takes 8 (FA3's choice): E4M3 holds up to
   // 448 and its subnormals reach 2^-9, so P in [0, 256] keeps 8 more binades of small probabilities than P in
   // [0, 1]. The factor is in l too, so O / l is unchanged; finalize takes it out of the LSE.
+  // The block max is a tree: kMaxWays independent partial maxima per row, then two levels, and the quad shuffles of
+  // both rows together. One chain over the row (24 dependent FMNMX at 192 keys) held back the row's first
+  // exponential while the warp had nothing else to issue (docs/perf-notes.md step 8.7). A max is exact in any order.
+  static constexpr int kMaxWays = 4;
+  static_assert(kNTiles >= kMaxWays, "at least 32 keys per block");
+
   template <int kOffset = 0>
   __device__ __forceinline__ void update(float (&s)[kNTiles][4], float scale_log2, float (&alpha)[2]) {
+    float block_max[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float block_max = -INFINITY;
+      float part[kMaxWays];
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) block_max = fmaxf(block_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      // The 4 lanes of a quad (same g) hold the row's other columns.
-      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
-      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-      const float m_new = fmaxf(m_i[r], block_max);
+      for (int w = 0; w < kMaxWays; ++w) part[w] = fmaxf(s[w][2 * r], s[w][2 * r + 1]);
+#pragma unroll
+      for (int nt = kMaxWays; nt < kNTiles; ++nt) {
+        part[nt % kMaxWays] = fmaxf(part[nt % kMaxWays], fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      }
+      block_max[r] = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+    }
+    // The 4 lanes of a quad (same g) hold the row's other columns.
+#pragma unroll
+    for (int x = 1; x <= 2; x *= 2) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) block_max[r] = fmaxf(block_max[r], __shfl_xor_sync(0xffffffffu, block_max[r], x));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m_i[r], block_max[r]);
       // A row with no visible key so far keeps m = -inf; subtracting 0 instead keeps exp2 at 0, not NaN.
       const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
       alpha[r] = exp2_ftz(m_i[r] * scale_log2 - m_scaled);

@@ -11,7 +11,7 @@
 //   of seqlen-k slots per sequence holding seqlens-k keys; paged: that cache in pages of page-size keys, stored in a
 //   shuffled order behind a page table. Every buffer is its own cudaMalloc of exactly its size (memcheck sees
 //   any overrun). --check (the naive kernel) covers the dense layout without a window or softcap only.
-//   e4m3: FP8 inputs (dense, head dim 128/256) with descale factors [B, Hkv] of 0.5, 1 or 2 (each its own
+//   e4m3: FP8 inputs (dense, head dim 64/128/256) with descale factors [B, Hkv] of 0.5, 1 or 2 (each its own
 //   allocation), bf16 output; --check runs the naive kernel on bf16 copies of the dequantized inputs (exact: an E4M3
 //   value times a power of two is a bf16 value).
 // Prints one line "RESULT status=ok|fail ..." and exits 0 (ok), 1 (check failed), 2 (bad usage), 3 (error).

@@ -111,7 +111,7 @@ int check_fp8(const fc_params* in) {
     }
     return FC_OK;
   }
-  if (in->head_dim != 64 && in->head_dim != 128 && in->head_dim != 256) {
+  if (kernel_head_dim(in->head_dim) != in->head_dim) {  // a compiled head dim itself: FP8 has no padded 96 or 192
     return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims 64, 128 and 256",
                         static_cast<long long>(in->head_dim));
   }

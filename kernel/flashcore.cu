@@ -154,6 +154,16 @@ int run(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
       in, p, [&](auto point) { return run_tiles<kHeadDim, decltype(point)::value, Element>(in, p, stream); });
 }
 
+// The Hopper kernel of one head dim for the call's dtype.
+template <int kHeadDim>
+int run_dtype(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
+  switch (in->dtype) {
+    case FC_E4M3: return run_fp8<kHeadDim>(in, p, stream);
+    case FC_BF16: return run<kHeadDim, Bf16>(in, p, stream);
+    default: return run<kHeadDim, Fp16>(in, p, stream);
+  }
+}
+
 template <int kHeadDim>
 int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
   LaunchPlan plan{};
@@ -189,17 +199,10 @@ int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream, bo
       default: return bf16 ? run_phase1<256, Bf16>(in, p, stream) : run_phase1<256, Fp16>(in, p, stream);
     }
   }
-  if (in->dtype == FC_E4M3) {  // validate_and_convert allows head dims 64, 128 and 256 only
-    switch (in->head_dim) {
-      case 64: return run_fp8<64>(in, p, stream);
-      case 128: return run_fp8<128>(in, p, stream);
-      default: return run_fp8<256>(in, p, stream);
-    }
-  }
-  switch (launch_head_dim(in)) {
-    case 64: return bf16 ? run<64, Bf16>(in, p, stream) : run<64, Fp16>(in, p, stream);
-    case 128: return bf16 ? run<128, Bf16>(in, p, stream) : run<128, Fp16>(in, p, stream);
-    case 256: return bf16 ? run<256, Bf16>(in, p, stream) : run<256, Fp16>(in, p, stream);
+  switch (launch_head_dim(in)) {  // FP8: validate_and_convert allows head dims 64, 128 and 256 only
+    case 64: return run_dtype<64>(in, p, stream);
+    case 128: return run_dtype<128>(in, p, stream);
+    case 256: return run_dtype<256>(in, p, stream);
     default: return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld", static_cast<long long>(in->head_dim));
   }
 }

@@ -34,7 +34,7 @@ struct OnlineSoftmax {
   // both rows together. One chain over the row (24 dependent FMNMX at 192 keys) held back the row's first
   // exponential while the warp had nothing else to issue (docs/perf-notes.md step 8.7). A max is exact in any order.
   static constexpr int kMaxWays = 4;
-  static_assert(kNTiles >= kMaxWays, "at least 32 keys per block");
+  static_assert(kNTiles >= kMaxWays && (kMaxWays & (kMaxWays - 1)) == 0, "at least 32 keys; a power-of-two tree");
 
   template <int kOffset = 0>
   __device__ __forceinline__ void update(float (&s)[kNTiles][4], float scale_log2, float (&alpha)[2]) {
@@ -48,7 +48,12 @@ struct OnlineSoftmax {
       for (int nt = kMaxWays; nt < kNTiles; ++nt) {
         part[nt % kMaxWays] = fmaxf(part[nt % kMaxWays], fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
       }
-      block_max[r] = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+#pragma unroll
+      for (int w = 1; w < kMaxWays; w *= 2) {
+#pragma unroll
+        for (int i = 0; i < kMaxWays; i += 2 * w) part[i] = fmaxf(part[i], part[i + w]);
+      }
+      block_max[r] = part[0];
     }
     // The 4 lanes of a quad (same g) hold the row's other columns.
 #pragma unroll

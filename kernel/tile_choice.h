@@ -61,18 +61,25 @@ struct BlockNChoice<256> {
 #ifndef FLASHCORE_FP8_D64_CONSUMERS
 #define FLASHCORE_FP8_D64_CONSUMERS 3
 #endif
+template <int kHeadDim>
+struct Fp8Choice;
 // hdim 64 takes the 16-bit hdim 64's shape (3 consumer warpgroups, BLOCK_M 192, 128 keys; FA3's FP8 hdim 64 also
 // runs BLOCK_M 192): its short GEMMs leave the softmax as the long pole.
-template <int kHeadDim>
-struct Fp8Choice {
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "FP8 runs head dims 64, 128 and 256");
-  static constexpr bool kD64 = kHeadDim == 64, kD128 = kHeadDim == 128;
-  static constexpr int kConsumerWGs = kD64 ? FLASHCORE_FP8_D64_CONSUMERS : 2;
-  static constexpr int kBlockN = kD64 ? FLASHCORE_FP8_D64_BLOCK_N : kD128 ? FLASHCORE_FP8_D128_BLOCK_N : 128;
-  static constexpr int kStages = kD64 ? 2 : kD128 ? FLASHCORE_FP8_D128_STAGES : FLASHCORE_FP8_D256_STAGES;
-  static constexpr int kProducerRegs =
-      kD64 ? 32 : kD128 ? FLASHCORE_FP8_D128_PRODUCER_REGS : FLASHCORE_FP8_D256_PRODUCER_REGS;
-  static constexpr int kRescaleEarly = kD128 || kD64 ? 0 : FLASHCORE_FP8_D256_RESCALE_EARLY;
+template <>
+struct Fp8Choice<64> {
+  static constexpr int kConsumerWGs = FLASHCORE_FP8_D64_CONSUMERS, kBlockN = FLASHCORE_FP8_D64_BLOCK_N, kStages = 2;
+  static constexpr int kProducerRegs = 32, kRescaleEarly = 0;
+};
+template <>
+struct Fp8Choice<128> {
+  static constexpr int kConsumerWGs = 2, kBlockN = FLASHCORE_FP8_D128_BLOCK_N, kStages = FLASHCORE_FP8_D128_STAGES;
+  static constexpr int kProducerRegs = FLASHCORE_FP8_D128_PRODUCER_REGS, kRescaleEarly = 0;
+};
+template <>
+struct Fp8Choice<256> {
+  static constexpr int kConsumerWGs = 2, kBlockN = 128, kStages = FLASHCORE_FP8_D256_STAGES;
+  static constexpr int kProducerRegs = FLASHCORE_FP8_D256_PRODUCER_REGS;
+  static constexpr int kRescaleEarly = FLASHCORE_FP8_D256_RESCALE_EARLY;
 };
 
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys

@@ -9,6 +9,7 @@
 #include "params.h"
 #include "seqlens.h"
 #include "softmax.h"
+#include "tile_choice.h"
 #include "tile_scheduler.h"
 #include "tma.h"
 #include "wgmma.h"
@@ -145,6 +146,7 @@ struct WgmmaConsumer {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   static constexpr int kNTiles = Cfg::kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr bool kRescaleSkip = Cfg::kFp8 && Fp8Choice<kHeadDim>::kRescaleSkip;
 
   float o_reg[kDTiles][4];  // wgmma accumulator layout == mma.sync C layout per 16-row warp slab
   OnlineSoftmax<kNTiles> softmax;
@@ -224,7 +226,13 @@ struct WgmmaConsumer {
     return SmemDesc::make(v_addr, Cfg::kFp8 ? 16 : Cfg::kBlockN * 128, 1024);
   }
 
-  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) { rescale_rows(o_reg, alpha); }
+  // O *= alpha. FP8 hdim 128 skips it for the whole warp when none of its alphas differs from 1: no row of its 16 got
+  // a new max in the block, and multiplying by exactly 1 changes nothing, so the outputs are the same bits. Measured
+  // +1-2 % there; bf16 (-4 %) and FP8 hdim 256 (-3 %) lost more to the branch's scheduling than the skipped FMULs
+  // saved (docs/perf-notes.md step 8.10).
+  __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
+    if (!kRescaleSkip || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o_reg, alpha);
+  }
 
   // P (A fragments of the P V GEMM) from the softmaxed S registers: C layout repacked as A layout. 16-bit: two
   // 8-column C tiles are one A fragment. FP8 (k32): the A fragment wants columns 4t..4t+3 (and 16 + 4t..) of a thread

@@ -55,6 +55,9 @@ struct BlockNChoice<256> {
 #ifndef FLASHCORE_FP8_D256_RESCALE_EARLY
 #define FLASHCORE_FP8_D256_RESCALE_EARLY 0
 #endif
+#ifndef FLASHCORE_FP8_D128_RESCALE_SKIP
+#define FLASHCORE_FP8_D128_RESCALE_SKIP 1
+#endif
 #ifndef FLASHCORE_FP8_D64_BLOCK_N
 #define FLASHCORE_FP8_D64_BLOCK_N 128
 #endif
@@ -69,17 +72,21 @@ template <>
 struct Fp8Choice<64> {
   static constexpr int kConsumerWGs = FLASHCORE_FP8_D64_CONSUMERS, kBlockN = FLASHCORE_FP8_D64_BLOCK_N, kStages = 2;
   static constexpr int kProducerRegs = 32, kRescaleEarly = 0;
+  static constexpr bool kRescaleSkip = false;  // not measured at hdim 64
 };
 template <>
 struct Fp8Choice<128> {
   static constexpr int kConsumerWGs = 2, kBlockN = FLASHCORE_FP8_D128_BLOCK_N, kStages = FLASHCORE_FP8_D128_STAGES;
   static constexpr int kProducerRegs = FLASHCORE_FP8_D128_PRODUCER_REGS, kRescaleEarly = 0;
+  // O's rescale skipped by a warp whose rows kept their max (hopper_mainloop.h rescale_o; step 8.10: +1-2 %).
+  static constexpr bool kRescaleSkip = FLASHCORE_FP8_D128_RESCALE_SKIP;
 };
 template <>
 struct Fp8Choice<256> {
   static constexpr int kConsumerWGs = 2, kBlockN = 128, kStages = FLASHCORE_FP8_D256_STAGES;
   static constexpr int kProducerRegs = FLASHCORE_FP8_D256_PRODUCER_REGS;
   static constexpr int kRescaleEarly = FLASHCORE_FP8_D256_RESCALE_EARLY;
+  static constexpr bool kRescaleSkip = false;  // -3 % (step 8.10)
 };
 
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys

@@ -13,7 +13,8 @@
 //   any overrun). --check (the naive kernel) covers the dense layout without a window or softcap only.
 //   e4m3: FP8 inputs (dense, head dim 64/128/256) with descale factors [B, Hkv] of 0.5, 1 or 2 (each its own
 //   allocation), bf16 output; --check runs the naive kernel on bf16 copies of the dequantized inputs (exact: an E4M3
-//   value times a power of two is a bf16 value).
+//   value times a power of two is a bf16 value) and judges the output by FA3's FP8 rule: at most 2x the error of a
+//   baseline that rounds P to E4M3 as the kernel does, + 1e-5 (fp8_baseline_err= on the RESULT line; --tol overrides).
 // Prints one line "RESULT status=ok|fail ..." and exits 0 (ok), 1 (check failed), 2 (bad usage), 3 (error).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -74,6 +75,41 @@ __global__ void dequantize_e4m3(const uint8_t* x, uint16_t* out, int64_t n, int6
     const float f = static_cast<float>(v) * descale[b * heads_kv + h / (heads / heads_kv)];
     out[i] = __bfloat16_as_ushort(__float2bfloat16(f));
   }
+}
+
+// FP8's "same rounding" baseline for --check (FA3's FP8 test; harness/support/fp8.py and flashcore/reference.py do
+// the same in torch): from the dequantized bf16 inputs the naive reference reads, P = 2^8 exp(s - row max) rounded
+// to E4M3 over the unrounded row sum, the output rounded to bf16 as the kernel's is. One thread per (batch, query
+// head, query row), the naive kernel's dense causal rule; three passes over the keys (max, sum, P V).
+__global__ void fp8_rounded_baseline(fc_params p, float* o_base) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int head = blockIdx.y, batch = blockIdx.z;
+  if (row >= p.seqlen_q) return;
+  const int head_kv = head / static_cast<int>(p.heads_q / p.heads_kv);
+  const int d = static_cast<int>(p.head_dim);
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* k = static_cast<const __nv_bfloat16*>(p.k);
+  const auto* v = static_cast<const __nv_bfloat16*>(p.v);
+  const int64_t q0 = batch * p.q_stride[0] + row * p.q_stride[1] + head * p.q_stride[2];
+  const int64_t keys = min(p.seqlen_k, p.causal ? row + (p.seqlen_k - p.seqlen_q) + 1 : p.seqlen_k);
+  auto score = [&](int64_t j) {
+    const int64_t k0 = batch * p.k_stride[0] + j * p.k_stride[1] + head_kv * p.k_stride[2];
+    float s = 0.f;
+    for (int i = 0; i < d; ++i) s += __bfloat162float(q[q0 + i]) * __bfloat162float(k[k0 + i]);
+    return s * p.softmax_scale;
+  };
+  float m = -INFINITY, l = 0.f, acc[256];
+  for (int i = 0; i < d; ++i) acc[i] = 0.f;
+  for (int64_t j = 0; j < keys; ++j) m = fmaxf(m, score(j));
+  for (int64_t j = 0; j < keys; ++j) {
+    const float w = 256.f * expf(score(j) - m);
+    const float w8 = static_cast<float>(__nv_fp8_e4m3(w));
+    const int64_t v0 = batch * p.v_stride[0] + j * p.v_stride[1] + head_kv * p.v_stride[2];
+    l += w;
+    for (int i = 0; i < d; ++i) acc[i] += w8 * __bfloat162float(v[v0 + i]);
+  }
+  float* o_row = o_base + ((batch * p.seqlen_q + row) * p.heads_q + head) * d;
+  for (int i = 0; i < d; ++i) o_row[i] = l > 0.f ? __bfloat162float(__float2bfloat16(acc[i] / l)) : 0.f;
 }
 
 float to_float(uint16_t bits, int dtype) {
@@ -335,7 +371,7 @@ int main(int argc, char** argv) {
   const double ms_per_iter = ms / a.iters;
 
   int status_ok = 1;
-  double max_err = 0.0, max_lse_err = 0.0;
+  double max_err = 0.0, max_lse_err = 0.0, base_err = 0.0;  // base_err: FP8's E4M3-P baseline against the reference
   int64_t nonfinite = 0;
   if (a.check) {
     float *o_ref, *lse_ref;
@@ -356,11 +392,24 @@ int main(int argc, char** argv) {
       ref_p.q_descale = ref_p.k_descale = ref_p.v_descale = nullptr;
     }
     CUDA_CHECK(fc_naive_forward(&ref_p, o_ref, lse_ref, nullptr));
+    std::vector<float> h_base;  // FP8: the E4M3-P baseline (fp8_rounded_baseline)
+    if (fp8) {
+      float* o_base;
+      CUDA_CHECK(cudaMalloc(&o_base, nq * 4));
+      const dim3 grid(static_cast<unsigned>((p.seqlen_q + 127) / 128), static_cast<unsigned>(p.heads_q),
+                      static_cast<unsigned>(p.batch));
+      fp8_rounded_baseline<<<grid, 128>>>(ref_p, o_base);
+      CUDA_CHECK(cudaGetLastError());
+      h_base.resize(nq);
+      CUDA_CHECK(cudaMemcpy(h_base.data(), o_base, nq * 4, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaFree(o_base));
+    }
     for (uint16_t* d : deq) if (d != nullptr) CUDA_CHECK(cudaFree(d));
     std::vector<uint16_t> h_o(nq);
     std::vector<float> h_ref(nq);
     CUDA_CHECK(cudaMemcpy(h_o.data(), o, nq * 2, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(h_ref.data(), o_ref, nq * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < h_base.size(); ++i) base_err = std::fmax(base_err, std::fabs(h_base[i] - h_ref[i]));
     for (int64_t i = 0; i < nq; ++i) {
       const float x = to_float(h_o[i], out_dtype);
       if (!std::isfinite(x)) { ++nonfinite; continue; }
@@ -377,17 +426,21 @@ int main(int argc, char** argv) {
         max_lse_err = std::isnan(err) ? INFINITY : std::fmax(max_lse_err, err);
       }
     }
-    // FP8: P is rounded to E4M3 (3 mantissa bits) before P V, so the output is judged more loosely
-    const double tol = a.tol > 0 ? a.tol : (fp8 ? 6e-2 : p.dtype == FC_BF16 ? 2e-2 : 5e-3);
+    // FP8: P is rounded to E4M3 (3 mantissa bits) before P V, so the output is judged by FA3's FP8 rule: at most 2x
+    // the error of the baseline that rounds the same way, + 1e-5 (gates/phases.yaml fp8_error_factor and
+    // fp8_error_slack). A fixed 0.06 failed correct outputs where rows see 1-3 keys (docs/perf-notes.md step 8.12).
+    const double tol = a.tol > 0 ? a.tol : (fp8 ? 2.0 * base_err + 1e-5 : p.dtype == FC_BF16 ? 2e-2 : 5e-3);
     // FP8's LSE: S from FP8 wgmma, as FA3's (gates/phases.yaml fp8_lse_max_abs)
     status_ok = nonfinite == 0 && max_err <= tol && max_lse_err <= (fp8 ? 2e-2 : 1e-3);
     CUDA_CHECK(cudaFree(o_ref));
     CUDA_CHECK(cudaFree(lse_ref));
   }
   std::printf("RESULT status=%s max_abs_err=%.6g max_lse_err=%.3g nonfinite=%lld ms_per_iter=%.6f tflops=%.2f "
-              "splits=%d ctas=%lld\n", status_ok ? "ok" : "fail", max_err, max_lse_err,
+              "splits=%d ctas=%lld", status_ok ? "ok" : "fail", max_err, max_lse_err,
               static_cast<long long>(nonfinite), ms_per_iter, flops / (ms_per_iter * 1e-3) / 1e12, plan.num_splits,
               static_cast<long long>(plan.ctas));
+  if (fp8 && a.check) std::printf(" fp8_baseline_err=%.6g", base_err);
+  std::printf("\n");
   if (workspace != nullptr) CUDA_CHECK(cudaFree(workspace));
   CUDA_CHECK(cudaFree(q)); CUDA_CHECK(cudaFree(k)); CUDA_CHECK(cudaFree(v));
   CUDA_CHECK(cudaFree(o)); CUDA_CHECK(cudaFree(lse));

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import subprocess
 import types
 from pathlib import Path
 from types import MappingProxyType
@@ -19,6 +20,14 @@ from harness.schema import Config, GateSpec, Workload
 from harness.support.gpu import cuda_unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
+DRIVER = REPO / "build/flashcore_driver"
+
+
+def run_driver(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """build/flashcore_driver with `args` (skips the test when it is not built)."""
+    if not DRIVER.is_file():
+        pytest.skip("build/flashcore_driver not built (make build)")
+    return subprocess.run([str(DRIVER), *args], capture_output=True, text=True, timeout=300)
 GPU_SKIP_REASON = "needs an H100"
 NVCC_SKIP_REASON = ("needs nvcc (the CUDA compiler; no GPU needed): not on PATH and $NVCC unset. Install the CUDA "
                     "toolkit to run the kernel-build tests; FLASHCORE_REQUIRE_NVCC=1 makes its absence an error")

@@ -5,24 +5,15 @@ a planted unwritten row still fails. Needs an H100 (tests marked `gpu`)."""
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
-
-DRIVER = Path(__file__).resolve().parent.parent / "build/flashcore_driver"
+from conftest import run_driver as run
 
 
 def fp8_causal(seqlen_k: int) -> list[str]:
     """An FP8 hdim 128 causal check of 500 query rows; with 224 keys, many rows see only 1-3 of them."""
     return ["--batch", "2", "--heads-q", "4", "--heads-kv", "4", "--seqlen-q", "500", "--seqlen-k", str(seqlen_k),
             "--causal", "--head-dim", "128", "--dtype", "e4m3", "--check", "--iters", "1"]
-
-
-def run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    if not DRIVER.is_file():
-        pytest.skip("build/flashcore_driver not built (make build)")
-    return subprocess.run([str(DRIVER), *args], capture_output=True, text=True, timeout=300)
 
 
 def fields(stdout: str) -> dict[str, str]:

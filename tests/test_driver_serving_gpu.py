@@ -4,23 +4,14 @@ launches and finishes (tests marked `gpu`); an inconsistent set of flags is a us
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
+from conftest import REPO
+from conftest import run_driver as run
 
 from harness.config import load_config
 from harness.driver_args import driver_args
 
-REPO = Path(__file__).resolve().parent.parent
-DRIVER = REPO / "build/flashcore_driver"
 CONFIG = load_config(REPO / "gates")
-
-
-def run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    if not DRIVER.is_file():
-        pytest.skip("build/flashcore_driver not built (make build)")
-    return subprocess.run([str(DRIVER), *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.gpu

@@ -71,6 +71,7 @@ class FcParams(ctypes.Structure):
         ("q_descale_stride", ctypes.c_int64 * 2),
         ("k_descale_stride", ctypes.c_int64 * 2),
         ("v_descale_stride", ctypes.c_int64 * 2),
+        ("fp8_v_transpose", ctypes.c_int32),
     ]
 
 
@@ -91,6 +92,7 @@ class FcPlanInfo(ctypes.Structure):
         ("dynamic", ctypes.c_int32),
         ("section_heads", ctypes.c_int32),
         ("point", ctypes.c_int32),
+        ("fp8_v_transpose", ctypes.c_int32),
     ]
 
 

@@ -449,15 +449,23 @@ class Plan:
     section_heads: int = 0  # (batch, head) pairs per section of the tile order
     point: str = ""  # the compile-time point launched (flashcore/points.py name)
     tile: tuning.TileConfig = tuning.DEFAULT  # the configuration asked for (the tuned table's or the caller's)
+    v_transpose: str = ""  # FP8: where V is transposed, "pass" or "smem" (attention_fp8's v_transpose); "" 16-bit
 
 
 def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, deterministic: bool = False,
-         num_splits: int | None = None, sm_margin: int = 0, tile: tuning.TileConfig | None = None) -> Plan:
+         num_splits: int | None = None, sm_margin: int = 0, tile: tuning.TileConfig | None = None,
+         v_transpose: str | None = None) -> Plan:
     """The launch `attention` would make with these arguments (validated the same way); launches nothing.
-    float8_e4m3fn inputs: the launch of flashcore.attention_fp8 (its one compiled point per head dim; no `tile`)."""
+    float8_e4m3fn inputs: the launch of flashcore.attention_fp8 (its one tile per head dim; no `tile`; v_transpose
+    as attention_fp8's, default "auto", and Plan.v_transpose says which way was chosen)."""
     import torch
 
+    from flashcore.fp8 import v_transpose_code
+
     fp8 = is_fp8(q)
+    if v_transpose is not None and not fp8:
+        raise FlashCoreError("v_transpose is for float8_e4m3fn inputs (flashcore.attention_fp8): leave it None")
+    vt_code = v_transpose_code("auto" if v_transpose is None else v_transpose) if fp8 else 0
     call = check_call(q, k, v, causal=causal, deterministic=deterministic, num_splits=num_splits,
                       sm_margin=sm_margin, tile=tile, fp8=fp8)
     if call.empty:
@@ -468,10 +476,13 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
     lib = _lib.load()
     config = tuning.DEFAULT if fp8 else tile_config(call, index, name)
     # fc_plan checks o like q; q itself stands in (nothing is written). FP8: o is bf16, so a bf16 one is allocated.
+    params = _params(call, dense_outputs(call)[0] if fp8 else call.q, None, config)
+    params.fp8_v_transpose = vt_code
     with torch.cuda.device(call.q.device):
-        info = _plan(lib, _params(call, dense_outputs(call)[0] if fp8 else call.q, None, config))
+        info = _plan(lib, params)
+    vt_name = {1: "pass", 2: "smem"}.get(info.fp8_v_transpose, "")
     return Plan(info.num_splits, bool(info.pack_gqa), info.ctas, info.workspace_bytes, info.block_n,
-                bool(info.dynamic), info.section_heads, points.Point.from_code(info.point).name, config)
+                bool(info.dynamic), info.section_heads, points.Point.from_code(info.point).name, config, vt_name)
 
 
 def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,

@@ -13,6 +13,16 @@ if TYPE_CHECKING:
     import torch
 
 DESCALES = ("q_descale", "k_descale", "v_descale")
+# fc_params.fp8_v_transpose (kernel/flashcore.h enum fc_fp8_v_transpose): where the kernel transposes V for P V.
+V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
+
+
+def v_transpose_code(v_transpose: object) -> int:
+    """fc_params.fp8_v_transpose for attention_fp8's `v_transpose` ("auto", "pass" or "smem")."""
+    if not isinstance(v_transpose, str) or v_transpose not in V_TRANSPOSE:
+        raise FlashCoreError(f"v_transpose={v_transpose!r}: use 'auto' (by the shape), 'pass' (a pre-pass writes V^T "
+                             "into the workspace) or 'smem' (the kernel transposes V in shared memory)")
+    return V_TRANSPOSE[v_transpose]
 
 
 def check_descale(name: str, t: object, batch: int, heads_kv: int, device: torch.device) -> torch.Tensor | None:
@@ -51,6 +61,7 @@ def attention_fp8(
     deterministic: bool = False,
     num_splits: int | None = None,
     sm_margin: int = 0,
+    v_transpose: str = "auto",
     debug_fault: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """O = softmax(softmax_scale * Q K^T + mask) V on FP8 inputs, with the per-row log-sum-exp. Forward only.
@@ -59,14 +70,18 @@ def attention_fp8(
     multiples of 16 elements). The values attended are q * q_descale[b, h // (Hq // Hkv)], likewise k and v:
     q_descale, k_descale, v_descale are float32 [B, Hkv] (FA3's arguments), None meaning 1. out: bf16 [B, Sq, Hq, D]
     (optional); lse: float32 [B, Hq, Sq] (optional). causal, softmax_scale, deterministic, num_splits, sm_margin as in
-    flashcore.attention. P is rounded to E4M3 before P V (scaled by 2^8 first, as FA3). The kernel reads V through a
-    transposed copy it writes into its workspace (kernel/fp8_vt.cuh): one extra read and write of V per call.
-    Returns (out, lse); raises FlashCoreError for an unsupported input before anything is launched.
+    flashcore.attention. P is rounded to E4M3 before P V (scaled by 2^8 first, as FA3). wgmma needs V transposed,
+    and v_transpose says where: "pass" (a pre-pass writes V^T into the workspace: one extra read and write of V per
+    call), "smem" (the kernel's producer warps transpose each V block in shared memory: no pass, but work per query
+    tile), or "auto" (default: "smem" for few query rows per K/V head, as in decode, else "pass"; flashcore.plan says
+    which). The outputs are the same bits either way. Returns (out, lse); raises FlashCoreError for an unsupported
+    input before anything is launched.
     """
     call = api.check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                           deterministic=deterministic, debug_fault=debug_fault, num_splits=num_splits,
                           sm_margin=sm_margin, fp8=True)
     batch, heads_kv = call.q.shape[0], call.k.shape[2]
+    vt_code = v_transpose_code(v_transpose)
     given = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     descales = {n: check_descale(n, t, batch, heads_kv, call.q.device) for n, t in given.items()}
     index = api.device_index(call.q.device)
@@ -78,6 +93,7 @@ def attention_fp8(
         res_lse.fill_(-math.inf)
         return res, res_lse
     params = api._params(call, res, res_lse, tuning.DEFAULT)
+    params.fp8_v_transpose = vt_code
     for n, t in descales.items():
         if t is not None:
             setattr(params, n, t.data_ptr())

@@ -97,7 +97,8 @@ int check_serving(const fc_params* in) {
   return FC_OK;
 }
 
-// FP8: head dims 64/128/256, dense batches, descale arrays 4-byte aligned with non-negative strides; 16-bit: no descales.
+// FP8: head dims 64/128/256, dense batches, descale arrays 4-byte aligned with non-negative strides, a known
+// fp8_v_transpose; 16-bit: no descales, fp8_v_transpose 0.
 int check_fp8(const fc_params* in) {
   const float* ptrs[3] = {in->q_descale, in->k_descale, in->v_descale};
   const int64_t* strides[3] = {in->q_descale_stride, in->k_descale_stride, in->v_descale_stride};
@@ -109,7 +110,16 @@ int check_fp8(const fc_params* in) {
                             "16-bit inputs", names[i]);
       }
     }
+    if (in->fp8_v_transpose != FC_FP8_VT_AUTO) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "fp8_v_transpose %d is for FP8 inputs (dtype FC_E4M3): leave it 0 "
+                          "with 16-bit inputs", in->fp8_v_transpose);
+    }
     return FC_OK;
+  }
+  if (in->fp8_v_transpose != FC_FP8_VT_AUTO && in->fp8_v_transpose != FC_FP8_VT_PASS &&
+      in->fp8_v_transpose != FC_FP8_VT_SMEM) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "fp8_v_transpose %d: use FC_FP8_VT_AUTO (0), FC_FP8_VT_PASS (1) or "
+                        "FC_FP8_VT_SMEM (2)", in->fp8_v_transpose);
   }
   if (kernel_head_dim(in->head_dim) != in->head_dim) {  // a compiled head dim itself: FP8 has no padded 96 or 192
     return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims 64, 128 and 256",

@@ -15,6 +15,7 @@
 //   allocation), bf16 output; --check runs the naive kernel on bf16 copies of the dequantized inputs (exact: an E4M3
 //   value times a power of two is a bf16 value) and judges the output by FA3's FP8 rule: at most 2x the error of a
 //   baseline that rounds P to E4M3 as the kernel does, + 1e-5 (fp8_baseline_err= on the RESULT line; --tol overrides).
+//   --fp8-v-transpose auto|pass|smem: fc_params.fp8_v_transpose (where V is transposed; RESULT's fp8_vt= says which).
 // Prints one line "RESULT status=ok|fail ..." and exits 0 (ok), 1 (check failed), 2 (bad usage), 3 (error).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -162,7 +163,7 @@ int usage(const char* msg) {
                "       [--kernel wgmma|phase1] [--splits N] [--sm-margin N] [--deterministic]\n"
                "       [--block-n N] [--schedule 0|1|2] [--l2-pct N]\n"
                "       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]\n"
-               "       [--window L,R] [--softcap X] [--head-dim-v N]\n", msg);
+               "       [--window L,R] [--softcap X] [--head-dim-v N] [--fp8-v-transpose auto|pass|smem]\n", msg);
   std::printf("RESULT status=error reason=usage\n");
   return 2;
 }
@@ -181,6 +182,14 @@ bool parse(int argc, char** argv, Args* a) {
     else if (!std::strcmp(f, "--block-n")) { if (!next(&tmp)) return false; a->p.block_n = static_cast<int32_t>(tmp); }
     else if (!std::strcmp(f, "--schedule")) { if (!next(&tmp)) return false; a->p.schedule = static_cast<int32_t>(tmp); }
     else if (!std::strcmp(f, "--l2-pct")) { if (!next(&tmp)) return false; a->p.l2_section_pct = static_cast<int32_t>(tmp); }
+    else if (!std::strcmp(f, "--fp8-v-transpose")) {
+      if (i + 1 >= argc) return false;
+      const char* m = argv[++i];
+      if (!std::strcmp(m, "auto")) a->p.fp8_v_transpose = FC_FP8_VT_AUTO;
+      else if (!std::strcmp(m, "pass")) a->p.fp8_v_transpose = FC_FP8_VT_PASS;
+      else if (!std::strcmp(m, "smem")) a->p.fp8_v_transpose = FC_FP8_VT_SMEM;
+      else return false;
+    }
     else if (!std::strcmp(f, "--kernel")) {
       if (i + 1 >= argc) return false;
       const char* k = argv[++i];
@@ -439,6 +448,7 @@ int main(int argc, char** argv) {
               "splits=%d ctas=%lld", status_ok ? "ok" : "fail", max_err, max_lse_err,
               static_cast<long long>(nonfinite), ms_per_iter, flops / (ms_per_iter * 1e-3) / 1e12, plan.num_splits,
               static_cast<long long>(plan.ctas));
+  if (fp8) std::printf(" fp8_vt=%s", plan.fp8_v_transpose == FC_FP8_VT_SMEM ? "smem" : "pass");
   if (fp8 && a.check) std::printf(" fp8_baseline_err=%.6g", base_err);
   std::printf("\n");
   if (workspace != nullptr) CUDA_CHECK(cudaFree(workspace));

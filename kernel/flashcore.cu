@@ -122,24 +122,42 @@ int point_options(int32_t* out, int max, bool with_file) {
   return n;
 }
 
-// FP8's one point per head dim (kernel/tile_choice.h Fp8Choice), ping-pong.
-template <int kHeadDim>
+// FP8's tile per head dim (kernel/tile_choice.h Fp8Choice), ping-pong, compiled twice: V transposed by the pre-pass,
+// and (vt_smem) in shared memory by the producer warpgroup, with that mode's producer registers.
+template <int kHeadDim, bool kVtSmem>
 constexpr int fp8_point() {
   using C = Fp8Choice<kHeadDim>;
-  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly, C::kProducerRegs);
+  return kVtSmem ? point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly, C::kVtSmemProducerRegs) |
+                       kPointVtSmem
+                 : point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly, C::kProducerRegs);
 }
 
-// with_point for FP8 inputs: f(std::integral_constant<int, fp8_point>), after checking that the call names no other
-// point.
+// with_point for FP8 inputs: f(std::integral_constant<int, one of the two fp8_points>), by fp8_v_transpose (AUTO: by
+// the shape, kernel/tile_choice.h use_fp8_vt_smem), after checking that the call names no other point.
 template <int kHeadDim, typename F>
 int with_fp8_point(const fc_params* in, F&& f) {
-  constexpr int kPoint = fp8_point<kHeadDim>();
-  if ((in->point != 0 && in->point != kPoint) || (in->block_n != 0 && in->block_n != (kPoint & 511))) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one point (0x%x, %d keys per tile): "
-                        "leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim,
-                        static_cast<unsigned>(kPoint), kPoint & 511, static_cast<unsigned>(in->point), in->block_n);
+  constexpr int kPass = fp8_point<kHeadDim, false>(), kSmem = fp8_point<kHeadDim, true>();
+  if ((in->point != 0 && in->point != kPass && in->point != kSmem) ||
+      (in->block_n != 0 && in->block_n != (kPass & 511))) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one tile (%d keys; points 0x%x and 0x%x, "
+                        "V transposed by a pre-pass or in shared memory: fp8_v_transpose picks): leave point and "
+                        "block_n 0 (got point 0x%x, block_n %d)", kHeadDim, kPass & 511, static_cast<unsigned>(kPass),
+                        static_cast<unsigned>(kSmem), static_cast<unsigned>(in->point), in->block_n);
   }
-  return f(std::integral_constant<int, kPoint>{});
+  bool smem = in->point != 0 ? in->point == kSmem
+                             : use_fp8_vt_smem(kHeadDim, in->seqlen_q, in->seqlen_k, in->heads_q / in->heads_kv,
+                                               in->causal != 0);
+  if (in->fp8_v_transpose != FC_FP8_VT_AUTO) {
+    const bool asked = in->fp8_v_transpose == FC_FP8_VT_SMEM;
+    if (in->point != 0 && asked != smem) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "point 0x%x transposes V %s, but fp8_v_transpose asks for %s",
+                          static_cast<unsigned>(in->point), smem ? "in shared memory" : "by a pre-pass",
+                          asked ? "shared memory (FC_FP8_VT_SMEM)" : "a pre-pass (FC_FP8_VT_PASS)");
+    }
+    smem = asked;
+  }
+  if (smem) return f(std::integral_constant<int, kSmem>{});
+  return f(std::integral_constant<int, kPass>{});
 }
 
 template <int kHeadDim>
@@ -180,6 +198,7 @@ int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
   out->workspace_bytes = plan.workspace_bytes;
   out->block_n = point & 511;
   out->point = point;
+  out->fp8_v_transpose = in->dtype != FC_E4M3 ? 0 : (point & kPointVtSmem) ? FC_FP8_VT_SMEM : FC_FP8_VT_PASS;
   out->dynamic = plan.dynamic ? 1 : 0;
   out->section_heads = plan.sections.heads;
   return FC_OK;

@@ -13,6 +13,11 @@ extern "C" {
 
 enum fc_dtype { FC_FP16 = 0, FC_BF16 = 1, FC_E4M3 = 2 };
 
+// FP8: where V is transposed for the P V GEMM (kernel/fp8_vt.cuh). AUTO: by the shape (kernel/tile_choice.h
+// use_fp8_vt_smem: few query rows per K/V head, as in decode, take SMEM); PASS: a pre-pass kernel writes V^T into the
+// workspace first; SMEM: the attention kernel's producer warpgroup transposes each block in shared memory.
+enum fc_fp8_v_transpose { FC_FP8_VT_AUTO = 0, FC_FP8_VT_PASS = 1, FC_FP8_VT_SMEM = 2 };
+
 enum fc_status {
   FC_OK = 0,
   FC_ERR_INVALID_ARGUMENT = 1,  // shape, stride, alignment, dtype or head dim not supported
@@ -88,13 +93,15 @@ typedef struct fc_params {
   // FP8 (dtype FC_E4M3): q, k and v are E4M3 (strides multiples of 16 elements), o is bf16; head dims 64, 128 and 256,
   // dense batches (no serving field). The real q is q * q_descale[b, h / (Hq / Hkv)], likewise k and v: device fp32
   // arrays [batch, heads_kv] with element strides {batch, head} (NULL: 1; FA3's q_descale, k_descale, v_descale).
-  // The workspace (fc_plan) then also holds V's transposed copy (kernel/fp8_vt.cuh). NULL for 16-bit dtypes.
+  // The workspace (fc_plan) then also holds V's transposed copy where V is transposed by a pre-pass
+  // (fp8_v_transpose). NULL for 16-bit dtypes.
   const float* q_descale;
   const float* k_descale;
   const float* v_descale;
   int64_t q_descale_stride[2];
   int64_t k_descale_stride[2];
   int64_t v_descale_stride[2];
+  int32_t fp8_v_transpose;  // FP8: enum fc_fp8_v_transpose (0: by the shape); 0 for 16-bit dtypes
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2 };
 
@@ -108,6 +115,7 @@ typedef struct fc_plan_info {
   int32_t dynamic;          // 1: tiles taken from an atomic counter; 0: static order
   int32_t section_heads;    // (batch, head) pairs per section of the tile order (some sections take one more)
   int32_t point;            // the compile-time point launched (kernel/tile_point.h)
+  int32_t fp8_v_transpose;  // FP8: FC_FP8_VT_PASS or FC_FP8_VT_SMEM, the way V is transposed; 0 for 16-bit dtypes
 } fc_plan_info;
 
 // Launches the forward kernel on `stream` (a cudaStream_t, NULL for the default stream).

@@ -1,8 +1,8 @@
 // FP8 V, transposed for the P V GEMM. wgmma takes FP8 operands K-major only, and P V's K is the key: V [B, Sk, Hkv, D]
-// (d contiguous) must become V^T [B][Hkv][D][vt_keys] (keys contiguous) before TMA loads it. A pre-pass writes the
-// copy into the workspace (FA3 transposes in its producer warpgroup with ldmatrix/stmatrix instead: no extra
-// traffic, but a producer of 4 warps with more registers); the cost is one read and one write of V, measured in
-// docs/perf-notes.md.
+// (d contiguous) must reach it as V^T (keys contiguous). Two ways, chosen per call (kernel/tile_choice.h
+// use_fp8_vt_smem): this file's pre-pass writes V^T [B][Hkv][D][vt_keys] into the workspace before the attention
+// kernel (one more read and write of V, 2-4 % of long prefill); kernel/fp8_vt_smem.cuh transposes each block in
+// shared memory inside the kernel (no pass: decode and short prefill; measured in docs/perf-notes.md 8.14, 8.16).
 //
 // Key order: inside each 32-key group, position 4t + j (and 16 + 4t + j) holds key 2t + (j & 1) + 8 (j >> 1) (and
 // 16 + that). That is the order in which a thread's softmaxed S registers (C layout: columns 2t, 2t+1, 8+2t, 9+2t of

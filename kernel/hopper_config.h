@@ -43,7 +43,10 @@ struct RegisterSplit {
 // V(n) stays until P(n) V(n) is. Per tile of a persistent CTA: kQFull (Q and the tile info landed), kQEmpty (every
 // consumer thread is done with Q: the producer may load the next tile's), kOEmpty (only where O is staged over V:
 // the stores of the last tile with K/V blocks have read their staging, so the next tile's V may be loaded).
-template <int kStages>
+// FP8 with V transposed in shared memory (kRawStages > 0): TMA loads V as it is into a raw ring (kVRawFull /
+// kVRawEmpty), the producer warpgroup's other warps transpose it into the V stages (kernel/fp8_vt_smem.cuh), and
+// kVtFlags + s is the word the producer thread leaves them with raw stage s (8 bytes each, not barriers).
+template <int kStages, int kRawStages = 0>
 struct HopperSlots {
   static constexpr int kQFull = 0;
   static constexpr int kQEmpty = 1;
@@ -52,7 +55,10 @@ struct HopperSlots {
   static constexpr int kVFull = 3 + kStages;
   static constexpr int kKEmpty = 3 + 2 * kStages;
   static constexpr int kVEmpty = 3 + 3 * kStages;
-  static constexpr int kCount = 3 + 4 * kStages;
+  static constexpr int kVRawFull = 3 + 4 * kStages;
+  static constexpr int kVRawEmpty = kVRawFull + kRawStages;
+  static constexpr int kVtFlags = kVRawEmpty + kRawStages;
+  static constexpr int kCount = kVtFlags + kRawStages;
 };
 
 // Named barrier ids (bar.sync / bar.arrive). 0 is __syncthreads. Each consumer warpgroup owns one "may issue
@@ -134,9 +140,14 @@ struct HopperTileConfig {
   static constexpr int kChunks = kRowBytes / kSpan;
   static constexpr int kQBytes = kBlockM * kRowBytes;
   // K: [kChunks][kBlockN][kSpan B]. V: 16-bit [kChunks][kBlockN keys][128 B] (MN-major for P V); FP8 V^T (wgmma FP8
-  // takes K-major operands only) [kBlockN / 128][kHeadDim rows][128 keys], from the transposed copy
-  // (kernel/fp8_vt.cuh). The same bytes either way.
+  // takes K-major operands only) [kBlockN / 128][kHeadDim rows][128 keys], from the pre-pass's transposed copy
+  // (kernel/fp8_vt.cuh), or (kVtSmem) transposed in shared memory from a raw ring of kVRawStages stages laid out as K
+  // (kernel/fp8_vt_smem.cuh). The same bytes either way.
   static constexpr int kKVBytes = kBlockN * kRowBytes;
+  static constexpr bool kVtSmem = kFp8 && Point::kVtSmem;
+  static_assert(kFp8 || !Point::kVtSmem, "kPointVtSmem is an FP8 choice");
+  static constexpr int kVRawStages = kVtSmem ? kStages : 0;
+  using Slots = HopperSlots<kStages, kVRawStages>;
   // k-steps of one GEMM (32 bytes of K each: 16 16-bit or 32 FP8 columns); P's A fragments per block.
   static constexpr int kKStepsQK = kRowBytes / 32;
   static constexpr int kPSteps = kBlockN * kElemBytes / 32;
@@ -145,10 +156,11 @@ struct HopperTileConfig {
   static constexpr int kOChunks = kHeadDim / 64;
   static constexpr int kOWgBytes = 64 * kHeadDim * 2;
   static constexpr int kOBytes = kOWgBytes * kConsumerWGs;
-  static constexpr int kBarrierBytes = (8 * HopperSlots<kStages>::kCount + 15) / 16 * 16;
+  static constexpr int kBarrierBytes = (8 * Slots::kCount + 15) / 16 * 16;
   static constexpr int kTileSlotBytes = 2 * kTileInfoBytes;  // TileInfo slots (tile_scheduler.h), 16-byte aligned
   static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries (64-byte: 512)
-  static constexpr int kBaseBytes = kAlign + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + kTileSlotBytes;
+  static constexpr int kBaseBytes =
+      kAlign + kQBytes + (2 * kStages + kVRawStages) * kKVBytes + kBarrierBytes + kTileSlotBytes;
   // O gets its own buffer when it fits; otherwise each warpgroup stages its rows in one of V's stages (FA3 overlaps
   // O with V too) and the producer loads the next tile's V only after the stores have read them (kOEmpty).
   static constexpr bool kOAliasV = kBaseBytes + kOBytes > kSmemLimit;

@@ -3,6 +3,7 @@
 // each chunk swizzled by TMA over its span; FP8 V arrives transposed (hopper_config.h kKVBytes).
 #pragma once
 #include "barriers.h"
+#include "fp8_vt_smem.cuh"
 #include "hopper_config.h"
 #include "mask.h"
 #include "element.h"
@@ -21,11 +22,16 @@ namespace flashcore {
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
 // kPaged: K/V rows come from a paged cache through the page table (a copy of its own: the page walk inlined into
 // the one producer made ptxas spill its 32 registers for every call).
+// FP8 with V transposed in shared memory (Cfg::kVtSmem): V goes into the raw ring (v_smem is then that ring), with a
+// word for the transposing warps beside each stage (kernel/fp8_vt_smem.cuh): they, not this thread, wait for the V
+// stage and for kOEmpty, and they stop on kVtStop.
 template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
                              uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, kElemBytes>;
-  using Slots = HopperSlots<Cfg::kStages>;
+  using Slots = typename Cfg::Slots;
+  constexpr int kVFull = Cfg::kVtSmem ? Slots::kVRawFull : Slots::kVFull;
+  constexpr int kVEmpty = Cfg::kVtSmem ? Slots::kVRawEmpty : Slots::kVEmpty;
   tma_prefetch_descriptor(&tma.q);
   tma_prefetch_descriptor(&tma.k);
   tma_prefetch_descriptor(&tma.v);
@@ -50,16 +56,18 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c, seq);
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = kv_head(p, c);
-    auto load = [&](int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map, int n) {
+    // flags: V transposed in shared memory only, the word for the transposing warps (kVtStop's comment).
+    auto load = [&](int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map, int n, int flags = 0) {
       const int stage = (block + n) % Cfg::kStages;
       const uint32_t empty_parity = (((block + n) / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
       uint64_t* full = &bars[slot_full + stage];
       if (p.fault == kFaultSlow && slot_full == Slots::kKFull) __nanosleep(20000);  // test-only: 20 us per block
       mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
+      if (Cfg::kVtSmem && slot_full == kVFull) vt_flags_store(bars, Slots::kVtFlags + stage, flags);  // the arrive publishes it
       mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
       uint8_t* dst = ring + stage * Cfg::kKVBytes;
       const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys
-      if (Cfg::kFp8 && slot_full == Slots::kVFull) {
+      if (Cfg::kFp8 && !Cfg::kVtSmem && slot_full == Slots::kVFull) {
         // FP8 V^T [batch][head][d][keys] (dense batches only): boxes of 128 keys x every d row.
 #pragma unroll
         for (int ch = 0; ch < Cfg::kVtFull; ++ch) {
@@ -106,6 +114,12 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv, seq.q_len, seq.k_len, seq.q_off});
     if (!valid) {
       mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave
+      if constexpr (Cfg::kVtSmem) {  // and the transposing warps, through the next raw stage
+        const int stage = block % Cfg::kStages;
+        mbarrier_wait_sleep(&bars[kVEmpty + stage], ((block / Cfg::kStages) & 1) ^ 1);
+        vt_flags_store(bars, Slots::kVtFlags + stage, kVtStop);
+        mbarrier_arrive(&bars[kVFull + stage]);
+      }
       break;
     }
     // Packed GQA: the tile's head is the K/V head and the Q box spans its `group` query heads x all query rows.
@@ -122,14 +136,23 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       // O over V: only tiles with blocks stage O there and arrive on kOEmpty, once their stores have read it; wait
       // for the previous such tile's phase. Every phase is waited, and none can run ahead: this tile's epilogue
       // cannot finish before this V(0) lands.
+      // V transposed in shared memory: the transposing warps write the V stages, so they wait, told by the first
+      // block's word.
+      int flags = 0;
       if constexpr (Cfg::kOAliasV) {
-        if (o_tiles > 0) mbarrier_wait_sleep(&bars[Slots::kOEmpty], (o_tiles - 1) & 1);
+        if (o_tiles > 0) {
+          if constexpr (Cfg::kVtSmem) {
+            flags = 1 | (((o_tiles - 1) & 1) << 1);
+          } else {
+            mbarrier_wait_sleep(&bars[Slots::kOEmpty], (o_tiles - 1) & 1);
+          }
+        }
         ++o_tiles;
       }
-      load(Slots::kVFull, Slots::kVEmpty, v_smem, &tma.v, 0);
+      load(kVFull, kVEmpty, v_smem, &tma.v, 0, flags);
       for (int n = 1; n < n_blocks; ++n) {
         load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, n);
-        load(Slots::kVFull, Slots::kVEmpty, v_smem, &tma.v, n);
+        load(kVFull, kVEmpty, v_smem, &tma.v, n);
       }
     }
     block += n_blocks;

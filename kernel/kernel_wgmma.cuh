@@ -99,22 +99,24 @@ __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consume
 // 20 bytes), and so did a second copy of the consumer in the same kernel (hdim 128 at 176 keys: 12 bytes), so it is
 // an instantiation of its own, compiled for the short default point of each head dim only (run_tiles.cuh).
 // Element E4m3: FP8 inputs, the per-(batch, K/V head) descale factors folded into the tile's softmax scale and O's
-// normalization, P offset by 2^8 (softmax.h), V read transposed (kernel/fp8_vt.cuh), bf16 output; dense batches only.
+// normalization, P offset by 2^8 (softmax.h), V read transposed (the pre-pass's copy, kernel/fp8_vt.cuh, or
+// transposed in shared memory at kPointVtSmem points, kernel/fp8_vt_smem.cuh), bf16 output; dense batches only.
 template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap>
 __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kBytes>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   using Out = typename Element::Out;
   constexpr int kPOffset = Cfg::kFp8 ? 8 : 0;
-  using Slots = HopperSlots<Cfg::kStages>;
+  using Slots = typename Cfg::Slots;
   extern __shared__ uint8_t smem_raw[];
   // 128-byte-swizzled TMA tiles and wgmma atoms need 1024-byte alignment.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + Cfg::kAlign - 1) &
                                              ~uintptr_t{Cfg::kAlign - 1});
   uint8_t* q_smem = smem;                                         // [kChunks][kBlockM][kSpan bytes]
   uint8_t* k_smem = q_smem + Cfg::kQBytes;                        // [kStages][kChunks][kBlockN][kSpan bytes]
-  uint8_t* v_smem = k_smem + Cfg::kStages * Cfg::kKVBytes;        // [kStages][kChunks][kBlockN][64]
-  uint8_t* o_own = v_smem + Cfg::kStages * Cfg::kKVBytes;         // [wg][kChunks][64][64] unless O overlaps V
+  uint8_t* v_smem = k_smem + Cfg::kStages * Cfg::kKVBytes;        // [kStages][kChunks][kBlockN][64] (FP8: V^T)
+  uint8_t* v_raw = v_smem + Cfg::kStages * Cfg::kKVBytes;         // kVtSmem: [kVRawStages] of V as K's layout
+  uint8_t* o_own = v_raw + Cfg::kVRawStages * Cfg::kKVBytes;      // [wg][kChunks][64][64] unless O overlaps V
   auto* bars = reinterpret_cast<uint64_t*>(o_own + (Cfg::kOAliasV ? 0 : Cfg::kOBytes));
   void* tile_slots = reinterpret_cast<uint8_t*>(bars) + Cfg::kBarrierBytes;  // 2 x TileInfo (tile_scheduler.h)
   // Broadcast from lane 0 so the compiler knows the index is warp-uniform: values derived from it (this warpgroup's
@@ -127,11 +129,15 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     mbarrier_init(&bars[Slots::kOEmpty], Cfg::kConsumerWGs);      // each warpgroup's storing thread
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(&bars[Slots::kKFull + s], 1);
-      mbarrier_init(&bars[Slots::kVFull + s], 1);
+      mbarrier_init(&bars[Slots::kVFull + s], Cfg::kVtSmem ? kVtWarps : 1);  // kVtSmem: each transposing warp
       // One arrival per consumer warpgroup: its thread 0 arrives after the warpgroup's wgmma.wait_group,
       // when the GEMM that read the stage has completed for the whole warpgroup.
       mbarrier_init(&bars[Slots::kKEmpty + s], Cfg::kConsumerWGs);
       mbarrier_init(&bars[Slots::kVEmpty + s], Cfg::kConsumerWGs);
+    }
+    for (int s = 0; s < Cfg::kVRawStages; ++s) {
+      mbarrier_init(&bars[Slots::kVRawFull + s], 1);  // the producer's arrive.expect_tx (or its stop arrival)
+      mbarrier_init(&bars[Slots::kVRawEmpty + s], kVtWarps);
     }
     mbarrier_init_fence();
   }
@@ -140,7 +146,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   if (warpgroup == 0) {
     // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
     // beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh make_plan).
-    if (Cfg::kConsumerWGs == 2 && p.page_table != nullptr) {
+    // FP8 takes dense batches only (api.cu check_fp8): no paged copy.
+    if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
       if (threadIdx.x == 0) {
         tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true>(p, tma, q_smem, k_smem, v_smem, bars,
@@ -149,8 +156,11 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     } else {
       setmaxnreg_dec<Cfg::Registers::kProducer>();
       if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false>(p, tma, q_smem, k_smem, v_smem, bars,
-                                                                       tile_slots);
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false>(p, tma, q_smem, k_smem,
+                                                                       Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
+      } else if (Cfg::kVtSmem && threadIdx.x >= 32) {
+        // Warps 1..3 transpose V from the raw ring into the V stages (kernel/fp8_vt_smem.cuh).
+        transpose_v_ring<Cfg>(v_raw, v_smem, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
       }
     }
     return;
@@ -303,7 +313,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
     auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
-      const int scrub = Cfg::kFp8 ? Cfg::kBlockN : scrub_rows<Cfg::kBlockN>(kv, seq.k_len);  // FP8: V^T is a copy
+      // FP8: V^T's keys past seqlen_k are zeros (the pre-pass writes them; TMA fills the raw ring's).
+      const int scrub = Cfg::kFp8 ? Cfg::kBlockN : scrub_rows<Cfg::kBlockN>(kv, seq.k_len);
       if (scrub < Cfg::kBlockN) {
         scrub_v<Cfg>(v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes, scrub,
                      consumer_wg * 128 + thread);

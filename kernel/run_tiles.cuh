@@ -119,7 +119,8 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   plan->counter_offset = partial_bytes;
   plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);
   plan->vt_offset = (plan->workspace_bytes + 127) / 128 * 128;  // TMA wants 16-byte aligned bases
-  plan->vt_keys = in->dtype == FC_E4M3 ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
+  const bool vt_pass = in->dtype == FC_E4M3 && !TilePoint<kPoint>::kVtSmem;  // V^T copy (kernel/fp8_vt.cuh)
+  plan->vt_keys = vt_pass ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
   if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
   return FC_OK;
 }
@@ -130,8 +131,10 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false>
                                     : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
-  if constexpr (Cfg::kFp8) {
+  if constexpr (Cfg::kVtSmem) {
     if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
+  } else if constexpr (Cfg::kFp8) {
+    if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;
     // V's transposed copy first, on the same stream.
     const dim3 grid(static_cast<unsigned>(p.vt_keys / kVtKeys), static_cast<unsigned>(p.heads_kv),
                     static_cast<unsigned>(p.batch));
@@ -210,16 +213,18 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
                                   Cfg::kSpan)) != FC_OK ||
       (status = encode_tensor_map(&tma.k, "k", in->k, hd, k_map_rows, in->heads_kv, k_batch, in->k_stride,
                                   k_box, 1, kBytes, Cfg::kSpan)) != FC_OK ||
-      (status = Cfg::kFp8 ? encode_tensor_map(&tma.v, "v (transposed copy)", p.vt, p.vt_keys, kHeadDim, in->heads_kv,
-                                              k_batch, vt_stride, kHeadDim, 1, 1)
-                          : encode_tensor_map(&tma.v, "v", in->v, hd_v, k_map_rows, in->heads_kv, k_batch,
-                                              in->v_stride, k_box)) != FC_OK ||
+      // V transposed in shared memory: V as it is, with K's boxes and swizzle (kernel/fp8_vt_smem.cuh).
+      (status = Cfg::kFp8 && !Cfg::kVtSmem
+                    ? encode_tensor_map(&tma.v, "v (transposed copy)", p.vt, p.vt_keys, kHeadDim, in->heads_kv, k_batch,
+                                        vt_stride, kHeadDim, 1, 1)
+                    : encode_tensor_map(&tma.v, "v", in->v, hd_v, k_map_rows, in->heads_kv, k_batch, in->v_stride,
+                                        k_box, 1, kBytes, Cfg::kSpan)) != FC_OK ||
       // O leaves one consumer warpgroup (64 rows) per store.
       (status = encode_tensor_map(&tma.o, "o", in->o, hd_v, q_rows, in->heads_q, q_batch, in->o_stride,
                                   64)) != FC_OK) {
     return status;
   }
-  if (Cfg::kFp8 && Cfg::kVtTail > 0 &&
+  if (Cfg::kFp8 && !Cfg::kVtSmem && Cfg::kVtTail > 0 &&
       (status = encode_tensor_map(&tma.v_tail, "v (transposed copy)", p.vt, p.vt_keys, kHeadDim, in->heads_kv, k_batch,
                                   vt_stride, kHeadDim, 1, 1, 64)) != FC_OK) {
     return status;

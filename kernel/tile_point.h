@@ -8,6 +8,10 @@
 namespace flashcore {
 
 constexpr int kPointFlag = 1 << 24;  // set in every code, so 0 can mean "the default"
+// FP8 only: V is transposed in shared memory by the producer warpgroup (kernel/fp8_vt_smem.cuh), not by the
+// pre-pass (kernel/fp8_vt.cuh). The host picks per call (kernel/tile_choice.h use_fp8_vt_smem); the 16-bit points and
+// make tune's table never set it.
+constexpr int kPointVtSmem = 1 << 22;
 
 constexpr int point_code(int block_n, int stages, int consumer_wgs, int pingpong, int rescale_early,
                          int producer_regs) {
@@ -24,6 +28,7 @@ struct TilePoint {
   static constexpr bool kPingPong = (kCode >> 15) & 1;
   static constexpr bool kRescaleEarly = (kCode >> 16) & 1;
   static constexpr int kProducerRegs = ((kCode >> 17) & 31) * 8;
+  static constexpr bool kVtSmem = (kCode & kPointVtSmem) != 0;
 };
 
 }  // namespace flashcore

@@ -40,3 +40,28 @@ def test_fp8_check_fails_a_planted_unwritten_row() -> None:
 def test_fp8_check_with_an_explicit_tolerance_uses_it() -> None:
     proc = run([*fp8_causal(224), "--tol", "0.01"])  # the few-key rows' error is about 0.06: 0.01 must fail
     assert proc.returncode == 1 and fields(proc.stdout)["status"] == "fail", proc.stdout + proc.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("way", ["pass", "smem"])
+@pytest.mark.parametrize("dim", ["64", "128", "256"])
+def test_fp8_check_passes_either_v_transpose_and_says_which_ran(dim: str, way: str) -> None:
+    """--fp8-v-transpose forces the pre-pass or the shared-memory transpose (RESULT's fp8_vt= says which ran); both
+    pass FA3's rule on a causal GQA call whose key count leaves a partial last tile."""
+    proc = run(["--batch", "2", "--heads-q", "8", "--heads-kv", "2", "--seqlen-q", "300", "--seqlen-k", "700",
+                "--causal", "--head-dim", dim, "--dtype", "e4m3", "--check", "--iters", "1",
+                "--fp8-v-transpose", way])
+    got = fields(proc.stdout)
+    assert proc.returncode == 0 and got["status"] == "ok" and got["fp8_vt"] == way, proc.stdout + proc.stderr
+
+
+@pytest.mark.gpu
+def test_fp8_check_fails_a_planted_unwritten_row_with_the_shared_memory_transpose() -> None:
+    proc = run([*fp8_causal(700), "--fault", "3", "--fp8-v-transpose", "smem"])
+    assert proc.returncode == 1 and fields(proc.stdout)["status"] == "fail", proc.stdout + proc.stderr
+
+
+@pytest.mark.gpu
+def test_driver_rejects_an_unknown_v_transpose() -> None:
+    proc = run([*fp8_causal(700), "--fp8-v-transpose", "both"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -78,10 +78,27 @@ def test_ctypes_mirror_ends_with_the_fp8_fields_of_flashcore_h() -> None:
     body = header[header.index("typedef struct fc_params {"):header.index("} fc_params;")]
     c_names = re.findall(r"^\s+(?:const\s+)?[\w]+\*?\s+\*?(\w+)(?:\[\d\])?;", body, re.M)
     py_names = [f[0] for f in _lib.FcParams._fields_]
-    assert py_names[-6:] == ["q_descale", "k_descale", "v_descale", "q_descale_stride", "k_descale_stride",
-                             "v_descale_stride"]
-    assert c_names[-6:] == py_names[-6:]
+    assert py_names[-7:] == ["q_descale", "k_descale", "v_descale", "q_descale_stride", "k_descale_stride",
+                             "v_descale_stride", "fp8_v_transpose"]
+    assert c_names[-7:] == py_names[-7:]
     assert "FC_E4M3 = 2" in header and _lib.FC_E4M3 == 2
+    info = header[header.index("typedef struct fc_plan_info {"):header.index("} fc_plan_info;")]
+    c_info = re.findall(r"^\s+\w+\s+(\w+);", info, re.M)
+    assert c_info == [f[0] for f in _lib.FcPlanInfo._fields_]
+
+
+def test_v_transpose_names_match_the_c_enum() -> None:
+    """attention_fp8's v_transpose names map to kernel/flashcore.h's fc_fp8_v_transpose values; others raise."""
+    from flashcore import fp8
+    from flashcore.errors import FlashCoreError
+
+    header = (REPO / "kernel" / "flashcore.h").read_text()
+    enum = dict(re.findall(r"FC_FP8_VT_(\w+) = (\d)", header))
+    assert {k.lower(): int(v) for k, v in enum.items()} == fp8.V_TRANSPOSE
+    assert [fp8.v_transpose_code(n) for n in ("auto", "pass", "smem")] == [0, 1, 2]
+    for bad in ("SMEM", "", None, 2):
+        with pytest.raises(FlashCoreError, match="v_transpose"):
+            fp8.v_transpose_code(bad)
 
 
 def test_same_rounding_reference_is_close_to_exact() -> None:

@@ -40,15 +40,17 @@ def descales(batch: int, heads_kv: int) -> list[torch.Tensor]:
     return [torch.rand(batch, heads_kv, device="cuda") * 1.5 + 0.25 for _ in range(3)]
 
 
+@pytest.mark.parametrize("v_transpose", ["pass", "smem"])
 @pytest.mark.parametrize(("b", "sq", "sk", "hq", "hkv", "d", "causal"), CASES)
 def test_fp8_matches_reference_within_fa3_bound(b: int, sq: int, sk: int, hq: int, hkv: int, d: int,
-                                                causal: bool) -> None:
-    torch.manual_seed(sq * 31 + sk + d + hq)
+                                                causal: bool, v_transpose: str) -> None:
+    torch.manual_seed(sq * 31 + sk + d + hq + len(v_transpose))
     q, k, v = fp8(b, sq, hq, d), fp8(b, sk, hkv, d), fp8(b, sk, hkv, d)
     qd, kd, vd = descales(b, hkv)
     out = torch.full((b, sq, hq, d), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((b, hq, sq), float("nan"), device="cuda")
-    attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, out=out, lse=lse)
+    attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, out=out, lse=lse,
+                  v_transpose=v_transpose)
     q32, k32, v32 = (reference.dequantize(x, s, hkv) for x, s in ((q, qd), (k, kd), (v, vd)))
     scale = d ** -0.5
     ref, ref_lse = reference.dense(q32, k32, v32, causal=causal, scale=scale)
@@ -60,8 +62,44 @@ def test_fp8_matches_reference_within_fa3_bound(b: int, sq: int, sk: int, hq: in
     assert err <= 2 * pt_err + atol, (err, pt_err, atol)
     seen = torch.isfinite(ref_lse)
     torch.testing.assert_close(lse[seen], ref_lse[seen], atol=2e-3, rtol=2e-3)
-    again, again_lse = attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+    again, again_lse = attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal,
+                                     v_transpose=v_transpose)
     assert torch.equal(again, out) and torch.equal(again_lse, lse)
+
+
+@pytest.mark.parametrize(("b", "sq", "sk", "hq", "hkv", "d", "causal"), [CASES[2], CASES[5], CASES[6], CASES[10]])
+def test_fp8_v_transpose_ways_give_the_same_bits(b: int, sq: int, sk: int, hq: int, hkv: int, d: int,
+                                                 causal: bool) -> None:
+    """The pre-pass and the shared-memory transpose put the same V^T bytes in front of the same GEMMs."""
+    q, k, v = fp8(b, sq, hq, d), fp8(b, sk, hkv, d), fp8(b, sk, hkv, d)
+    qd, kd, vd = descales(b, hkv)
+    got = {m: attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, v_transpose=m)
+           for m in ("auto", "pass", "smem")}
+    for m in ("auto", "smem"):
+        assert torch.equal(got[m][0], got["pass"][0]) and torch.equal(got[m][1], got["pass"][1]), m
+
+
+def test_plan_says_where_fp8_v_is_transposed() -> None:
+    """auto: decode (one query row per K/V head's group) transposes in shared memory, long prefill by the pre-pass,
+    which alone needs the workspace for V^T; v_transpose forces either way; 16-bit inputs have no such choice."""
+    import flashcore
+    from flashcore.errors import FlashCoreError
+
+    q, k, v = fp8(4, 1, 32, 128), fp8(4, 3000, 8, 128), fp8(4, 3000, 8, 128)
+    decode = flashcore.plan(q, k, v)
+    assert decode.v_transpose == "smem"
+    forced = flashcore.plan(q, k, v, v_transpose="pass")
+    assert forced.v_transpose == "pass" and forced.workspace_bytes >= decode.workspace_bytes + 3000 * 8 * 4 * 128
+    long_q = fp8(1, 8192, 8, 128)
+    k8, v8 = fp8(1, 8192, 8, 128), fp8(1, 8192, 8, 128)
+    assert flashcore.plan(long_q, k8, v8).v_transpose == "pass"
+    assert flashcore.plan(long_q, k8, v8, v_transpose="smem").v_transpose == "smem"
+    with pytest.raises(FlashCoreError, match="v_transpose"):
+        flashcore.plan(long_q, k8, v8, v_transpose="transposed")
+    q16 = torch.randn(1, 64, 4, 128, device="cuda", dtype=torch.bfloat16)
+    assert flashcore.plan(q16, q16, q16).v_transpose == ""
+    with pytest.raises(FlashCoreError, match="float8_e4m3fn"):
+        flashcore.plan(q16, q16, q16, v_transpose="smem")
 
 
 def test_fp8_without_descales_is_unit_scale() -> None:

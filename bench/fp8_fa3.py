@@ -1,11 +1,12 @@
 """FP8 (E4M3) prefill and decode side by side with FA3's FP8 (the fa3-fwd wheel), FlashCore bf16 and FA3 bf16 on the
 same shapes, and the chip's FP8 and bf16 matmul rates (torch._scaled_mm and torch.matmul, 8192^3) as ceilings; all in
 one process on one GPU, each pair timed in alternating rounds (bench/serving_fa3.py's timeit/paired). FlashCore's
-FP8 time includes its V transpose pre-pass (kernel/fp8_vt.cuh). Ratio = FA3 time / FlashCore time.
+FP8 time includes its V transpose, the way attention_fp8 picks it ("auto": the pre-pass for these prefill shapes, the
+shared-memory transpose for decode; flashcore.plan's v_transpose). Ratio = FA3 time / FlashCore time.
 
     PYTHONPATH=<fa3-fwd and nvtx wheels>:. python3 bench/fp8_fa3.py [--quick] [--fp8-only]   # $OUT/bench_fp8.json
 
---quick: S = 8K only; --fp8-only: the FP8 prefill pairs only (an A/B of builds: FLASHCORE_LIB=<build>.so);
+--quick: S = 8K only; --fp8-only: the FP8 prefill and decode pairs only (an A/B of builds: FLASHCORE_LIB=<build>.so);
 --dims=64,128: those head dims only (default 128 and 256; 64 runs only when named).
 
 Needs an H100 and the fa3-fwd wheel (built with FP8).
@@ -67,11 +68,11 @@ def prefill(fa3, batch: int, heads: int, seqlen: int, dim: int, causal: bool,  #
 
 
 def transpose_cost(batch: int, heads: int, seqlen: int, dim: int) -> None:
-    """The V pre-pass alone (the profiler's kernel time), against the whole FP8 call."""
+    """The V pre-pass alone (the profiler's kernel time), against the whole FP8 call (v_transpose="pass")."""
     q, k, v = (torch.randn(batch, seqlen, heads, dim, device="cuda").to(E4M3) for _ in range(3))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
-            attention_fp8(q, k, v)
+            attention_fp8(q, k, v, v_transpose="pass")
         torch.cuda.synchronize()
     times: dict[str, float] = {}
     for e in prof.key_averages():
@@ -88,8 +89,9 @@ def decode(fa3, batch: int, heads_q: int, heads_kv: int, seqlen: int, dim: int) 
     k, v = (torch.randn(batch, seqlen, heads_kv, dim, device="cuda").to(E4M3) for _ in range(2))
     fc, fa = paired(lambda: attention_fp8(q, k, v), lambda: fa3.flash_attn_func(q, k, v, num_splits=0))
     name = f"decode B{batch} H{heads_q}/{heads_kv} S{seqlen} D{dim}"
-    ROWS.append({"name": name, "fc_fp8_ms": fc, "fa3_fp8_ms": fa, "ratio_fp8": fa / fc})
-    print(f"{name:28s} fp8 fc {fc:.3f} ms fa3 {fa:.3f} ms ({fa / fc:.3f}x)", flush=True)
+    way = flashcore.plan(q, k, v).v_transpose
+    ROWS.append({"name": name, "fc_fp8_ms": fc, "fa3_fp8_ms": fa, "ratio_fp8": fa / fc, "v_transpose": way})
+    print(f"{name:28s} fp8 fc {fc:.3f} ms fa3 {fa:.3f} ms ({fa / fc:.3f}x) v_transpose {way}", flush=True)
 
 
 def main() -> None:
@@ -109,7 +111,9 @@ def main() -> None:
             prefill(fa3, batch, heads, seqlen, dim, causal, bf16=not fp8_only)
     if not fp8_only:
         transpose_cost(4, 16, 8192, 128)
-        decode(fa3, 64, 32, 8, 8192, 128)
+    decode(fa3, 64, 32, 8, 8192, 128)
+    decode(fa3, 16, 16, 16, 4096, 256)
+    decode(fa3, 64, 32, 8, 8192, 64)
     suffix = "-" + Path(flashcore.library_path()).stem if fp8_only else ""
     out = Path(os.environ.get("OUT", ".")) / f"bench_fp8{suffix}.json"
     out.write_text(json.dumps({"rows": ROWS, "device": torch.cuda.get_device_name()}, indent=1))

@@ -1,0 +1,59 @@
+"""kernel/tile_choice.h use_fp8_vt_smem, the host rule that picks where FP8 V is transposed, compiled as it is (a
+host-only inline function) and asked about every shape of the H100 sweep in reports/evidence/ab/fp8-vt-both-ways.txt
+(bench/fp8_v_transpose.py): it must take the way that was faster there. Needs a C++ compiler, no GPU."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+SWEEP = REPO / "reports" / "evidence" / "ab" / "fp8-vt-both-ways.txt"
+ROW = re.compile(r"^D(\d+) B\d+ H(\d+)/(\d+) Sq(\d+) Sk(\d+)( causal)?\s.*\bfaster (pass|smem)\b", re.M)
+
+PROGRAM = """
+#include <cstdio>
+#include "tile_choice.h"
+int main() {
+  int d; long long sq, sk, group; int causal;
+  while (std::scanf("%d %lld %lld %lld %d", &d, &sq, &sk, &group, &causal) == 5)
+    std::printf("%s\\n", flashcore::use_fp8_vt_smem(d, sq, sk, group, causal != 0) ? "smem" : "pass");
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def rule(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler (c++, g++ or clang++)")
+    tmp = tmp_path_factory.mktemp("rule")
+    (tmp / "rule.cpp").write_text(PROGRAM)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{REPO / 'kernel'}", str(tmp / "rule.cpp"), "-o", str(tmp / "rule")],
+                   check=True, capture_output=True, text=True)
+    return tmp / "rule"
+
+
+def ask(rule: Path, shapes: list[tuple[int, int, int, int, bool]]) -> list[str]:
+    text = "".join(f"{d} {sq} {sk} {g} {int(c)}\n" for d, sq, sk, g, c in shapes)
+    return subprocess.run([str(rule)], input=text, capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_the_rule_takes_the_way_measured_faster_on_every_swept_shape(rule: Path) -> None:
+    rows = ROW.findall(SWEEP.read_text())
+    assert len(rows) == 30  # 3 head dims x (4 row counts x causal or not + 2 decode shapes)
+    shapes = [(int(d), int(sq), int(sk), int(hq) // int(hkv), bool(c)) for d, hq, hkv, sq, sk, c, _ in rows]
+    assert ask(rule, shapes) == [faster for *_, faster in rows]
+
+
+def test_causal_counts_the_keys_a_row_sees(rule: Path) -> None:
+    """hdim 128, limit 1024 rows: 2048 causal rows over as many keys see half of them (smem), over 64K keys nearly
+    all (pass); more query rows than keys (bottom-right) see Sk / 2Sq of them."""
+    assert ask(rule, [(128, 2048, 2048, 1, True), (128, 2048, 65536, 1, True), (128, 2048, 2048, 1, False),
+                      (128, 4096, 1024, 1, True), (128, 8192, 1024, 1, True)]) == \
+        ["smem", "pass", "pass", "smem", "smem"]

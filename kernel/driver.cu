@@ -78,41 +78,6 @@ __global__ void dequantize_e4m3(const uint8_t* x, uint16_t* out, int64_t n, int6
   }
 }
 
-// FP8's "same rounding" baseline for --check (FA3's FP8 test; harness/support/fp8.py and flashcore/reference.py do
-// the same in torch): from the dequantized bf16 inputs the naive reference reads, P = 2^8 exp(s - row max) rounded
-// to E4M3 over the unrounded row sum, the output rounded to bf16 as the kernel's is. One thread per (batch, query
-// head, query row), the naive kernel's dense causal rule; three passes over the keys (max, sum, P V).
-__global__ void fp8_rounded_baseline(fc_params p, float* o_base) {
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int head = blockIdx.y, batch = blockIdx.z;
-  if (row >= p.seqlen_q) return;
-  const int head_kv = head / static_cast<int>(p.heads_q / p.heads_kv);
-  const int d = static_cast<int>(p.head_dim);
-  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
-  const auto* k = static_cast<const __nv_bfloat16*>(p.k);
-  const auto* v = static_cast<const __nv_bfloat16*>(p.v);
-  const int64_t q0 = batch * p.q_stride[0] + row * p.q_stride[1] + head * p.q_stride[2];
-  const int64_t keys = min(p.seqlen_k, p.causal ? row + (p.seqlen_k - p.seqlen_q) + 1 : p.seqlen_k);
-  auto score = [&](int64_t j) {
-    const int64_t k0 = batch * p.k_stride[0] + j * p.k_stride[1] + head_kv * p.k_stride[2];
-    float s = 0.f;
-    for (int i = 0; i < d; ++i) s += __bfloat162float(q[q0 + i]) * __bfloat162float(k[k0 + i]);
-    return s * p.softmax_scale;
-  };
-  float m = -INFINITY, l = 0.f, acc[256];
-  for (int i = 0; i < d; ++i) acc[i] = 0.f;
-  for (int64_t j = 0; j < keys; ++j) m = fmaxf(m, score(j));
-  for (int64_t j = 0; j < keys; ++j) {
-    const float w = 256.f * expf(score(j) - m);
-    const float w8 = static_cast<float>(__nv_fp8_e4m3(w));
-    const int64_t v0 = batch * p.v_stride[0] + j * p.v_stride[1] + head_kv * p.v_stride[2];
-    l += w;
-    for (int i = 0; i < d; ++i) acc[i] += w8 * __bfloat162float(v[v0 + i]);
-  }
-  float* o_row = o_base + ((batch * p.seqlen_q + row) * p.heads_q + head) * d;
-  for (int i = 0; i < d; ++i) o_row[i] = l > 0.f ? __bfloat162float(__float2bfloat16(acc[i] / l)) : 0.f;
-}
-
 float to_float(uint16_t bits, int dtype) {
   if (dtype == FC_BF16) { uint32_t w = static_cast<uint32_t>(bits) << 16; float f; std::memcpy(&f, &w, 4); return f; }
   return __half2float(__ushort_as_half(bits));
@@ -401,14 +366,11 @@ int main(int argc, char** argv) {
       ref_p.q_descale = ref_p.k_descale = ref_p.v_descale = nullptr;
     }
     CUDA_CHECK(fc_naive_forward(&ref_p, o_ref, lse_ref, nullptr));
-    std::vector<float> h_base;  // FP8: the E4M3-P baseline (fp8_rounded_baseline)
+    std::vector<float> h_base;  // FP8: the E4M3-P baseline (fc_naive_forward's round_p_e4m3)
     if (fp8) {
       float* o_base;
       CUDA_CHECK(cudaMalloc(&o_base, nq * 4));
-      const dim3 grid(static_cast<unsigned>((p.seqlen_q + 127) / 128), static_cast<unsigned>(p.heads_q),
-                      static_cast<unsigned>(p.batch));
-      fp8_rounded_baseline<<<grid, 128>>>(ref_p, o_base);
-      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(fc_naive_forward(&ref_p, o_base, nullptr, nullptr, true));
       h_base.resize(nq);
       CUDA_CHECK(cudaMemcpy(h_base.data(), o_base, nq * 4, cudaMemcpyDeviceToHost));
       CUDA_CHECK(cudaFree(o_base));

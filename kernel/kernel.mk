@@ -10,9 +10,9 @@ NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -X
 KERNEL_HEADERS := $(wildcard kernel/*.h kernel/*.cuh kernel/phase1/*.h kernel/phase1/*.cuh)
 LIB_SOURCES := kernel/flashcore.cu kernel/api.cu kernel/tensor_maps.cu
 # fc_kernel_id(): a content hash of every kernel source, so a tuned table (harness/tune) knows the kernel it was
-# measured on (tests/test_tuning.py recomputes it from the same files). The standalone driver (driver.cu) is not in
-# the library: a change to it changes no kernel, so it is left out.
-KERNEL_SOURCES := $(sort $(filter-out kernel/driver.cu,$(wildcard kernel/*.h kernel/*.cuh kernel/*.cu) $(wildcard kernel/phase1/*)))
+# measured on (tests/test_tuning.py recomputes it from the same files). The standalone driver (driver.cu) and its
+# naive reference (naive.cu, naive.h) are not in the library: a change to them changes no kernel, so they are left out.
+KERNEL_SOURCES := $(sort $(filter-out kernel/driver.cu kernel/naive.cu kernel/naive.h,$(wildcard kernel/*.h kernel/*.cuh kernel/*.cu) $(wildcard kernel/phase1/*)))
 KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
 # The points compiled besides each head dim's defaults (kernel/flashcore.cu): one object per
 # FC_POINT(head_dim, block_n, stages, consumer_wgs, pingpong, rescale_early, producer_regs) line, built from

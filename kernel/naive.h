@@ -5,5 +5,8 @@
 
 #include "flashcore.h"
 
-// Writes o_ref [B, Sq, Hq, D] and lse_ref [B, Hq, Sq] as float32, contiguous. Inputs as in fc_params.
-cudaError_t fc_naive_forward(const fc_params* params, float* o_ref, float* lse_ref, cudaStream_t stream);
+// Writes o_ref [B, Sq, Hq, D] and lse_ref [B, Hq, Sq] as float32, contiguous. Inputs as in fc_params (16-bit).
+// round_p_e4m3: FP8's "same rounding" baseline instead (P rounded to E4M3, output rounded to bf16; no LSE, lse_ref
+// unused): the driver's FP8 --check bound (kernel/naive.cu).
+cudaError_t fc_naive_forward(const fc_params* params, float* o_ref, float* lse_ref, cudaStream_t stream,
+                             bool round_p_e4m3 = false);

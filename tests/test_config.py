@@ -28,9 +28,9 @@ EXPECTED_WORKLOADS = [
     "serve-varlen-ragged", "serve-varlen-chunked", "serve-cache-lengths", "serve-paged-mid-page", "serve-paged-16",
     "serve-window", "serve-window-varlen", "serve-softcap", "serve-softcap-cache", "serve-d96", "serve-d192-v128",
     "serve-d192-varlen", "serve-varlen-prefill", "serve-decode-lengths", "serve-paged-decode",
-    "fp8-gqa-causal", "fp8-d256-causal", "fp8-decode", "fp8-decode-d256", "fp8-d64-gqa", "fp8-s4k-d128", "fp8-s4k-d128-causal",
-    "fp8-s4k-d256", "fp8-s4k-d256-causal", "fp8-s8k-d128", "fp8-s8k-d128-causal", "fp8-s8k-d256",
-    "fp8-s8k-d256-causal", "fp8-s8k-d64", "fp8-s8k-d64-causal",
+    "fp8-gqa-causal", "fp8-d256-causal", "fp8-decode", "fp8-decode-d256", "fp8-d64-gqa", "fp8-s4k-d128",
+    "fp8-s4k-d128-causal", "fp8-s4k-d256", "fp8-s4k-d256-causal", "fp8-s8k-d128", "fp8-s8k-d128-causal",
+    "fp8-s8k-d256", "fp8-s8k-d256-causal", "fp8-s8k-d64", "fp8-s8k-d64-causal",
 ]  # fmt: skip
 
 

@@ -460,7 +460,7 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
     as attention_fp8's, default "auto", and Plan.v_transpose says which way was chosen)."""
     import torch
 
-    from flashcore.fp8 import v_transpose_code
+    from flashcore.fp8 import v_transpose_code, v_transpose_name
 
     fp8 = is_fp8(q)
     if v_transpose is not None and not fp8:
@@ -480,9 +480,9 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
     params.fp8_v_transpose = vt_code
     with torch.cuda.device(call.q.device):
         info = _plan(lib, params)
-    vt_name = {1: "pass", 2: "smem"}.get(info.fp8_v_transpose, "")
     return Plan(info.num_splits, bool(info.pack_gqa), info.ctas, info.workspace_bytes, info.block_n,
-                bool(info.dynamic), info.section_heads, points.Point.from_code(info.point).name, config, vt_name)
+                bool(info.dynamic), info.section_heads, points.Point.from_code(info.point).name, config,
+                v_transpose_name(info.fp8_v_transpose))
 
 
 def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,

@@ -25,6 +25,11 @@ def v_transpose_code(v_transpose: object) -> int:
     return V_TRANSPOSE[v_transpose]
 
 
+def v_transpose_name(code: int) -> str:
+    """fc_plan_info.fp8_v_transpose as attention_fp8 names it: "pass" or "smem"; "" for 16-bit inputs (0)."""
+    return next((name for name, c in V_TRANSPOSE.items() if c == code and name != "auto"), "")
+
+
 def check_descale(name: str, t: object, batch: int, heads_kv: int, device: torch.device) -> torch.Tensor | None:
     """None, or a float32 tensor [batch, heads_kv] on q's device (any non-negative strides: expanded views too).
     Its values are not read on the host (a copy would synchronize); a NaN or Inf factor gives NaN/Inf output."""

@@ -93,6 +93,7 @@ def test_v_transpose_names_match_the_c_enum() -> None:
     enum = dict(re.findall(r"FC_FP8_VT_(\w+) = (\d)", header))
     assert {k.lower(): int(v) for k, v in enum.items()} == fp8.V_TRANSPOSE
     assert [fp8.v_transpose_code(n) for n in ("auto", "pass", "smem")] == [0, 1, 2]
+    assert [fp8.v_transpose_name(c) for c in (0, 1, 2)] == ["", "pass", "smem"]
     for bad in ("SMEM", "", None, 2):
         with pytest.raises(FlashCoreError, match="v_transpose"):
             fp8.v_transpose_code(bad)

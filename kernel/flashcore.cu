@@ -127,9 +127,9 @@ int point_options(int32_t* out, int max, bool with_file) {
 template <int kHeadDim, bool kVtSmem>
 constexpr int fp8_point() {
   using C = Fp8Choice<kHeadDim>;
-  return kVtSmem ? point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly, C::kVtSmemProducerRegs) |
-                       kPointVtSmem
-                 : point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly, C::kProducerRegs);
+  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly,
+                    kVtSmem ? C::kVtSmemProducerRegs : C::kProducerRegs) |
+         (kVtSmem ? kPointVtSmem : 0);
 }
 
 // with_point for FP8 inputs: f(std::integral_constant<int, one of the two fp8_points>), by fp8_v_transpose (AUTO: by
@@ -145,8 +145,8 @@ int with_fp8_point(const fc_params* in, F&& f) {
                         static_cast<unsigned>(kSmem), static_cast<unsigned>(in->point), in->block_n);
   }
   bool smem = in->point != 0 ? in->point == kSmem
-                             : use_fp8_vt_smem(kHeadDim, in->seqlen_q, in->seqlen_k, in->heads_q / in->heads_kv,
-                                               in->causal != 0);
+                             : use_fp8_vt_smem<kHeadDim>(in->seqlen_q, in->seqlen_k, in->heads_q / in->heads_kv,
+                                                         in->causal != 0);
   if (in->fp8_v_transpose != FC_FP8_VT_AUTO) {
     const bool asked = in->fp8_v_transpose == FC_FP8_VT_SMEM;
     if (in->point != 0 && asked != smem) {

@@ -131,16 +131,16 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false>
                                     : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
-  if constexpr (Cfg::kVtSmem) {
+  if constexpr (Cfg::kFp8) {
     if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
-  } else if constexpr (Cfg::kFp8) {
-    if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;
-    // V's transposed copy first, on the same stream.
-    const dim3 grid(static_cast<unsigned>(p.vt_keys / kVtKeys), static_cast<unsigned>(p.heads_kv),
-                    static_cast<unsigned>(p.batch));
-    transpose_v_fp8_kernel<kHeadDim><<<grid, 256, 0, stream>>>(p);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
+    if constexpr (!Cfg::kVtSmem) {
+      // V's transposed copy first, on the same stream.
+      const dim3 grid(static_cast<unsigned>(p.vt_keys / kVtKeys), static_cast<unsigned>(p.heads_kv),
+                      static_cast<unsigned>(p.batch));
+      transpose_v_fp8_kernel<kHeadDim><<<grid, 256, 0, stream>>>(p);
+      cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess) return e;
+    }
   } else if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {
     if (p.softcap_prescale > 0.f) {
       kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, true>

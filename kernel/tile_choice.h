@@ -67,6 +67,15 @@ struct BlockNChoice<256> {
 #ifndef FLASHCORE_FP8_D64_CONSUMERS
 #define FLASHCORE_FP8_D64_CONSUMERS 3
 #endif
+#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D64
+#define FLASHCORE_FP8_VT_SMEM_ROWS_D64 4096
+#endif
+#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D128
+#define FLASHCORE_FP8_VT_SMEM_ROWS_D128 1024
+#endif
+#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D256
+#define FLASHCORE_FP8_VT_SMEM_ROWS_D256 256
+#endif
 template <int kHeadDim>
 struct Fp8Choice;
 // hdim 64 takes the 16-bit hdim 64's shape (3 consumer warpgroups, BLOCK_M 192, 128 keys; FA3's FP8 hdim 64 also
@@ -75,12 +84,14 @@ template <>
 struct Fp8Choice<64> {
   static constexpr int kConsumerWGs = FLASHCORE_FP8_D64_CONSUMERS, kBlockN = FLASHCORE_FP8_D64_BLOCK_N, kStages = 2;
   static constexpr int kProducerRegs = 32, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
+  static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D64;  // use_fp8_vt_smem
   static constexpr bool kRescaleSkip = false;  // not measured at hdim 64
 };
 template <>
 struct Fp8Choice<128> {
   static constexpr int kConsumerWGs = 2, kBlockN = FLASHCORE_FP8_D128_BLOCK_N, kStages = FLASHCORE_FP8_D128_STAGES;
   static constexpr int kProducerRegs = FLASHCORE_FP8_D128_PRODUCER_REGS, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
+  static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D128;
   // O's rescale skipped by a warp whose rows kept their max (hopper_mainloop.h rescale_o; step 8.10: +1-2 %).
   static constexpr bool kRescaleSkip = FLASHCORE_FP8_D128_RESCALE_SKIP;
 };
@@ -88,6 +99,7 @@ template <>
 struct Fp8Choice<256> {
   static constexpr int kConsumerWGs = 2, kBlockN = 128, kStages = FLASHCORE_FP8_D256_STAGES;
   static constexpr int kProducerRegs = FLASHCORE_FP8_D256_PRODUCER_REGS, kVtSmemProducerRegs = 24;
+  static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D256;
   static constexpr int kRescaleEarly = FLASHCORE_FP8_D256_RESCALE_EARLY;
   static constexpr bool kRescaleSkip = false;  // -3 % (step 8.10)
 };
@@ -104,26 +116,15 @@ inline bool use_short_block_n(bool causal, int64_t seqlen_k) { return causal || 
 // bottom-right: 1 - Sq / 2Sk, or Sk / 2Sq when Sq > Sk). Up to this many such rows the in-kernel transpose wins
 // (H100, bench/fp8_v_transpose.py, docs/perf-notes.md step 8.16: decode 1.3-2x; hdim 128 wins at 1K rows, loses 4 %
 // at 2K; hdim 256 loses 3 % at 512 non-causal, wins 16 % at 512 causal; hdim 64 ties at 4K). Above, the pre-pass.
-// FLASHCORE_FP8_VT_SMEM_ROWS_D* override them for experiments.
-#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D64
-#define FLASHCORE_FP8_VT_SMEM_ROWS_D64 4096
-#endif
-#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D128
-#define FLASHCORE_FP8_VT_SMEM_ROWS_D128 1024
-#endif
-#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D256
-#define FLASHCORE_FP8_VT_SMEM_ROWS_D256 256
-#endif
-inline bool use_fp8_vt_smem(int head_dim, int64_t seqlen_q, int64_t seqlen_k, int64_t group, bool causal) {
+// The limits are Fp8Choice's kVtSmemRows (FLASHCORE_FP8_VT_SMEM_ROWS_D* above override them for experiments).
+template <int kHeadDim>
+bool use_fp8_vt_smem(int64_t seqlen_q, int64_t seqlen_k, int64_t group, bool causal) {
   double rows = static_cast<double>(seqlen_q) * static_cast<double>(group);
   if (causal && seqlen_k > 0) {
     const double sq = static_cast<double>(seqlen_q), sk = static_cast<double>(seqlen_k);
     rows *= sq <= sk ? 1.0 - sq / (2.0 * sk) : sk / (2.0 * sq);
   }
-  const int limit = head_dim == 64    ? FLASHCORE_FP8_VT_SMEM_ROWS_D64
-                    : head_dim == 128 ? FLASHCORE_FP8_VT_SMEM_ROWS_D128
-                                      : FLASHCORE_FP8_VT_SMEM_ROWS_D256;
-  return rows <= limit;
+  return rows <= Fp8Choice<kHeadDim>::kVtSmemRows;
 }
 
 }  // namespace flashcore

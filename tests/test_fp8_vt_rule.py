@@ -21,8 +21,13 @@ PROGRAM = """
 #include "tile_choice.h"
 int main() {
   int d; long long sq, sk, group; int causal;
-  while (std::scanf("%d %lld %lld %lld %d", &d, &sq, &sk, &group, &causal) == 5)
-    std::printf("%s\\n", flashcore::use_fp8_vt_smem(d, sq, sk, group, causal != 0) ? "smem" : "pass");
+  while (std::scanf("%d %lld %lld %lld %d", &d, &sq, &sk, &group, &causal) == 5) {
+    const bool c = causal != 0;
+    const bool smem = d == 64    ? flashcore::use_fp8_vt_smem<64>(sq, sk, group, c)
+                      : d == 128 ? flashcore::use_fp8_vt_smem<128>(sq, sk, group, c)
+                                 : flashcore::use_fp8_vt_smem<256>(sq, sk, group, c);
+    std::printf("%s\\n", smem ? "smem" : "pass");
+  }
 }
 """
 

@@ -1,7 +1,7 @@
 """FP8 (E4M3) prefill and decode side by side with FA3's FP8 (the fa3-fwd wheel), FlashCore bf16 and FA3 bf16 on the
 same shapes, and the chip's FP8 and bf16 matmul rates (torch._scaled_mm and torch.matmul, 8192^3) as ceilings; all in
 one process on one GPU, each pair timed in alternating rounds (bench/serving_fa3.py's timeit/paired). FlashCore's
-FP8 time includes its V transpose, the way attention_fp8 picks it ("auto": the pre-pass for these prefill shapes, the
+FP8 time includes its V transpose, the way attention_fp8 picks it ("auto": the copy for these prefill shapes, the
 shared-memory transpose for decode; flashcore.plan's v_transpose). Ratio = FA3 time / FlashCore time.
 
     PYTHONPATH=<fa3-fwd and nvtx wheels>:. python3 bench/fp8_fa3.py [--quick] [--fp8-only]   # $OUT/bench_fp8.json
@@ -67,23 +67,6 @@ def prefill(fa3, batch: int, heads: int, seqlen: int, dim: int, causal: bool,  #
           f"({fa / fc:.3f}x) | bf16 fc {row['fc_bf16_tflops']:6.0f} fa3 {row['fa3_bf16_tflops']:6.0f}", flush=True)
 
 
-def transpose_cost(batch: int, heads: int, seqlen: int, dim: int) -> None:
-    """The V pre-pass alone (the profiler's kernel time), against the whole FP8 call (v_transpose="pass")."""
-    q, k, v = (torch.randn(batch, seqlen, heads, dim, device="cuda").to(E4M3) for _ in range(3))
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(10):
-            attention_fp8(q, k, v, v_transpose="pass")
-        torch.cuda.synchronize()
-    times: dict[str, float] = {}
-    for e in prof.key_averages():
-        times[e.key] = e.device_time_total / 10 / 1000  # ms per call
-    vt = sum(t for n, t in times.items() if "transpose_v_fp8" in n)
-    main = sum(t for n, t in times.items() if "attention_forward_wgmma" in n)
-    print(f"V transpose B{batch} H{heads} S{seqlen} D{dim}: {vt:.3f} ms of {vt + main:.3f} ms "
-          f"({100 * vt / max(vt + main, 1e-9):.1f} %)", flush=True)
-    ROWS.append({"name": f"vt B{batch} H{heads} S{seqlen} D{dim}", "vt_ms": vt, "attention_ms": main})
-
-
 def decode(fa3, batch: int, heads_q: int, heads_kv: int, seqlen: int, dim: int) -> None:  # type: ignore[no-untyped-def]
     q = torch.randn(batch, 1, heads_q, dim, device="cuda").to(E4M3)
     k, v = (torch.randn(batch, seqlen, heads_kv, dim, device="cuda").to(E4M3) for _ in range(2))
@@ -109,8 +92,6 @@ def main() -> None:
     for batch, heads, seqlen, dim in shapes:
         for causal in (False, True):
             prefill(fa3, batch, heads, seqlen, dim, causal, bf16=not fp8_only)
-    if not fp8_only:
-        transpose_cost(4, 16, 8192, 128)
     decode(fa3, 64, 32, 8, 8192, 128)
     decode(fa3, 16, 16, 16, 4096, 256)
     decode(fa3, 64, 32, 8, 8192, 64)

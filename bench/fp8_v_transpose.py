@@ -1,7 +1,7 @@
-"""FP8: V transposed by the pre-pass ("pass") against V transposed in shared memory ("smem"), timed in alternating
-rounds in one process on one GPU, over query rows per K/V head (the quantity kernel/tile_choice.h use_fp8_vt_smem
-decides on) for each head dim, causal or not, plus decode shapes. Prints which way is faster per shape and which way
-"auto" takes, so the rule's thresholds can be read off the table (docs/perf-notes.md step 8.16).
+"""FP8: V^T from the copy the kernel writes ("pass") against V transposed in shared memory ("smem"), timed in
+alternating rounds in one process on one GPU, over query rows per K/V head (the quantity kernel/tile_choice.h
+use_fp8_vt_smem decides on) for each head dim, causal or not, plus decode shapes. Prints which way is faster per shape
+and which way "auto" takes, so the rule's thresholds can be read off the table (docs/perf-notes.md steps 8.16, 8.17).
 
     PYTHONPATH=. python3 bench/fp8_v_transpose.py [--dims=64,128,256] [--quick]   # $OUT/fp8_v_transpose.json
 

@@ -20,8 +20,8 @@ V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
 def v_transpose_code(v_transpose: object) -> int:
     """fc_params.fp8_v_transpose for attention_fp8's `v_transpose` ("auto", "pass" or "smem")."""
     if not isinstance(v_transpose, str) or v_transpose not in V_TRANSPOSE:
-        raise FlashCoreError(f"v_transpose={v_transpose!r}: use 'auto' (by the shape), 'pass' (a pre-pass writes V^T "
-                             "into the workspace) or 'smem' (the kernel transposes V in shared memory)")
+        raise FlashCoreError(f"v_transpose={v_transpose!r}: use 'auto' (by the shape), 'pass' (the kernel writes a "
+                             "transposed copy of V into the workspace) or 'smem' (it transposes V in shared memory)")
     return V_TRANSPOSE[v_transpose]
 
 
@@ -76,11 +76,12 @@ def attention_fp8(
     q_descale, k_descale, v_descale are float32 [B, Hkv] (FA3's arguments), None meaning 1. out: bf16 [B, Sq, Hq, D]
     (optional); lse: float32 [B, Hq, Sq] (optional). causal, softmax_scale, deterministic, num_splits, sm_margin as in
     flashcore.attention. P is rounded to E4M3 before P V (scaled by 2^8 first, as FA3). wgmma needs V transposed,
-    and v_transpose says where: "pass" (a pre-pass writes V^T into the workspace: one extra read and write of V per
-    call), "smem" (the kernel's producer warps transpose each V block in shared memory: no pass, but work per query
-    tile), or "auto" (default: "smem" for few query rows per K/V head, as in decode, else "pass"; flashcore.plan says
-    which). The outputs are the same bits either way. Returns (out, lse); raises FlashCoreError for an unsupported
-    input before anything is launched.
+    and v_transpose says where: "pass" (the kernel's producer warps write a transposed copy of V into the workspace,
+    each block once per call while the GEMMs run: one extra read and write of V), "smem" (they transpose each V block
+    in shared memory for every query tile that reads it: no copy, but work per query tile), or "auto" (default:
+    "smem" for few query rows per K/V head, as in decode, else "pass"; flashcore.plan says which). The outputs are
+    the same bits either way. Returns (out, lse); raises FlashCoreError for an unsupported input before anything is
+    launched.
     """
     call = api.check_call(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                           deterministic=deterministic, debug_fault=debug_fault, num_splits=num_splits,

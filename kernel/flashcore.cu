@@ -122,13 +122,12 @@ int point_options(int32_t* out, int max, bool with_file) {
   return n;
 }
 
-// FP8's tile per head dim (kernel/tile_choice.h Fp8Choice), ping-pong, compiled twice: V transposed by the pre-pass,
-// and (vt_smem) in shared memory by the producer warpgroup, with that mode's producer registers.
+// FP8's tile per head dim (kernel/tile_choice.h Fp8Choice), ping-pong, compiled twice: V^T from a copy in the workspace
+// that the kernel writes itself, and (vt_smem) transposed in shared memory for every query tile.
 template <int kHeadDim, bool kVtSmem>
 constexpr int fp8_point() {
   using C = Fp8Choice<kHeadDim>;
-  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly,
-                    kVtSmem ? C::kVtSmemProducerRegs : C::kProducerRegs) |
+  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly, C::kProducerRegs) |
          (kVtSmem ? kPointVtSmem : 0);
 }
 
@@ -140,8 +139,8 @@ int with_fp8_point(const fc_params* in, F&& f) {
   if ((in->point != 0 && in->point != kPass && in->point != kSmem) ||
       (in->block_n != 0 && in->block_n != (kPass & 511))) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one tile (%d keys; points 0x%x and 0x%x, "
-                        "V transposed by a pre-pass or in shared memory: fp8_v_transpose picks): leave point and "
-                        "block_n 0 (got point 0x%x, block_n %d)", kHeadDim, kPass & 511, static_cast<unsigned>(kPass),
+                        "V^T from a copy in the workspace or transposed in shared memory: fp8_v_transpose picks): "
+                        "leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, kPass & 511, static_cast<unsigned>(kPass),
                         static_cast<unsigned>(kSmem), static_cast<unsigned>(in->point), in->block_n);
   }
   bool smem = in->point != 0 ? in->point == kSmem
@@ -151,8 +150,8 @@ int with_fp8_point(const fc_params* in, F&& f) {
     const bool asked = in->fp8_v_transpose == FC_FP8_VT_SMEM;
     if (in->point != 0 && asked != smem) {
       return report_error(FC_ERR_INVALID_ARGUMENT, "point 0x%x transposes V %s, but fp8_v_transpose asks for %s",
-                          static_cast<unsigned>(in->point), smem ? "in shared memory" : "by a pre-pass",
-                          asked ? "shared memory (FC_FP8_VT_SMEM)" : "a pre-pass (FC_FP8_VT_PASS)");
+                          static_cast<unsigned>(in->point), smem ? "in shared memory" : "into a copy",
+                          asked ? "shared memory (FC_FP8_VT_SMEM)" : "a copy (FC_FP8_VT_PASS)");
     }
     smem = asked;
   }

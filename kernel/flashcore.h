@@ -14,8 +14,10 @@ extern "C" {
 enum fc_dtype { FC_FP16 = 0, FC_BF16 = 1, FC_E4M3 = 2 };
 
 // FP8: where V is transposed for the P V GEMM (kernel/fp8_vt.cuh). AUTO: by the shape (kernel/tile_choice.h
-// use_fp8_vt_smem: few query rows per K/V head, as in decode, take SMEM); PASS: a pre-pass kernel writes V^T into the
-// workspace first; SMEM: the attention kernel's producer warpgroup transposes each block in shared memory.
+// use_fp8_vt_smem: few query rows per K/V head, as in decode, take SMEM); PASS: V^T is a copy in the workspace, each
+// block written once per call by the attention kernel's producer warpgroup while its GEMMs run (the name is from
+// the pre-pass kernel that wrote it before, up to kernel 3c0cf60417635738); SMEM: the producer warpgroup transposes
+// each block in shared memory for every query tile that reads it.
 enum fc_fp8_v_transpose { FC_FP8_VT_AUTO = 0, FC_FP8_VT_PASS = 1, FC_FP8_VT_SMEM = 2 };
 
 enum fc_status {
@@ -93,7 +95,7 @@ typedef struct fc_params {
   // FP8 (dtype FC_E4M3): q, k and v are E4M3 (strides multiples of 16 elements), o is bf16; head dims 64, 128 and 256,
   // dense batches (no serving field). The real q is q * q_descale[b, h / (Hq / Hkv)], likewise k and v: device fp32
   // arrays [batch, heads_kv] with element strides {batch, head} (NULL: 1; FA3's q_descale, k_descale, v_descale).
-  // The workspace (fc_plan) then also holds V's transposed copy where V is transposed by a pre-pass
+  // The workspace (fc_plan) then also holds V's transposed copy and its block flags where V goes through the copy
   // (fp8_v_transpose). NULL for 16-bit dtypes.
   const float* q_descale;
   const float* k_descale;

@@ -1,9 +1,10 @@
 // FP8 V transposed in shared memory, for calls with few query rows per K/V head (decode, short prefill; the host rule
 // is kernel/tile_choice.h use_fp8_vt_smem). TMA loads V as it is into a raw ring (K's boxes and swizzle), and warps
 // 1-3 of the producer warpgroup, idle otherwise, transpose each block into the V stage the consumers read, in
-// kernel/fp8_vt.cuh's key order (FA3 transposes in its producer warpgroup too). No pre-pass: decode no longer reads and
-// writes the whole V cache per call (B64 H32/8 S8K D128: 0.76 -> 0.41 ms). Long prefill keeps the pre-pass: there these
-// warps' shared-memory traffic costs more than the pass (docs/perf-notes.md steps 8.14, 8.16).
+// kernel/fp8_vt.cuh's key order (FA3 transposes in its producer warpgroup too). No copy of V: decode no longer reads
+// and writes the whole V cache per call (B64 H32/8 S8K D128: 0.76 -> 0.41 ms against the pre-pass of step 8.16). Long
+// prefill takes the copy (kernel/fp8_vt_fused.cuh, the same transposing step once per block): there every block is
+// read by many query tiles, and transposing it for each costs more (docs/perf-notes.md steps 8.14, 8.16, 8.17).
 //
 // V^T stage: kBlockN / 128 chunks [kHeadDim rows][128 keys] (128-byte swizzle), then at most one [kHeadDim][64 keys]
 // (64-byte swizzle), as the consumers' descriptors read it (hopper_mainloop.h pv_issue). ldmatrix.trans hands the

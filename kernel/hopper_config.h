@@ -13,6 +13,7 @@ namespace flashcore {
 struct TmaParams {
   CUtensorMap q, k, v, o;
   CUtensorMap v_tail;  // FP8 V^T's 64-key chunk of a tile whose BLOCK_N is not a multiple of 128 (64-byte swizzle)
+  CUtensorMap v_raw;   // FP8 V^T written by the kernel itself (kVtFused): V as it is, with K's boxes and swizzle
 };
 
 // Warpgroup 0 produces (one thread issues every TMA load); the consumer warpgroups own 64 query rows each
@@ -46,7 +47,9 @@ struct RegisterSplit {
 // FP8 with V transposed in shared memory (kRawStages > 0): TMA loads V as it is into a raw ring (kVRawFull /
 // kVRawEmpty), the producer warpgroup's other warps transpose it into the V stages (kernel/fp8_vt_smem.cuh), and
 // kVtFlags + s is the word the producer thread leaves them with raw stage s (8 bytes each, not barriers).
-template <int kStages, int kRawStages = 0>
+// kFused (FP8 V^T written by the kernel, kernel/fp8_vt_fused.cuh): kVtLoad, the transposing warps' raw V load, and
+// kVtItem, the word with the block they claimed.
+template <int kStages, int kRawStages = 0, bool kFused = false>
 struct HopperSlots {
   static constexpr int kQFull = 0;
   static constexpr int kQEmpty = 1;
@@ -58,7 +61,9 @@ struct HopperSlots {
   static constexpr int kVRawFull = 3 + 4 * kStages;
   static constexpr int kVRawEmpty = kVRawFull + kRawStages;
   static constexpr int kVtFlags = kVRawEmpty + kRawStages;
-  static constexpr int kCount = kVtFlags + kRawStages;
+  static constexpr int kVtLoad = kVtFlags + kRawStages;
+  static constexpr int kVtItem = kVtLoad + (kFused ? 1 : 0);
+  static constexpr int kCount = kVtItem + (kFused ? 1 : 0);
 };
 
 // Named barrier ids (bar.sync / bar.arrive). 0 is __syncthreads. Each consumer warpgroup owns one "may issue
@@ -68,6 +73,7 @@ enum NamedBarrier : int {
   kBarrierIssueWG0 = 1,     // + consumer warpgroup index (up to 3 consumers: ids 1..3)
   kBarrierEpilogueWG0 = 4,  // + consumer warpgroup index (ids 4..6): the warpgroup's O rows are in shared memory
   kBarrierScrub = 7,        // every consumer thread: V rows past a cache's used keys are zeroed (kernel_wgmma.cuh)
+  kBarrierVtFused = 8,      // the producer warpgroup's transposing warps (kernel/fp8_vt_fused.cuh)
 };
 
 // The default point of each head dim, each choice with its reason (FA3's choices where they applied here); a
@@ -140,14 +146,16 @@ struct HopperTileConfig {
   static constexpr int kChunks = kRowBytes / kSpan;
   static constexpr int kQBytes = kBlockM * kRowBytes;
   // K: [kChunks][kBlockN][kSpan B]. V: 16-bit [kChunks][kBlockN keys][128 B] (MN-major for P V); FP8 V^T (wgmma FP8
-  // takes K-major operands only) [kBlockN / 128][kHeadDim rows][128 keys], from the pre-pass's transposed copy
-  // (kernel/fp8_vt.cuh), or (kVtSmem) transposed in shared memory from a raw ring of kVRawStages stages laid out as K
-  // (kernel/fp8_vt_smem.cuh). The same bytes either way.
+  // takes K-major operands only) [kBlockN / 128][kHeadDim rows][128 keys], from a transposed copy in the workspace
+  // that the producer warpgroup's other warps write during the call (kVtFused, kernel/fp8_vt_fused.cuh, through a
+  // raw and a V^T staging buffer at v_raw), or (kVtSmem) transposed in shared memory from a raw ring of kVRawStages
+  // stages laid out as K (kernel/fp8_vt_smem.cuh). The same bytes either way.
   static constexpr int kKVBytes = kBlockN * kRowBytes;
   static constexpr bool kVtSmem = kFp8 && Point::kVtSmem;
   static_assert(kFp8 || !Point::kVtSmem, "kPointVtSmem is an FP8 choice");
-  static constexpr int kVRawStages = kVtSmem ? kStages : 0;
-  using Slots = HopperSlots<kStages, kVRawStages>;
+  static constexpr bool kVtFused = kFp8 && !Point::kVtSmem;
+  static constexpr int kVRawStages = kVtSmem ? kStages : (kVtFused ? 2 : 0);
+  using Slots = HopperSlots<kStages, kVtSmem ? kStages : 0, kVtFused>;
   // k-steps of one GEMM (32 bytes of K each: 16 16-bit or 32 FP8 columns); P's A fragments per block.
   static constexpr int kKStepsQK = kRowBytes / 32;
   static constexpr int kPSteps = kBlockN * kElemBytes / 32;

@@ -3,6 +3,7 @@
 // each chunk swizzled by TMA over its span; FP8 V arrives transposed (hopper_config.h kKVBytes).
 #pragma once
 #include "barriers.h"
+#include "fp8_vt_fused.cuh"
 #include "fp8_vt_smem.cuh"
 #include "hopper_config.h"
 #include "mask.h"
@@ -62,8 +63,10 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       const uint32_t empty_parity = (((block + n) / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
       uint64_t* full = &bars[slot_full + stage];
       if (p.fault == kFaultSlow && slot_full == Slots::kKFull) __nanosleep(20000);  // test-only: 20 us per block
+      if (Cfg::kVtFused && slot_full == kVFull) vt_block_wait(p, seq.kv_batch, head_kv, kv.n_begin + n);
       mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
-      if (Cfg::kVtSmem && slot_full == kVFull) vt_flags_store(bars, Slots::kVtFlags + stage, flags);  // the arrive publishes it
+      // The word for the transposing warps beside a raw V stage: the arrive below publishes it.
+      if (Cfg::kVtSmem && slot_full == kVFull) vt_flags_store(bars, Slots::kVtFlags + stage, flags);
       mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
       uint8_t* dst = ring + stage * Cfg::kKVBytes;
       const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys

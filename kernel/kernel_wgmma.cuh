@@ -99,8 +99,9 @@ __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consume
 // 20 bytes), and so did a second copy of the consumer in the same kernel (hdim 128 at 176 keys: 12 bytes), so it is
 // an instantiation of its own, compiled for the short default point of each head dim only (run_tiles.cuh).
 // Element E4m3: FP8 inputs, the per-(batch, K/V head) descale factors folded into the tile's softmax scale and O's
-// normalization, P offset by 2^8 (softmax.h), V read transposed (the pre-pass's copy, kernel/fp8_vt.cuh, or
-// transposed in shared memory at kPointVtSmem points, kernel/fp8_vt_smem.cuh), bf16 output; dense batches only.
+// normalization, P offset by 2^8 (softmax.h), V read transposed (a copy in the workspace that warps 1-3 of the
+// producer warpgroup write during the call, kernel/fp8_vt_fused.cuh, or transposed in shared memory at kPointVtSmem
+// points, kernel/fp8_vt_smem.cuh), bf16 output; dense batches only.
 template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap>
 __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kBytes>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
@@ -115,7 +116,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   uint8_t* q_smem = smem;                                         // [kChunks][kBlockM][kSpan bytes]
   uint8_t* k_smem = q_smem + Cfg::kQBytes;                        // [kStages][kChunks][kBlockN][kSpan bytes]
   uint8_t* v_smem = k_smem + Cfg::kStages * Cfg::kKVBytes;        // [kStages][kChunks][kBlockN][64] (FP8: V^T)
-  uint8_t* v_raw = v_smem + Cfg::kStages * Cfg::kKVBytes;         // kVtSmem: [kVRawStages] of V as K's layout
+  uint8_t* v_raw = v_smem + Cfg::kStages * Cfg::kKVBytes;         // kVtSmem: [kVRawStages] of V as K's layout;
+                                                                  // kVtFused: raw and V^T staging
   uint8_t* o_own = v_raw + Cfg::kVRawStages * Cfg::kKVBytes;      // [wg][kChunks][64][64] unless O overlaps V
   auto* bars = reinterpret_cast<uint64_t*>(o_own + (Cfg::kOAliasV ? 0 : Cfg::kOBytes));
   void* tile_slots = reinterpret_cast<uint8_t*>(bars) + Cfg::kBarrierBytes;  // 2 x TileInfo (tile_scheduler.h)
@@ -135,10 +137,11 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       mbarrier_init(&bars[Slots::kKEmpty + s], Cfg::kConsumerWGs);
       mbarrier_init(&bars[Slots::kVEmpty + s], Cfg::kConsumerWGs);
     }
-    for (int s = 0; s < Cfg::kVRawStages; ++s) {
+    for (int s = 0; s < (Cfg::kVtSmem ? Cfg::kVRawStages : 0); ++s) {
       mbarrier_init(&bars[Slots::kVRawFull + s], 1);  // the producer's arrive.expect_tx (or its stop arrival)
       mbarrier_init(&bars[Slots::kVRawEmpty + s], kVtWarps);
     }
+    if (Cfg::kVtFused) mbarrier_init(&bars[Slots::kVtLoad], 1);  // the transposing warps' leader
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -161,6 +164,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       } else if (Cfg::kVtSmem && threadIdx.x >= 32) {
         // Warps 1..3 transpose V from the raw ring into the V stages (kernel/fp8_vt_smem.cuh).
         transpose_v_ring<Cfg>(v_raw, v_smem, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
+      } else if (Cfg::kVtFused && threadIdx.x >= 32) {
+        // Warps 1..3 write the V^T copy the producer loads (kernel/fp8_vt_fused.cuh).
+        transpose_v_fused<Cfg>(p, tma, v_raw, v_raw + Cfg::kKVBytes, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
       }
     }
     return;
@@ -313,7 +319,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
     auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
-      // FP8: V^T's keys past seqlen_k are zeros (the pre-pass writes them; TMA fills the raw ring's).
+      // FP8: V^T's keys past seqlen_k are zeros (TMA fills the raw blocks' rows past the tensor with them).
       const int scrub = Cfg::kFp8 ? Cfg::kBlockN : scrub_rows<Cfg::kBlockN>(kv, seq.k_len);
       if (scrub < Cfg::kBlockN) {
         scrub_v<Cfg>(v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes, scrub,

@@ -56,14 +56,18 @@ struct KernelParams {
   int page_box;
   int head_dim_v;   // columns of v and o (the kernel's head dim may be larger: TMA zero-fills, stores clip)
   // FP8 (E4M3) inputs: descale factors [batch, heads_kv] (fp32, element strides; nullptr: 1). The real q is
-  // q * q_descale[b, h / group], likewise k and v. The kernel reads V from vt, the launcher's transposed copy
-  // (kernel/fp8_vt.cuh: [batch][heads_kv][head_dim][vt_keys]).
+  // q * q_descale[b, h / group], likewise k and v. Without kPointVtSmem the kernel reads V from vt, a transposed copy
+  // in the workspace that it writes itself (kernel/fp8_vt_fused.cuh: [batch][heads_kv][head_dim][vt_keys]).
   const float* q_descale;
   const float* k_descale;
   const float* v_descale;
   int64_t q_descale_stride[2], k_descale_stride[2], v_descale_stride[2];
   void* vt;
   int64_t vt_keys;
+  // V^T written by the kernel (kernel/fp8_vt_fused.cuh): vt_items blocks of kBlockN keys, vt_blocks per (batch, K/V
+  // head); vt_ready (workspace, zeroed per launch) [0] the claim counter, [1 + item] set once the block is stored.
+  int* vt_ready;
+  int vt_blocks, vt_items;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

@@ -40,8 +40,10 @@ struct LaunchPlan {
   Sections sections;
   bool dynamic;    // tile order from an atomic counter (causal: uneven tiles)
   int64_t counter_offset;  // bytes into the workspace of the counter
-  int64_t vt_offset;       // FP8: bytes into the workspace of V's transposed copy (kernel/fp8_vt.cuh)
+  int64_t vt_offset;       // FP8: bytes into the workspace of V's transposed copy (kernel/fp8_vt_fused.cuh)
   int64_t vt_keys;         // FP8: its row length (seqlen_k rounded up to kVtKeys); 0 otherwise
+  int64_t vt_ready_offset; // FP8 V^T written by the kernel: bytes into the workspace of its claim counter and flags
+  int vt_blocks;           // ... and its K/V blocks per (batch, K/V head); 0 otherwise
   int64_t workspace_bytes;
 };
 
@@ -119,9 +121,20 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   plan->counter_offset = partial_bytes;
   plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);
   plan->vt_offset = (plan->workspace_bytes + 127) / 128 * 128;  // TMA wants 16-byte aligned bases
-  const bool vt_pass = in->dtype == FC_E4M3 && !TilePoint<kPoint>::kVtSmem;  // V^T copy (kernel/fp8_vt.cuh)
+  const bool vt_pass = in->dtype == FC_E4M3 && !TilePoint<kPoint>::kVtSmem;  // V^T copy (kernel/fp8_vt_fused.cuh)
   plan->vt_keys = vt_pass ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
   if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
+  // The kernel writes the copy itself (kernel/fp8_vt_fused.cuh): a claim counter and a flag per block after it.
+  plan->vt_blocks = vt_pass ? n_blocks : 0;
+  plan->vt_ready_offset = (plan->workspace_bytes + 15) / 16 * 16;
+  if (plan->vt_blocks > 0) {
+    const int64_t items = int64_t{plan->vt_blocks} * p.batch * p.heads_kv;
+    if (items >= INT32_MAX) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "%lld FP8 V blocks (batch x heads_kv x key blocks): at most %d per "
+                          "call", static_cast<long long>(items), INT32_MAX - 1);
+    }
+    plan->workspace_bytes = plan->vt_ready_offset + 4 * (1 + items);
+  }
   return FC_OK;
 }
 
@@ -133,12 +146,9 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
                                     : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
   if constexpr (Cfg::kFp8) {
     if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
-    if constexpr (!Cfg::kVtSmem) {
-      // V's transposed copy first, on the same stream.
-      const dim3 grid(static_cast<unsigned>(p.vt_keys / kVtKeys), static_cast<unsigned>(p.heads_kv),
-                      static_cast<unsigned>(p.batch));
-      transpose_v_fp8_kernel<kHeadDim><<<grid, 256, 0, stream>>>(p);
-      cudaError_t e = cudaGetLastError();
+    if constexpr (Cfg::kVtFused) {
+      // The kernel writes V's transposed copy (kernel/fp8_vt_fused.cuh): its claim counter and flags start at 0.
+      cudaError_t e = cudaMemsetAsync(p.vt_ready, 0, 4 * (1 + int64_t{p.vt_items}), stream);
       if (e != cudaSuccess) return e;
     }
   } else if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {
@@ -190,6 +200,10 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
       plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.counter_offset) : nullptr;
   p.vt = plan.vt_keys > 0 ? static_cast<uint8_t*>(in->workspace) + plan.vt_offset : nullptr;
   p.vt_keys = plan.vt_keys;
+  p.vt_blocks = plan.vt_blocks;
+  p.vt_items = plan.vt_blocks * p.batch * p.heads_kv;
+  p.vt_ready = plan.vt_blocks > 0 ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.vt_ready_offset)
+                                  : nullptr;
   // Packed rows (varlen) are one batch entry of total rows; a cache may hold more entries than the call's batch.
   const bool packed_q = in->cu_seqlens_q != nullptr, packed_k = in->cu_seqlens_k != nullptr;
   const int64_t q_rows = packed_q ? in->total_q : in->seqlen_q, q_batch = packed_q ? 1 : in->batch;
@@ -222,6 +236,10 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
       // O leaves one consumer warpgroup (64 rows) per store.
       (status = encode_tensor_map(&tma.o, "o", in->o, hd_v, q_rows, in->heads_q, q_batch, in->o_stride,
                                   64)) != FC_OK) {
+    return status;
+  }
+  if (Cfg::kVtFused && (status = encode_tensor_map(&tma.v_raw, "v", in->v, hd_v, k_map_rows, in->heads_kv, k_batch,
+                                                   in->v_stride, k_box, 1, kBytes, Cfg::kSpan)) != FC_OK) {
     return status;
   }
   if (Cfg::kFp8 && !Cfg::kVtSmem && Cfg::kVtTail > 0 &&

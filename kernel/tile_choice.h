@@ -36,9 +36,10 @@ struct BlockNChoice<256> {
 // one 64-key chunk (kernel/fp8_vt.cuh), so BLOCK_N is a multiple of 64. Measured against FA3's FP8 (B4 H16 S8K,
 // docs/perf-notes.md step 8.1): hdim 128 at 192 keys 0.952x (128 keys 0.920x; 256 keys spill 356 B); hdim 256 at
 // 128 keys with a 24-register producer (consumers 240) 0.997x, with 32 (consumers 232, spilling) 0.79x.
-// Each head dim also compiles the same tile with V transposed in shared memory (kPointVtSmem, kernel/fp8_vt_smem.cuh),
-// whose producer warpgroup runs the transposing warps: 40 registers at hdim 64 and 128 (at 32 ptxas spilled 4-8 B;
-// hdim 128's consumers keep 232, hdim 64's three get 152, not 160), 24 at hdim 256 (as the pre-pass point).
+// Each head dim compiles the tile twice, V^T from a copy the kernel writes (kernel/fp8_vt_fused.cuh) and V transposed
+// in shared memory (kPointVtSmem, kernel/fp8_vt_smem.cuh); either way the producer warpgroup runs the transposing
+// warps: 40 registers at hdim 64 and 128 (at 32 ptxas spilled 4-8 B; hdim 128's consumers keep 232, hdim 64's three
+// get 152, not 160), 24 at hdim 256.
 // FLASHCORE_FP8_* override the choices for experiments.
 #ifndef FLASHCORE_FP8_D128_BLOCK_N
 #define FLASHCORE_FP8_D128_BLOCK_N 192
@@ -50,7 +51,7 @@ struct BlockNChoice<256> {
 #define FLASHCORE_FP8_D256_STAGES 2
 #endif
 #ifndef FLASHCORE_FP8_D128_PRODUCER_REGS
-#define FLASHCORE_FP8_D128_PRODUCER_REGS 32
+#define FLASHCORE_FP8_D128_PRODUCER_REGS 40
 #endif
 #ifndef FLASHCORE_FP8_D256_PRODUCER_REGS
 #define FLASHCORE_FP8_D256_PRODUCER_REGS 24
@@ -71,7 +72,7 @@ struct BlockNChoice<256> {
 #define FLASHCORE_FP8_VT_SMEM_ROWS_D64 4096
 #endif
 #ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D128
-#define FLASHCORE_FP8_VT_SMEM_ROWS_D128 1024
+#define FLASHCORE_FP8_VT_SMEM_ROWS_D128 512
 #endif
 #ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D256
 #define FLASHCORE_FP8_VT_SMEM_ROWS_D256 256
@@ -83,14 +84,14 @@ struct Fp8Choice;
 template <>
 struct Fp8Choice<64> {
   static constexpr int kConsumerWGs = FLASHCORE_FP8_D64_CONSUMERS, kBlockN = FLASHCORE_FP8_D64_BLOCK_N, kStages = 2;
-  static constexpr int kProducerRegs = 32, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
+  static constexpr int kProducerRegs = 40, kRescaleEarly = 0;
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D64;  // use_fp8_vt_smem
   static constexpr bool kRescaleSkip = false;  // not measured at hdim 64
 };
 template <>
 struct Fp8Choice<128> {
   static constexpr int kConsumerWGs = 2, kBlockN = FLASHCORE_FP8_D128_BLOCK_N, kStages = FLASHCORE_FP8_D128_STAGES;
-  static constexpr int kProducerRegs = FLASHCORE_FP8_D128_PRODUCER_REGS, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
+  static constexpr int kProducerRegs = FLASHCORE_FP8_D128_PRODUCER_REGS, kRescaleEarly = 0;
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D128;
   // O's rescale skipped by a warp whose rows kept their max (hopper_mainloop.h rescale_o; step 8.10: +1-2 %).
   static constexpr bool kRescaleSkip = FLASHCORE_FP8_D128_RESCALE_SKIP;
@@ -98,7 +99,7 @@ struct Fp8Choice<128> {
 template <>
 struct Fp8Choice<256> {
   static constexpr int kConsumerWGs = 2, kBlockN = 128, kStages = FLASHCORE_FP8_D256_STAGES;
-  static constexpr int kProducerRegs = FLASHCORE_FP8_D256_PRODUCER_REGS, kVtSmemProducerRegs = 24;
+  static constexpr int kProducerRegs = FLASHCORE_FP8_D256_PRODUCER_REGS;
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D256;
   static constexpr int kRescaleEarly = FLASHCORE_FP8_D256_RESCALE_EARLY;
   static constexpr bool kRescaleSkip = false;  // -3 % (step 8.10)
@@ -110,12 +111,13 @@ constexpr int64_t kShortKeyRange = 2048;
 
 inline bool use_short_block_n(bool causal, int64_t seqlen_k) { return causal || seqlen_k <= kShortKeyRange; }
 
-// FP8: where V is transposed. The pre-pass costs one read and write of V per call, whatever the query count; the
-// in-kernel transpose costs each query tile's producer warpgroup one pass over every V block the tile sees, so its
-// total grows with the query rows per K/V head (seqlen_q x the GQA group) times the share of keys a row sees (causal,
-// bottom-right: 1 - Sq / 2Sk, or Sk / 2Sq when Sq > Sk). Up to this many such rows the in-kernel transpose wins
-// (H100, bench/fp8_v_transpose.py, docs/perf-notes.md step 8.16: decode 1.3-2x; hdim 128 wins at 1K rows, loses 4 %
-// at 2K; hdim 256 loses 3 % at 512 non-causal, wins 16 % at 512 causal; hdim 64 ties at 4K). Above, the pre-pass.
+// FP8: where V is transposed. The copy (kernel/fp8_vt_fused.cuh) costs one read and write of V per call, whatever
+// the query count, beside the GEMMs; the shared-memory transpose costs each query tile's producer warpgroup one pass
+// over every V block the tile sees, so its total grows with the query rows per K/V head (seqlen_q x the GQA group)
+// times the share of keys a row sees (causal, bottom-right: 1 - Sq / 2Sk, or Sk / 2Sq when Sq > Sk). Up to this many
+// such rows the shared-memory transpose wins (H100, bench/fp8_v_transpose.py, docs/perf-notes.md step 8.17: decode
+// 1.2-2.1x; hdim 128 wins 5 % at 512 rows, loses 2 % at 1K; hdim 256 loses 9 % at 512 non-causal, wins 7 % at 512
+// causal; hdim 64 wins 2-4 % at 4K). Above, the copy.
 // The limits are Fp8Choice's kVtSmemRows (FLASHCORE_FP8_VT_SMEM_ROWS_D* above override them for experiments).
 template <int kHeadDim>
 bool use_fp8_vt_smem(int64_t seqlen_q, int64_t seqlen_k, int64_t group, bool causal) {

@@ -8,8 +8,8 @@
 namespace flashcore {
 
 constexpr int kPointFlag = 1 << 24;  // set in every code, so 0 can mean "the default"
-// FP8 only: V is transposed in shared memory by the producer warpgroup (kernel/fp8_vt_smem.cuh), not by the
-// pre-pass (kernel/fp8_vt.cuh). The host picks per call (kernel/tile_choice.h use_fp8_vt_smem); the 16-bit points and
+// FP8 only: V is transposed in shared memory by the producer warpgroup for every query tile (kernel/fp8_vt_smem.cuh),
+// not read from the copy the kernel writes once per call (kernel/fp8_vt_fused.cuh). The host picks per call (kernel/tile_choice.h use_fp8_vt_smem); the 16-bit points and
 // make tune's table never set it.
 constexpr int kPointVtSmem = 1 << 22;
 

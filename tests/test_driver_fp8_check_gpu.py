@@ -46,7 +46,7 @@ def test_fp8_check_with_an_explicit_tolerance_uses_it() -> None:
 @pytest.mark.parametrize("way", ["pass", "smem"])
 @pytest.mark.parametrize("dim", ["64", "128", "256"])
 def test_fp8_check_passes_either_v_transpose_and_says_which_ran(dim: str, way: str) -> None:
-    """--fp8-v-transpose forces the pre-pass or the shared-memory transpose (RESULT's fp8_vt= says which ran); both
+    """--fp8-v-transpose forces the copy or the shared-memory transpose (RESULT's fp8_vt= says which ran); both
     pass FA3's rule on a causal GQA call whose key count leaves a partial last tile."""
     proc = run(["--batch", "2", "--heads-q", "8", "--heads-kv", "2", "--seqlen-q", "300", "--seqlen-k", "700",
                 "--causal", "--head-dim", dim, "--dtype", "e4m3", "--check", "--iters", "1",

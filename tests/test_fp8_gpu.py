@@ -70,7 +70,7 @@ def test_fp8_matches_reference_within_fa3_bound(b: int, sq: int, sk: int, hq: in
 @pytest.mark.parametrize(("b", "sq", "sk", "hq", "hkv", "d", "causal"), [CASES[2], CASES[5], CASES[6], CASES[10]])
 def test_fp8_v_transpose_ways_give_the_same_bits(b: int, sq: int, sk: int, hq: int, hkv: int, d: int,
                                                  causal: bool) -> None:
-    """The pre-pass and the shared-memory transpose put the same V^T bytes in front of the same GEMMs."""
+    """The copy and the shared-memory transpose put the same V^T bytes in front of the same GEMMs."""
     q, k, v = fp8(b, sq, hq, d), fp8(b, sk, hkv, d), fp8(b, sk, hkv, d)
     qd, kd, vd = descales(b, hkv)
     got = {m: attention_fp8(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal, v_transpose=m)
@@ -80,7 +80,7 @@ def test_fp8_v_transpose_ways_give_the_same_bits(b: int, sq: int, sk: int, hq: i
 
 
 def test_plan_says_where_fp8_v_is_transposed() -> None:
-    """auto: decode (one query row per K/V head's group) transposes in shared memory, long prefill by the pre-pass,
+    """auto: decode (one query row per K/V head's group) transposes in shared memory, long prefill through the copy,
     which alone needs the workspace for V^T; v_transpose forces either way; 16-bit inputs have no such choice."""
     import flashcore
     from flashcore.errors import FlashCoreError

@@ -123,11 +123,13 @@ int point_options(int32_t* out, int max, bool with_file) {
 }
 
 // FP8's tile per head dim (kernel/tile_choice.h Fp8Choice), ping-pong, compiled twice: V^T from a copy in the workspace
-// that the kernel writes itself, and (vt_smem) transposed in shared memory for every query tile.
+// that the kernel writes itself, and (vt_smem) transposed in shared memory for every query tile, each with its own
+// producer registers.
 template <int kHeadDim, bool kVtSmem>
 constexpr int fp8_point() {
   using C = Fp8Choice<kHeadDim>;
-  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly, C::kProducerRegs) |
+  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly,
+                    kVtSmem ? C::kVtSmemProducerRegs : C::kProducerRegs) |
          (kVtSmem ? kPointVtSmem : 0);
 }
 

@@ -38,8 +38,10 @@ struct BlockNChoice<256> {
 // 128 keys with a 24-register producer (consumers 240) 0.997x, with 32 (consumers 232, spilling) 0.79x.
 // Each head dim compiles the tile twice, V^T from a copy the kernel writes (kernel/fp8_vt_fused.cuh) and V transposed
 // in shared memory (kPointVtSmem, kernel/fp8_vt_smem.cuh); either way the producer warpgroup runs the transposing
-// warps: 40 registers at hdim 64 and 128 (at 32 ptxas spilled 4-8 B; hdim 128's consumers keep 232, hdim 64's three
-// get 152, not 160), 24 at hdim 256.
+// warps. Its registers: hdim 128 40 both ways (at 32 ptxas spilled 4 B; the consumers keep 232); hdim 256 24 both
+// ways; hdim 64 40 in shared memory (at 32 it spilled 4-8 B; the three consumers get 152, not 160) and 32 with the
+// copy (it spills 4-8 B there, which cost less than 152 consumer registers: S8K 0.883x FA3 at 40, docs/perf-notes.md
+// step 8.17).
 // FLASHCORE_FP8_* override the choices for experiments.
 #ifndef FLASHCORE_FP8_D128_BLOCK_N
 #define FLASHCORE_FP8_D128_BLOCK_N 192
@@ -61,6 +63,9 @@ struct BlockNChoice<256> {
 #endif
 #ifndef FLASHCORE_FP8_D128_RESCALE_SKIP
 #define FLASHCORE_FP8_D128_RESCALE_SKIP 1
+#endif
+#ifndef FLASHCORE_FP8_D64_PRODUCER_REGS
+#define FLASHCORE_FP8_D64_PRODUCER_REGS 32
 #endif
 #ifndef FLASHCORE_FP8_D64_BLOCK_N
 #define FLASHCORE_FP8_D64_BLOCK_N 128
@@ -84,14 +89,14 @@ struct Fp8Choice;
 template <>
 struct Fp8Choice<64> {
   static constexpr int kConsumerWGs = FLASHCORE_FP8_D64_CONSUMERS, kBlockN = FLASHCORE_FP8_D64_BLOCK_N, kStages = 2;
-  static constexpr int kProducerRegs = 40, kRescaleEarly = 0;
+  static constexpr int kProducerRegs = FLASHCORE_FP8_D64_PRODUCER_REGS, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D64;  // use_fp8_vt_smem
   static constexpr bool kRescaleSkip = false;  // not measured at hdim 64
 };
 template <>
 struct Fp8Choice<128> {
   static constexpr int kConsumerWGs = 2, kBlockN = FLASHCORE_FP8_D128_BLOCK_N, kStages = FLASHCORE_FP8_D128_STAGES;
-  static constexpr int kProducerRegs = FLASHCORE_FP8_D128_PRODUCER_REGS, kRescaleEarly = 0;
+  static constexpr int kProducerRegs = FLASHCORE_FP8_D128_PRODUCER_REGS, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D128;
   // O's rescale skipped by a warp whose rows kept their max (hopper_mainloop.h rescale_o; step 8.10: +1-2 %).
   static constexpr bool kRescaleSkip = FLASHCORE_FP8_D128_RESCALE_SKIP;
@@ -99,7 +104,7 @@ struct Fp8Choice<128> {
 template <>
 struct Fp8Choice<256> {
   static constexpr int kConsumerWGs = 2, kBlockN = 128, kStages = FLASHCORE_FP8_D256_STAGES;
-  static constexpr int kProducerRegs = FLASHCORE_FP8_D256_PRODUCER_REGS;
+  static constexpr int kProducerRegs = FLASHCORE_FP8_D256_PRODUCER_REGS, kVtSmemProducerRegs = 24;
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D256;
   static constexpr int kRescaleEarly = FLASHCORE_FP8_D256_RESCALE_EARLY;
   static constexpr bool kRescaleSkip = false;  // -3 % (step 8.10)

@@ -300,7 +300,8 @@ def attention(
         could pick: the split-KV count (below) is then chosen from the shapes alone, for a nominal 132-SM H100,
         ignoring the GPU's SM count and sm_margin. Without it, every run with the same inputs, GPU and
         sm_margin is still bit-identical (splits combined in a fixed order; the persistent grid may take tiles
-        from an atomic counter, which decides only which CTA computes a tile, never its arithmetic), but a
+        from an atomic counter, which decides only which CTA computes a tile, never its arithmetic, and FP8's
+        V^T copy takes its blocks from another, which decides only who copies the same bytes), but a
         different SM count or sm_margin may pick another split count and change the last bits.
         With fallback="sdpa" it selects SDPA's math backend.
     num_splits: split-KV. None (default): when the query tiles are too few to fill the GPU (short queries,

@@ -38,6 +38,17 @@ __device__ __forceinline__ void vt_block_wait(const KernelParams& p, int batch, 
   fence_proxy_async_global();
 }
 
+// Work item `item`'s first key and its K/V head and batch (items are head-major: item = (batch * heads_kv + head)
+// * vt_blocks + block, vt_block_wait's flag index).
+struct VtItem {
+  int key0, head, batch;
+};
+template <int kBlockN>
+__device__ __forceinline__ VtItem vt_item(const KernelParams& p, int item) {
+  const int bh = item / p.vt_blocks;
+  return VtItem{(item - bh * p.vt_blocks) * kBlockN, bh % p.heads_kv, bh / p.heads_kv};
+}
+
 // Warps 1..3 of the producer warpgroup (warp 0..2 here): claim, load, transpose, store and publish V^T blocks until
 // none is left. raw and vt: the staging buffers (Cfg::kKVBytes each).
 template <typename Cfg>
@@ -52,12 +63,12 @@ __device__ void transpose_v_fused(const KernelParams& p, const TmaParams& tma, c
       const int item = atomicAdd(p.vt_ready, 1);
       vt_flags_store(bars, Slots::kVtItem, item);
       if (item < p.vt_items) {
-        const int bh = item / p.vt_blocks, key0 = (item - bh * p.vt_blocks) * Cfg::kBlockN;
+        const VtItem at = vt_item<Cfg::kBlockN>(p, item);
         mbarrier_arrive_expect_tx(&bars[Slots::kVtLoad], Cfg::kKVBytes);
 #pragma unroll
         for (int ch = 0; ch < Cfg::kChunks; ++ch) {
           tma_load_4d(raw_addr + ch * Cfg::kBlockN * Cfg::kSpan, &tma.v_raw, smem_addr(&bars[Slots::kVtLoad]),
-                      Cfg::kChunkCols * ch, key0, bh % p.heads_kv, bh / p.heads_kv);
+                      Cfg::kChunkCols * ch, at.key0, at.head, at.batch);
         }
       }
     }
@@ -69,14 +80,14 @@ __device__ void transpose_v_fused(const KernelParams& p, const TmaParams& tma, c
     fence_proxy_async_shared();                          // the TMA store (async proxy) reads these stores
     named_barrier_sync(kBarrierVtFused, 32 * kVtWarps);  // every warp's part is in; the raw buffer is free again
     if (leader) {
-      const int bh = item / p.vt_blocks, key0 = (item - bh * p.vt_blocks) * Cfg::kBlockN;
-      const int head = bh % p.heads_kv, batch = bh / p.heads_kv;
+      const VtItem at = vt_item<Cfg::kBlockN>(p, item);  // recomputed: not kept live across the transpose
 #pragma unroll
       for (int ch = 0; ch < Cfg::kVtFull; ++ch) {
-        tma_store_4d(&tma.v, vt + ch * kHeadDim * 128, key0 + 128 * ch, 0, head, batch);
+        tma_store_4d(&tma.v, vt + ch * kHeadDim * 128, at.key0 + 128 * ch, 0, at.head, at.batch);
       }
       if constexpr (Cfg::kVtTail > 0) {
-        tma_store_4d(&tma.v_tail, vt + Cfg::kVtFull * kHeadDim * 128, key0 + 128 * Cfg::kVtFull, 0, head, batch);
+        tma_store_4d(&tma.v_tail, vt + Cfg::kVtFull * kHeadDim * 128, at.key0 + 128 * Cfg::kVtFull, 0, at.head,
+                     at.batch);
       }
       bulk_commit_group();
       bulk_wait_group_all();  // written to global memory, not only read out of the staging buffer

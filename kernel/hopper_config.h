@@ -148,14 +148,15 @@ struct HopperTileConfig {
   // K: [kChunks][kBlockN][kSpan B]. V: 16-bit [kChunks][kBlockN keys][128 B] (MN-major for P V); FP8 V^T (wgmma FP8
   // takes K-major operands only) [kBlockN / 128][kHeadDim rows][128 keys], from a transposed copy in the workspace
   // that the producer warpgroup's other warps write during the call (kVtFused, kernel/fp8_vt_fused.cuh, through a
-  // raw and a V^T staging buffer at v_raw), or (kVtSmem) transposed in shared memory from a raw ring of kVRawStages
-  // stages laid out as K (kernel/fp8_vt_smem.cuh). The same bytes either way.
+  // raw and a V^T staging buffer, kVtStaging), or (kVtSmem) transposed in shared memory from a raw ring of
+  // kVRawStages stages laid out as K (kernel/fp8_vt_smem.cuh). The same bytes either way; either sits after V.
   static constexpr int kKVBytes = kBlockN * kRowBytes;
   static constexpr bool kVtSmem = kFp8 && Point::kVtSmem;
   static_assert(kFp8 || !Point::kVtSmem, "kPointVtSmem is an FP8 choice");
   static constexpr bool kVtFused = kFp8 && !Point::kVtSmem;
-  static constexpr int kVRawStages = kVtSmem ? kStages : (kVtFused ? 2 : 0);
-  using Slots = HopperSlots<kStages, kVtSmem ? kStages : 0, kVtFused>;
+  static constexpr int kVRawStages = kVtSmem ? kStages : 0;
+  static constexpr int kVtStaging = kVtFused ? 2 : 0;
+  using Slots = HopperSlots<kStages, kVRawStages, kVtFused>;
   // k-steps of one GEMM (32 bytes of K each: 16 16-bit or 32 FP8 columns); P's A fragments per block.
   static constexpr int kKStepsQK = kRowBytes / 32;
   static constexpr int kPSteps = kBlockN * kElemBytes / 32;
@@ -168,7 +169,7 @@ struct HopperTileConfig {
   static constexpr int kTileSlotBytes = 2 * kTileInfoBytes;  // TileInfo slots (tile_scheduler.h), 16-byte aligned
   static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries (64-byte: 512)
   static constexpr int kBaseBytes =
-      kAlign + kQBytes + (2 * kStages + kVRawStages) * kKVBytes + kBarrierBytes + kTileSlotBytes;
+      kAlign + kQBytes + (2 * kStages + kVRawStages + kVtStaging) * kKVBytes + kBarrierBytes + kTileSlotBytes;
   // O gets its own buffer when it fits; otherwise each warpgroup stages its rows in one of V's stages (FA3 overlaps
   // O with V too) and the producer loads the next tile's V only after the stores have read them (kOEmpty).
   static constexpr bool kOAliasV = kBaseBytes + kOBytes > kSmemLimit;

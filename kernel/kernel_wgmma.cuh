@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   uint8_t* k_smem = q_smem + Cfg::kQBytes;                        // [kStages][kChunks][kBlockN][kSpan bytes]
   uint8_t* v_smem = k_smem + Cfg::kStages * Cfg::kKVBytes;        // [kStages][kChunks][kBlockN][64] (FP8: V^T)
   uint8_t* v_raw = v_smem + Cfg::kStages * Cfg::kKVBytes;         // kVtSmem: [kVRawStages] of V as K's layout;
-                                                                  // kVtFused: raw and V^T staging
-  uint8_t* o_own = v_raw + Cfg::kVRawStages * Cfg::kKVBytes;      // [wg][kChunks][64][64] unless O overlaps V
+                                                                  // kVtFused: [kVtStaging] raw, then V^T
+  uint8_t* o_own = v_raw + (Cfg::kVRawStages + Cfg::kVtStaging) * Cfg::kKVBytes;  // [wg][kChunks][64][64] or over V
   auto* bars = reinterpret_cast<uint64_t*>(o_own + (Cfg::kOAliasV ? 0 : Cfg::kOBytes));
   void* tile_slots = reinterpret_cast<uint8_t*>(bars) + Cfg::kBarrierBytes;  // 2 x TileInfo (tile_scheduler.h)
   // Broadcast from lane 0 so the compiler knows the index is warp-uniform: values derived from it (this warpgroup's
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       mbarrier_init(&bars[Slots::kKEmpty + s], Cfg::kConsumerWGs);
       mbarrier_init(&bars[Slots::kVEmpty + s], Cfg::kConsumerWGs);
     }
-    for (int s = 0; s < (Cfg::kVtSmem ? Cfg::kVRawStages : 0); ++s) {
+    for (int s = 0; s < Cfg::kVRawStages; ++s) {
       mbarrier_init(&bars[Slots::kVRawFull + s], 1);  // the producer's arrive.expect_tx (or its stop arrival)
       mbarrier_init(&bars[Slots::kVRawEmpty + s], kVtWarps);
     }

@@ -43,7 +43,8 @@ struct LaunchPlan {
   int64_t vt_offset;       // FP8: bytes into the workspace of V's transposed copy (kernel/fp8_vt_fused.cuh)
   int64_t vt_keys;         // FP8: its row length (seqlen_k rounded up to kVtKeys); 0 otherwise
   int64_t vt_ready_offset; // FP8 V^T written by the kernel: bytes into the workspace of its claim counter and flags
-  int vt_blocks;           // ... and its K/V blocks per (batch, K/V head); 0 otherwise
+  int vt_blocks;           // ... its K/V blocks per (batch, K/V head), and all of them; 0 otherwise
+  int vt_items;
   int64_t workspace_bytes;
 };
 
@@ -126,6 +127,7 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
   // The kernel writes the copy itself (kernel/fp8_vt_fused.cuh): a claim counter and a flag per block after it.
   plan->vt_blocks = vt_pass ? n_blocks : 0;
+  plan->vt_items = 0;
   plan->vt_ready_offset = (plan->workspace_bytes + 15) / 16 * 16;
   if (plan->vt_blocks > 0) {
     const int64_t items = int64_t{plan->vt_blocks} * p.batch * p.heads_kv;
@@ -133,6 +135,7 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
       return report_error(FC_ERR_INVALID_ARGUMENT, "%lld FP8 V blocks (batch x heads_kv x key blocks): at most %d per "
                           "call", static_cast<long long>(items), INT32_MAX - 1);
     }
+    plan->vt_items = static_cast<int>(items);
     plan->workspace_bytes = plan->vt_ready_offset + 4 * (1 + items);
   }
   return FC_OK;
@@ -201,7 +204,7 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   p.vt = plan.vt_keys > 0 ? static_cast<uint8_t*>(in->workspace) + plan.vt_offset : nullptr;
   p.vt_keys = plan.vt_keys;
   p.vt_blocks = plan.vt_blocks;
-  p.vt_items = plan.vt_blocks * p.batch * p.heads_kv;
+  p.vt_items = plan.vt_items;
   p.vt_ready = plan.vt_blocks > 0 ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.vt_ready_offset)
                                   : nullptr;
   // Packed rows (varlen) are one batch entry of total rows; a cache may hold more entries than the call's batch.

@@ -47,9 +47,21 @@ SHAPES = {
     "long-128k": (1, 16, 16, 131072, 131072, 128, False, "bf16"),
     "long-64k-causal": (1, 16, 16, 65536, 65536, 128, True, "bf16"),
     "long-128k-causal": (1, 16, 16, 131072, 131072, 128, True, "bf16"),
+    # FP8 (E4M3, descales drawn as harness/support/fp8.py does): perf-fp8's hdim 128/256 prefill, and non-causal
+    # calls of 4K query rows whose key counts give the causal S4K tiles' average block count (11.3 of 192 keys) and
+    # half of it: per-tile against per-block cost (docs/perf-notes.md step 8.18)
+    "fp8-s4k": (4, 16, 16, 4096, 4096, 128, False, "fp8"),
+    "fp8-s4k-causal": (4, 16, 16, 4096, 4096, 128, True, "fp8"),
+    "fp8-s8k-causal": (4, 16, 16, 8192, 8192, 128, True, "fp8"),
+    "fp8-s4k-d256-causal": (4, 16, 16, 4096, 4096, 256, True, "fp8"),
+    "fp8-s4k-d256": (4, 16, 16, 4096, 4096, 256, False, "fp8"),
+    "fp8-s8k-d64": (4, 16, 16, 8192, 8192, 64, False, "fp8"),
+    "fp8-s4k-k2176": (4, 16, 16, 4096, 2176, 128, False, "fp8"),
+    "fp8-s4k-k1088": (4, 16, 16, 4096, 1088, 128, False, "fp8"),
 }
-DEFAULT_SHAPES = [s for s in SHAPES if not s.startswith("long-")]
-MAX_CHECK_KEYS = 32768  # the reference's fp32 score matrix of one head: S^2 * 4 bytes (4 GB at 32K)
+DEFAULT_SHAPES = [s for s in SHAPES if not s.startswith(("long-", "fp8-"))]
+MAX_CHECK_KEYS = 32768
+E4M3 = torch.float8_e4m3fn  # the reference's fp32 score matrix of one head: S^2 * 4 bytes (4 GB at 32K)
 
 
 class Build:
@@ -61,17 +73,20 @@ class Build:
         self.lib.fc_last_error.restype = ctypes.c_char_p
 
     def prepare(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                causal: bool):
+                causal: bool, descales: tuple[torch.Tensor, ...] = ()):
         def strides(t: torch.Tensor) -> _lib.Strides:
             return _lib.Strides(t.stride(0), t.stride(1), t.stride(2))
 
+        dtype = {torch.bfloat16: _lib.FC_BF16, torch.float16: _lib.FC_FP16, E4M3: _lib.FC_E4M3}[q.dtype]
         p = _lib.FcParams(
             q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=out.data_ptr(), lse=lse.data_ptr(),
             batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
             head_dim=q.shape[3], q_stride=strides(q), k_stride=strides(k), v_stride=strides(v),
-            o_stride=strides(out), softmax_scale=q.shape[3] ** -0.5, causal=int(causal),
-            dtype=_lib.FC_BF16 if q.dtype == torch.bfloat16 else _lib.FC_FP16,
+            o_stride=strides(out), softmax_scale=q.shape[3] ** -0.5, causal=int(causal), dtype=dtype,
         )  # fmt: skip
+        for name, t in zip(("q_descale", "k_descale", "v_descale"), descales, strict=False):
+            setattr(p, name, t.data_ptr())
+            getattr(p, name + "_stride")[:] = [t.stride(0), t.stride(1)]
         info = _lib.FcPlanInfo()
         if self.lib.fc_plan(p, info) != 0:
             raise RuntimeError(f"{self.name}: fc_plan: {self.lib.fc_last_error().decode()}")
@@ -117,6 +132,33 @@ def check(name: str, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: tor
             if not ours <= 2 * base + 1e-5:
                 worst = f"{name}: error {ours:.2e} > 2 x SDPA's {base:.2e} + 1e-5 (batch {b}, kv head {h})"
     return worst
+
+
+def fp8_references(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple[torch.Tensor, ...],
+                   causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batch entry 0's float32 attention of the dequantized inputs, and the torch implementation that rounds P to
+    E4M3 as the kernel does (harness/support/fp8.py), rounded to bf16."""
+    from flashcore import reference as truth
+    from harness.support import reference
+
+    hkv = k.shape[2]
+    q0, k0, v0 = (truth.dequantize(x[:1], s[:1], hkv)[0] for x, s in zip((q, k, v), descales, strict=True))
+    scale = q.shape[3] ** -0.5
+    with reference.true_fp32():
+        ref, _ = truth.sequence(q0, k0, v0, causal=causal, scale=scale)
+        base, _ = truth.sequence(q0, k0, v0, causal=causal, scale=scale, p_dtype=E4M3)
+    return ref, base.to(torch.bfloat16)
+
+
+def check_fp8(name: str, out: torch.Tensor, refs: tuple[torch.Tensor, torch.Tensor]) -> str:
+    """FA3's FP8 rule on batch entry 0: error <= 2 x the E4M3-P baseline's error + 1e-5, every element finite."""
+    if not torch.isfinite(out).all():
+        return f"{name}: NaN/Inf or unwritten (poison) elements"
+    ref, base = refs
+    ours, theirs = (out[0].float() - ref).abs().max().item(), (base.float() - ref).abs().max().item()
+    if not ours <= 2 * theirs + 1e-5:
+        return f"{name}: error {ours:.2e} > 2 x the E4M3-P baseline's {theirs:.2e} + 1e-5 (batch 0)"
+    return ""
 
 
 def time_rounds(calls: dict[str, object], rounds: int, batch_ms: float = 20.0,
@@ -197,27 +239,42 @@ def main() -> int:
     vs: dict[str, dict[str, dict[str, float]]] = {}
     for shape in args.shapes.split(","):
         b, hq, hkv, sq, sk, d, causal, dt = SHAPES[shape]
-        dtype = torch.bfloat16 if dt == "bf16" else torch.float16
+        fp8_in = dt == "fp8"
+        dtype = torch.bfloat16 if dt in ("bf16", "fp8") else torch.float16
         torch.manual_seed(hash(shape) % 1000)
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
         k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
         v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+        descales: tuple[torch.Tensor, ...] = ()
+        if fp8_in:  # E4M3 values and descales in [0.25, 1.75), as the FP8 workloads (harness/support/fp8.py)
+            q, k, v = (t.to(E4M3) for t in (q, k, v))
+            descales = tuple(torch.rand(b, hkv, device="cuda") * 1.5 + 0.25 for _ in range(3))
         calls: dict[str, object] = {}
+        first_out: torch.Tensor | None = None
+        refs: tuple[torch.Tensor, torch.Tensor] | None = None
         for build in builds:
-            out = torch.full_like(q, float("nan"))
+            out = torch.full(q.shape, float("nan"), device="cuda", dtype=dtype)
             lse = torch.empty(b, hq, sq, device="cuda")
-            fn, info = build.prepare(q, k, v, out, lse, causal)
+            fn, info = build.prepare(q, k, v, out, lse, causal, descales)
             fn()
             torch.cuda.synchronize()
             if not args.no_check and sk <= MAX_CHECK_KEYS:
-                msg = check(build.name, out, q, k, v, causal)
+                if fp8_in and refs is None:
+                    refs = fp8_references(q, k, v, descales, causal)
+                msg = check_fp8(build.name, out, refs) if refs is not None else check(build.name, out, q, k, v, causal)
                 if msg:
                     failures += 1
                     print(f"FAIL {shape}: {msg}")
+            if first_out is None:
+                first_out = out
+            elif not torch.equal(out, first_out):
+                print(f"{shape}: {build.name} differs from {builds[0].name} (max |diff| "
+                      f"{(out.float() - first_out.float()).abs().max().item():.3g})")
             calls[build.name] = fn
-        if fa3 is not None and dt in fa3_dtypes:
-            calls["fa3"] = lambda q=q, k=k, v=v, c=causal: fa3(q, k, v, causal=c, num_splits=0)
-        if hq == hkv:
+        if fa3 is not None and (("e4m3" if fp8_in else dt) in fa3_dtypes):
+            fa3_kw = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=False))
+            calls["fa3"] = lambda q=q, k=k, v=v, c=causal, kw=fa3_kw: fa3(q, k, v, causal=c, num_splits=0, **kw)
+        if hq == hkv and not fp8_in:
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
             from torch.nn.attention import SDPBackend, sdpa_kernel
 

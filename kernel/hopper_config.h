@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include "common.h"
+#include "tile_choice.h"
 #include "tile_point.h"
 #include "tile_scheduler.h"
 
@@ -166,7 +167,10 @@ struct HopperTileConfig {
   static constexpr int kOWgBytes = 64 * kHeadDim * 2;
   static constexpr int kOBytes = kOWgBytes * kConsumerWGs;
   static constexpr int kBarrierBytes = (8 * Slots::kCount + 15) / 16 * 16;
-  static constexpr int kTileSlotBytes = 2 * kTileInfoBytes;  // TileInfo slots (tile_scheduler.h), 16-byte aligned
+  // FP8: where the consumers read the descale factors (tile_choice.h Fp8Choice); 16-bit inputs have none.
+  static constexpr int kDescales = kFp8 ? Fp8Choice<kHeadDim>::kDescales : kDescalesEpilogue;
+  // TileInfo slots (tile_scheduler.h), 16-byte aligned; with kDescalesProducer, the descale slots after them.
+  static constexpr int kTileSlotBytes = 2 * kTileInfoBytes + (kDescales == kDescalesProducer ? 16 : 0);
   static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries (64-byte: 512)
   static constexpr int kBaseBytes =
       kAlign + kQBytes + (2 * kStages + kVRawStages + kVtStaging) * kKVBytes + kBarrierBytes + kTileSlotBytes;

@@ -54,6 +54,14 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       if (!valid || tile_has_rows<Cfg::kBlockM>(p, c, seq)) break;
       tile = next_tile(p, tile);
     }
+    // FP8 (kDescalesProducer): the tile's descales, loaded now; their latency hides behind the waits below.
+    float qk_d = 1.f, v_d = 1.f;
+    if constexpr (Cfg::kDescales == kDescalesProducer) {
+      if (valid) {
+        qk_d = qk_descale(p, c);
+        v_d = descale(p.v_descale, p.v_descale_stride, p, c);
+      }
+    }
     const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c, seq);
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = kv_head(p, c);
@@ -114,6 +122,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
     if (k > 0) mbarrier_wait_sleep(&bars[Slots::kQEmpty], (k - 1) & 1);
+    if constexpr (Cfg::kDescales == kDescalesProducer) store_descales(tile_slots, k, qk_d, v_d);
     store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv, seq.q_len, seq.k_len, seq.q_off});
     if (!valid) {
       mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave

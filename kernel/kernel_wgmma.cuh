@@ -51,15 +51,6 @@ __device__ __forceinline__ void softcap_scores(float (&s)[kNTiles][4], float pre
   }
 }
 
-// FP8 descale factors ([batch, K/V head] fp32 with strides; nullptr: 1) of tile `c`'s batch and K/V head.
-__device__ __forceinline__ float descale(const float* f, const int64_t (&stride)[2], const KernelParams& p,
-                                         const TileCoord& c) {
-  return f == nullptr ? 1.f : __ldg(f + c.batch * stride[0] + kv_head(p, c) * stride[1]);
-}
-__device__ __forceinline__ float qk_descale(const KernelParams& p, const TileCoord& c) {
-  return descale(p.q_descale, p.q_descale_stride, p, c) * descale(p.k_descale, p.k_descale_stride, p, c);
-}
-
 // A KV cache's rows past a sequence's used keys (seqused_k, paged) are real memory the masked scores give P = 0,
 // but 0 * NaN is NaN: a cache allocated with torch.empty, or a page's stale tail, would poison O (FA3 issues 1745,
 // 2374). The first row of the tile's last V block that must read as zero, or kBlockN when none: only the block
@@ -216,8 +207,19 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     const int n_blocks = kv.n_blocks;
     const SeqMask seq = seq_mask(info.q_len, info.k_len);
     const ThreadRows mask_rows = thread_rows(p, info.coord, kv, info.q_len, tile_row0, lane);  // only .row is used
-    // FP8: S is in units of q_descale * k_descale of the tile's (batch, K/V head).
-    const float scale_log2 = Cfg::kFp8 ? p.softmax_scale_log2 * qk_descale(p, info.coord) : p.softmax_scale_log2;
+    // FP8: S is in units of q_descale * k_descale of the tile's (batch, K/V head); O in units of v_descale. Where the
+    // factors are read is Fp8Choice's kDescales: from the producer's slot or from global memory now, kept in two
+    // registers for the epilogue; or (kDescalesEpilogue) the product now and both again in the epilogue.
+    float qk_d = 1.f, v_d = 1.f;
+    if constexpr (Cfg::kDescales == kDescalesProducer) {
+      load_descales(tile_slots, k, qk_d, v_d);
+    } else if constexpr (Cfg::kDescales == kDescalesTileStart) {
+      qk_d = qk_descale(p, info.coord);
+      v_d = descale(p.v_descale, p.v_descale_stride, p, info.coord);
+    }
+    const float scale_log2 =
+        !Cfg::kFp8 ? p.softmax_scale_log2
+                   : p.softmax_scale_log2 * (Cfg::kDescales == kDescalesEpilogue ? qk_descale(p, info.coord) : qk_d);
     consumer.init();
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
     // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
@@ -349,9 +351,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     const int wg_row0 = c.m_block * Cfg::kBlockM + consumer_wg * 64;
     float inv_l[2], lse[2];
     if constexpr (Cfg::kFp8) {
-      const float d = qk_descale(p, c);
+      const float d = Cfg::kDescales == kDescalesEpilogue ? qk_descale(p, c) : qk_d;
       consumer.softmax.template finalize<kPOffset>(p.softmax_scale * d, inv_l, lse);
-      const float v_scale = descale(p.v_descale, p.v_descale_stride, p, c);
+      const float v_scale = Cfg::kDescales == kDescalesEpilogue ? descale(p.v_descale, p.v_descale_stride, p, c) : v_d;
       inv_l[0] *= v_scale;
       inv_l[1] *= v_scale;
     } else {

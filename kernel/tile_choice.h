@@ -82,6 +82,29 @@ struct BlockNChoice<256> {
 #ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D256
 #define FLASHCORE_FP8_VT_SMEM_ROWS_D256 256
 #endif
+// Where an FP8 tile's descale factors reach its consumers (Fp8Choice::kDescales). Measured on the H100, FP8 B4 H16
+// prefill, time against kDescalesEpilogue's in paired rounds (docs/perf-notes.md steps 8.18-8.20):
+//   kDescalesEpilogue:  q x k descale loaded at the tile's start, q, k and v again in the epilogue (two dependent L2
+//                       loads after the tile info's reload, on each tile's path). hdim 64: its three consumer
+//                       warpgroups have 160 registers, and two more kept live across the mainloop made S8K take
+//                       1.13x (tile start) and 1.15x (producer) the time.
+//   kDescalesTileStart: all three loaded by the consumers at the tile's start and kept in two registers. hdim 256:
+//                       S4K 0.98x, causal 0.99x; the producer way read 1.00x / 0.98x and doubled the spills of its
+//                       24-register producer.
+//   kDescalesProducer:  loaded by the producer thread when it reaches the tile (its waits hide the latency) and
+//                       handed over beside the tile info (tile_scheduler.h store_descales). hdim 128: S4K causal
+//                       0.96-0.97x, 4K queries x 1088 keys 0.91-0.92x, S8K causal 0.99x, S4K 1.00-1.01x.
+enum Fp8Descales : int { kDescalesEpilogue = 0, kDescalesTileStart = 1, kDescalesProducer = 2 };
+#ifndef FLASHCORE_FP8_D64_DESCALES
+#define FLASHCORE_FP8_D64_DESCALES 0
+#endif
+#ifndef FLASHCORE_FP8_D128_DESCALES
+#define FLASHCORE_FP8_D128_DESCALES 2
+#endif
+#ifndef FLASHCORE_FP8_D256_DESCALES
+#define FLASHCORE_FP8_D256_DESCALES 1
+#endif
+
 template <int kHeadDim>
 struct Fp8Choice;
 // hdim 64 takes the 16-bit hdim 64's shape (3 consumer warpgroups, BLOCK_M 192, 128 keys; FA3's FP8 hdim 64 also
@@ -92,6 +115,7 @@ struct Fp8Choice<64> {
   static constexpr int kProducerRegs = FLASHCORE_FP8_D64_PRODUCER_REGS, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D64;  // use_fp8_vt_smem
   static constexpr bool kRescaleSkip = false;  // not measured at hdim 64
+  static constexpr int kDescales = FLASHCORE_FP8_D64_DESCALES;
 };
 template <>
 struct Fp8Choice<128> {
@@ -100,6 +124,7 @@ struct Fp8Choice<128> {
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D128;
   // O's rescale skipped by a warp whose rows kept their max (hopper_mainloop.h rescale_o; step 8.10: +1-2 %).
   static constexpr bool kRescaleSkip = FLASHCORE_FP8_D128_RESCALE_SKIP;
+  static constexpr int kDescales = FLASHCORE_FP8_D128_DESCALES;
 };
 template <>
 struct Fp8Choice<256> {
@@ -108,6 +133,7 @@ struct Fp8Choice<256> {
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D256;
   static constexpr int kRescaleEarly = FLASHCORE_FP8_D256_RESCALE_EARLY;
   static constexpr bool kRescaleSkip = false;  // -3 % (step 8.10)
+  static constexpr int kDescales = FLASHCORE_FP8_D256_DESCALES;
 };
 
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys

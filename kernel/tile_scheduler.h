@@ -117,6 +117,15 @@ __device__ __forceinline__ int kv_head(const KernelParams& p, const TileCoord& c
   return p.pack_gqa ? c.head : c.head / p.group;
 }
 
+// FP8 descale factors ([batch, K/V head] fp32 with strides; nullptr: 1) of tile `c`'s batch and K/V head.
+__device__ __forceinline__ float descale(const float* f, const int64_t (&stride)[2], const KernelParams& p,
+                                         const TileCoord& c) {
+  return f == nullptr ? 1.f : __ldg(f + c.batch * stride[0] + kv_head(p, c) * stride[1]);
+}
+__device__ __forceinline__ float qk_descale(const KernelParams& p, const TileCoord& c) {
+  return descale(p.q_descale, p.q_descale_stride, p, c) * descale(p.k_descale, p.k_descale_stride, p, c);
+}
+
 __device__ __forceinline__ TileCoord tile_coord(const KernelParams& p, int tile) {
   const int tiles_per_head = p.m_tiles * p.num_splits;
   const int big_tiles = p.section_big * (p.section_heads + 1) * tiles_per_head;  // the sections of one more head
@@ -215,6 +224,18 @@ __device__ __forceinline__ void store_tile_info(void* slots, int k, const TileIn
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr + 32), "r"(t.kv.um_begin), "r"(t.q_len),
                "r"(t.k_len), "r"(t.q_off)
                : "memory");
+}
+
+// FP8 (Fp8Choice kDescalesProducer): the tile's q_descale x k_descale and v_descale, loaded by the producer thread
+// when it reaches the tile and stored in an 8-byte slot per TileInfo slot, after both (hopper_config.h
+// kTileSlotBytes); kQFull's arrive releases them with the tile info.
+__device__ __forceinline__ void store_descales(void* slots, int k, float qk, float v) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + 2 * kTileInfoBytes + (k & 1) * 8;
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(qk), "f"(v) : "memory");
+}
+__device__ __forceinline__ void load_descales(const void* slots, int k, float& qk, float& v) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + 2 * kTileInfoBytes + (k & 1) * 8;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(qk), "=f"(v) : "r"(addr) : "memory");
 }
 
 __device__ __forceinline__ TileInfo load_tile_info(const void* slots, int k, int block_m) {

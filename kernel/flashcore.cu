@@ -17,6 +17,7 @@
 #include "run_tiles.cuh"
 #include "tile_choice.h"
 #include "tile_point.h"
+#include "timeline.h"
 
 namespace flashcore {
 
@@ -142,8 +143,9 @@ int with_fp8_point(const fc_params* in, F&& f) {
       (in->block_n != 0 && in->block_n != (kPass & 511))) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one tile (%d keys; points 0x%x and 0x%x, "
                         "V^T from a copy in the workspace or transposed in shared memory: fp8_v_transpose picks): "
-                        "leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, kPass & 511, static_cast<unsigned>(kPass),
-                        static_cast<unsigned>(kSmem), static_cast<unsigned>(in->point), in->block_n);
+                        "leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, kPass & 511,
+                        static_cast<unsigned>(kPass), static_cast<unsigned>(kSmem), static_cast<unsigned>(in->point),
+                        in->block_n);
   }
   bool smem = in->point != 0 ? in->point == kSmem
                              : use_fp8_vt_smem<kHeadDim>(in->seqlen_q, in->seqlen_k, in->heads_q / in->heads_kv,
@@ -280,3 +282,17 @@ extern "C" int fc_points(int head_dim, int32_t* out, int max, int defaults_only)
     default: return 0;
   }
 }
+
+#ifdef FLASHCORE_TIMELINE
+// Experiment only: zero and copy out the timeline stamps (kernel/timeline.h) of this object's kernels: the default
+// points and FP8's (the points file's extra points have their own copy in their objects).
+extern "C" int fc_timeline_clear(void) {
+  void* addr = nullptr;
+  if (cudaGetSymbolAddress(&addr, flashcore::g_timeline) != cudaSuccess) return -1;
+  return cudaMemset(addr, 0, sizeof(long long) * flashcore::kTlWords) == cudaSuccess ? 0 : -1;
+}
+extern "C" int fc_timeline_read(long long* out, int words) {
+  if (words > flashcore::kTlWords) words = flashcore::kTlWords;
+  return cudaMemcpyFromSymbol(out, flashcore::g_timeline, sizeof(long long) * words) == cudaSuccess ? words : -1;
+}
+#endif

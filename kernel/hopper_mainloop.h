@@ -13,6 +13,7 @@
 #include "softmax.h"
 #include "tile_choice.h"
 #include "tile_scheduler.h"
+#include "timeline.h"
 #include "tma.h"
 #include "wgmma.h"
 
@@ -43,6 +44,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
   int o_tiles = 0;  // O over V: tiles with K/V blocks so far, one kOEmpty phase each
   int tile = first_tile();
   for (int k = 0;; ++k) {
+    FC_TL(k, 3, 0);
     // Tiles without query rows (past a short packed sequence's end) are skipped here: the consumers never see them.
     bool valid;
     TileCoord c;
@@ -121,7 +123,9 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       }
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
+    FC_TL(k, 3, 1);
     if (k > 0) mbarrier_wait_sleep(&bars[Slots::kQEmpty], (k - 1) & 1);
+    FC_TL(k, 3, 2);
     if constexpr (Cfg::kDescales == kDescalesProducer) store_descales(tile_slots, k, qk_d, v_d);
     store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv, seq.q_len, seq.k_len, seq.q_off});
     if (!valid) {
@@ -143,6 +147,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
                   seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM), p.pack_gqa ? c.head * p.group : c.head,
                   q_batch_coord(p, c.batch));
     }
+    FC_TL(k, 3, 3);
     const int next = next_tile(p, tile);  // a dynamic fetch's latency hides behind the loads below
     if (n_blocks > 0) {
       // O over V: only tiles with blocks stage O there and arrive on kOEmpty, once their stores have read it; wait
@@ -162,11 +167,13 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         ++o_tiles;
       }
       load(kVFull, kVEmpty, v_smem, &tma.v, 0, flags);
+      FC_TL(k, 3, 4);
       for (int n = 1; n < n_blocks; ++n) {
         load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, n);
         load(kVFull, kVEmpty, v_smem, &tma.v, n);
       }
     }
+    FC_TL(k, 3, 5);
     block += n_blocks;
     tile = next;
   }

@@ -16,6 +16,7 @@
 #include "params.h"
 #include "seqlens.h"
 #include "tile_scheduler.h"
+#include "timeline.h"
 
 namespace flashcore {
 
@@ -200,11 +201,14 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
 
   int block = 0;  // K/V blocks consumed so far by this CTA (ring stage and parity, as the producer counts them)
   for (int k = 0;; ++k) {
+    if (thread == 0) FC_TL(k, consumer_wg, 0);
     mbarrier_wait(&bars[Slots::kQFull], k & 1);
     const TileInfo info = load_tile_info(tile_slots, k, p.pack_gqa ? 0 : Cfg::kBlockM);
     if (info.tile < 0) break;
     const KvRange kv = info.kv;
     const int n_blocks = kv.n_blocks;
+    if (thread == 0) FC_TL(k, consumer_wg, 1);
+    if (thread == 0) FC_TL_VALUE(k, consumer_wg, 7, n_blocks);
     const SeqMask seq = seq_mask(info.q_len, info.k_len);
     const ThreadRows mask_rows = thread_rows(p, info.coord, kv, info.q_len, tile_row0, lane);  // only .row is used
     // FP8: S is in units of q_descale * k_descale of the tile's (batch, K/V head); O in units of v_descale. Where the
@@ -263,6 +267,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       issue_end();
       wgmma_wait<0>();
       fence_operands(reinterpret_cast<float(&)[kKeys / 2]>(acc));
+      if (thread == 0) FC_TL(k, consumer_wg, 2);
       float s[Consumer::kNTiles][4];
       Consumer::template scores_from<kKeys>(s, acc);
       release(Slots::kKEmpty, block);
@@ -280,6 +285,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     } else if (n_blocks > 0) {
       first(Full{});
     }
+    if (thread == 0) FC_TL(k, consumer_wg, 3);
     // Block n: issue S(n) = Q K(n)^T and O += P(n-1) V(n-1) together; softmax(n) runs while P V is on the
     // tensor cores; K(n) is released once S(n) is done, V(n-1) once P V is; then O *= alpha(n), keep P(n).
     auto step = [&](int n, auto masked, auto keys) {
@@ -319,6 +325,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       }
     }
     if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
+    if (thread == 0) FC_TL(k, consumer_wg, 4);
     auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
       // FP8: V^T's keys past seqlen_k are zeros (TMA fills the raw blocks' rows past the tensor with them).
@@ -342,6 +349,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       last_pv(Full{});
     }
     block += n_blocks;
+    if (thread == 0) FC_TL(k, consumer_wg, 5);
 
     // Epilogue. The tile's coordinates are read again from its slot rather than kept live across the mainloop
     // (registers are what the hdim-256 and split instantiations run short of).
@@ -407,6 +415,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     // O over V: one arrival per warpgroup for each tile with blocks (the producer waits on each such phase before
     // the next V(0)). With O in its own buffer nobody waits, so nobody arrives (synccheck: "missing wait").
     if (Cfg::kOAliasV && n_blocks > 0 && thread == 0) mbarrier_arrive(&bars[Slots::kOEmpty]);
+    if (thread == 0) FC_TL(k, consumer_wg, 6);
   }
   if (thread == 0) bulk_wait_group_all();  // the CTA's shared memory must outlive its last store's reads
 }

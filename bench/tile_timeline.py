@@ -1,0 +1,129 @@
+"""Where a tile's time goes: the clock64 timeline of an instrumented build (kernel/timeline.h), per phase.
+
+    make build BUILD_DIR=build-tl NVCC_EXTRA=-DFLASHCORE_TIMELINE
+    FLASHCORE_LIB=build-tl/libflashcore.so python3 bench/tile_timeline.py [--shapes fp8-s4k,...] [--out DIR]
+
+For each shape: three warm-up calls, then one call whose stamps (the first 16 CTAs' first 48 tiles) are read back.
+Prints, in units of a "step" (the median time of one block in a tile's unmasked loop, per consumer warpgroup), the
+per-tile fixed cost (tile time - blocks x step) and its phases: Q wait, first S GEMM, first softmax, last P V,
+epilogue; the Q load's latency and the producer's waits; and the CTAs' end times (load balance). Medians over tiles
+1..47 (a CTA's first tile also waits for the kernel's start). --out saves the raw stamps (torch.save, int64
+[cta][tile][role][stamp]). Kernel development only (docs/perf-notes.md step 8.21); the gates never run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import flashcore  # noqa: E402
+from flashcore import _lib  # noqa: E402
+from flashcore.fp8 import attention_fp8  # noqa: E402
+
+CTAS, TILES, ROLES, STAMPS = 16, 48, 4, 8  # kernel/timeline.h
+PRODUCER = 3
+# name: (batch, heads, seqlen_q, seqlen_k, head_dim, causal, fp8)
+SHAPES = {
+    "fp8-s4k-causal": (4, 16, 4096, 4096, 128, True, True),
+    "fp8-s4k": (4, 16, 4096, 4096, 128, False, True),
+    "fp8-k1088": (4, 16, 4096, 1088, 128, False, True),
+    "fp8-d256-s4k-causal": (4, 16, 4096, 4096, 256, True, True),
+    "fp8-d256-s4k": (4, 16, 4096, 4096, 256, False, True),
+    "bf16-s4k": (4, 16, 4096, 4096, 128, False, False),
+    "bf16-s4k-causal": (4, 16, 4096, 4096, 128, True, False),
+}
+
+
+def call_for(shape: tuple[int, ...]):
+    b, h, sq, sk, d, causal, fp8 = shape
+    dtype = torch.bfloat16
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, sk, h, d, device="cuda", dtype=dtype) for _ in range(2))
+    if not fp8:
+        return lambda: flashcore.attention(q, k, v, causal=causal)
+    q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+    qd, kd, vd = (torch.rand(b, h, device="cuda") + 0.5 for _ in range(3))
+    return lambda: attention_fp8(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
+
+
+def stamps(lib: ctypes.CDLL, call) -> torch.Tensor:
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    if lib.fc_timeline_clear() != 0:
+        raise SystemExit("fc_timeline_clear failed")
+    call()
+    torch.cuda.synchronize()
+    buf = (ctypes.c_longlong * (CTAS * TILES * ROLES * STAMPS))()
+    if lib.fc_timeline_read(buf, len(buf)) != len(buf):
+        raise SystemExit("fc_timeline_read failed")
+    return torch.tensor(list(buf), dtype=torch.int64).view(CTAS, TILES, ROLES, STAMPS)
+
+
+def summarize(name: str, t: torch.Tensor) -> None:
+    rows = []
+    for c in range(CTAS):
+        for k in range(1, TILES):
+            p = t[c, k, PRODUCER].tolist()
+            for wg in range(ROLES - 1):
+                s = t[c, k, wg].tolist()
+                n = s[7]
+                if s[6] == 0 or n <= 1:
+                    continue
+                rows.append(dict(wg=wg, n=n, total=s[6] - s[0], step=(s[4] - s[3]) / (n - 1), q_wait=s[1] - s[0],
+                                 first_s=s[2] - s[1], first_softmax=s[3] - s[2], last_pv=s[5] - s[4],
+                                 epilogue=s[6] - s[5], q_latency=s[1] - p[3] if p[3] else 0,
+                                 producer_k0=p[1] - p[0], producer_q_empty=p[2] - p[1]))
+    if not rows:
+        print(f"{name}: no tile with 2 or more blocks was stamped (is FLASHCORE_LIB a FLASHCORE_TIMELINE build?)")
+        return
+    step = statistics.median(r["step"] for r in rows if r["n"] >= 4) if any(r["n"] >= 4 for r in rows) else \
+        statistics.median(r["step"] for r in rows)
+    fixed = statistics.median(r["total"] - r["n"] * step for r in rows)
+    print(f"{name}: {len(rows)} warpgroup tiles, median {statistics.median(r['n'] for r in rows)} blocks; "
+          f"step {step:.0f} cycles; fixed per tile {fixed:.0f} cycles = {fixed / step:.2f} steps")
+    keys = ("q_wait", "first_s", "first_softmax", "last_pv", "epilogue", "q_latency", "producer_k0",
+            "producer_q_empty")
+    for wg in sorted({r["wg"] for r in rows}):
+        sel = [r for r in rows if r["wg"] == wg]
+        print(f"  warpgroup {wg} (steps): " + " ".join(f"{k} {statistics.median(r[k] for r in sel) / step:.2f}"
+                                                       for k in keys))
+    ends = []
+    for c in range(CTAS):
+        done = [k for k in range(TILES) if t[c, k, 0, 6] != 0]
+        if done:
+            ends.append(int(t[c, done[-1], :ROLES - 1, 6].max() - t[c, 0, PRODUCER, 0]))
+    if ends:
+        print(f"  CTA end times (cycles from the producer's start): {min(ends)}..{max(ends)}, "
+              f"max / mean {max(ends) / statistics.mean(ends):.3f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"from: {', '.join(SHAPES)}")
+    ap.add_argument("--out", help="a folder for the raw stamps (tl-<shape>.pt)")
+    args = ap.parse_args()
+    lib = _lib.load()
+    if not hasattr(lib, "fc_timeline_read"):
+        raise SystemExit(f"{_lib.library_path()} has no timeline: build it with NVCC_EXTRA=-DFLASHCORE_TIMELINE")
+    lib.fc_timeline_read.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    for name in args.shapes.split(","):
+        if name not in SHAPES:
+            raise SystemExit(f"unknown shape {name!r}: from {', '.join(SHAPES)}")
+        t = stamps(lib, call_for(SHAPES[name]))
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            torch.save(t, os.path.join(args.out, f"tl-{name}.pt"))
+        summarize(name, t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+// Experiment only (make build NVCC_EXTRA=-DFLASHCORE_TIMELINE): clock64 stamps of a tile's phases for the first
+// kTlCtas CTAs' first kTlTiles tiles, [cta][tile][role][stamp]: roles 0..2 the consumer warpgroups (thread 0; stamps
+// 0 before the Q wait, 1 Q in, 2 first S ready, 3 first softmax done, 4 before the last P V, 5 after it, 6 epilogue
+// done, 7 the tile's block count), role 3 the producer thread (0 loop top, 1 K(0) out, 2 kQEmpty, 3 Q out, 4 V(0)
+// out, 5 all loads out). fc_timeline_clear / fc_timeline_read (kernel/flashcore.cu) zero and copy them;
+// bench/tile_timeline.py runs and summarizes them (docs/perf-notes.md step 8.21). Without the macro it compiles to
+// nothing.
+#pragma once
+#include <cstdint>
+
+namespace flashcore {
+
+constexpr int kTlCtas = 16, kTlTiles = 48, kTlRoles = 4, kTlStamps = 8;
+constexpr int kTlWords = kTlCtas * kTlTiles * kTlRoles * kTlStamps;
+
+#ifdef FLASHCORE_TIMELINE
+static __device__ long long g_timeline[kTlWords];
+__device__ __forceinline__ void tl_put(int k, int role, int s, long long v) {
+  if (blockIdx.x < kTlCtas && k < kTlTiles) {
+    g_timeline[((blockIdx.x * kTlTiles + k) * kTlRoles + role) * kTlStamps + s] = v;
+  }
+}
+#define FC_TL(k, role, s) ::flashcore::tl_put((k), (role), (s), clock64())
+#define FC_TL_VALUE(k, role, s, v) ::flashcore::tl_put((k), (role), (s), (v))
+#else
+#define FC_TL(k, role, s) ((void)0)
+#define FC_TL_VALUE(k, role, s, v) ((void)0)
+#endif
+
+}  // namespace flashcore

@@ -1,13 +1,15 @@
 """A/B timing of FlashCore builds side by side with FA3 and cuDNN, for kernel development (docs/perf-notes.md).
 
-    python3 bench/ab_kernels.py NAME=build_a/libflashcore.so NAME2=build_b/libflashcore.so [--shapes a,b] [--rounds N]
-        [--flush-mib 256]
+    python3 bench/ab_kernels.py NAME=build_a/libflashcore.so NAME2=build_b/libflashcore.so[@l2=PCT] [--shapes a,b]
+        [--rounds N] [--flush-mib 256]
 
 Each build is loaded with ctypes (its own handle, so several builds run in one process), checked against an fp32
 reference on fresh random inputs (error <= 2 x SDPA's error + 1e-5 on a sample of heads, every element written; FP8
 shapes, `fp8-*`: FA3's FP8 rule on batch entry 0, against torch rounding P to E4M3), then every backend of a shape is
 timed in the same interleaved rounds (CUDA events around a batch of calls). Prints per-call times and paired ratios
 (median over rounds of the per-round ratio) against the first build, and which builds' outputs differ from its bits.
+A build may name a launch setting after `@`: `l2=PCT` (fc_params.l2_section_pct: the share of L2 one section of the
+dynamic tile order may fill), so one library can be timed against itself with another setting.
 The gates judge speed with the benchmark suite (make bench / gate-phase4); this is the quick loop between steps.
 """
 
@@ -57,6 +59,7 @@ SHAPES = {
     "fp8-s8k-causal": (4, 16, 16, 8192, 8192, 128, True, "fp8"),
     "fp8-s4k-d256-causal": (4, 16, 16, 4096, 4096, 256, True, "fp8"),
     "fp8-s4k-d256": (4, 16, 16, 4096, 4096, 256, False, "fp8"),
+    "fp8-s8k-d256-causal": (4, 16, 16, 8192, 8192, 256, True, "fp8"),
     "fp8-s8k-d64": (4, 16, 16, 8192, 8192, 64, False, "fp8"),
     "fp8-s4k-k2176": (4, 16, 16, 4096, 2176, 128, False, "fp8"),
     "fp8-s4k-k1088": (4, 16, 16, 4096, 1088, 128, False, "fp8"),
@@ -67,8 +70,15 @@ E4M3 = torch.float8_e4m3fn
 
 
 class Build:
-    def __init__(self, name: str, path: str) -> None:
+    def __init__(self, name: str, spec: str) -> None:
         self.name = name
+        path, _, setting = spec.partition("@")
+        self.l2_pct = 0
+        if setting:
+            key, _, value = setting.partition("=")
+            if key != "l2" or not value.isdigit() or not 0 <= int(value) <= 100:
+                raise SystemExit(f"{name}: unknown setting {setting!r} (l2=PCT, 0..100)")
+            self.l2_pct = int(value)
         self.lib = ctypes.CDLL(path)
         self.lib.fc_attention_forward.argtypes = [ctypes.POINTER(_lib.FcParams), ctypes.c_void_p]
         self.lib.fc_plan.argtypes = [ctypes.POINTER(_lib.FcParams), ctypes.POINTER(_lib.FcPlanInfo)]
@@ -85,6 +95,7 @@ class Build:
             batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
             head_dim=q.shape[3], q_stride=strides(q), k_stride=strides(k), v_stride=strides(v),
             o_stride=strides(out), softmax_scale=q.shape[3] ** -0.5, causal=int(causal), dtype=dtype,
+            l2_section_pct=self.l2_pct,
         )  # fmt: skip
         for name, t in zip(("q_descale", "k_descale", "v_descale"), descales, strict=False):
             setattr(p, name, t.data_ptr())
@@ -223,7 +234,8 @@ def _time_flushed(calls: dict[str, object], rounds: int, flush: L2Flusher) -> di
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("builds", nargs="+", help="NAME=path/to/libflashcore.so (the first is the reference)")
+    ap.add_argument("builds", nargs="+",
+                    help="NAME=path/to/libflashcore.so[@l2=PCT] (the first is the reference)")
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help=f"from: {', '.join(SHAPES)}")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--no-check", action="store_true")

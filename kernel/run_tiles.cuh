@@ -109,8 +109,11 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   }
   // Which CTA runs a tile never changes its result, so the grid may follow the GPU in deterministic mode too.
   plan->ctas = plan->tiles < usable_sms ? plan->tiles : usable_sms;
-  // K/V bytes one (batch, head) pair of the tile list reads: query heads of one GQA group share theirs.
-  const int64_t kv_bytes = int64_t{4} * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
+  // K/V bytes one (batch, head) pair of the tile list reads: K and V (FP8: K and V^T) at the inputs' element size;
+  // query heads of one GQA group share theirs. Counting FP8 at 2 bytes halved its sections (S4K causal: 8 pairs,
+  // 256 tiles for 132 CTAs) and its causal calls ended unevenly (docs/perf-notes.md steps 8.21-8.22).
+  const int64_t elem_bytes = in->dtype == FC_E4M3 ? 1 : 2;
+  const int64_t kv_bytes = 2 * elem_bytes * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
   const int64_t bh = static_cast<int64_t>(plan->grid_heads) * p.batch;
   // Uneven tiles: causal or windowed rows see different key counts; per-sequence lengths differ per sequence.
   const bool ragged = p.window_left >= 0 || p.cu_seqlens_q != nullptr || ragged_keys;

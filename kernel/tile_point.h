@@ -9,8 +9,8 @@ namespace flashcore {
 
 constexpr int kPointFlag = 1 << 24;  // set in every code, so 0 can mean "the default"
 // FP8 only: V is transposed in shared memory by the producer warpgroup for every query tile (kernel/fp8_vt_smem.cuh),
-// not read from the copy the kernel writes once per call (kernel/fp8_vt_fused.cuh). The host picks per call (kernel/tile_choice.h use_fp8_vt_smem); the 16-bit points and
-// make tune's table never set it.
+// not read from the copy the kernel writes once per call (kernel/fp8_vt_fused.cuh). The host picks per call
+// (kernel/tile_choice.h use_fp8_vt_smem); the 16-bit points and make tune's table never set it.
 constexpr int kPointVtSmem = 1 << 22;
 
 constexpr int point_code(int block_n, int stages, int consumer_wgs, int pingpong, int rescale_early,

@@ -229,13 +229,14 @@ __device__ __forceinline__ void store_tile_info(void* slots, int k, const TileIn
 // FP8 (Fp8Choice kDescalesProducer): the tile's q_descale x k_descale and v_descale, loaded by the producer thread
 // when it reaches the tile and stored in an 8-byte slot per TileInfo slot, after both (hopper_config.h
 // kTileSlotBytes); kQFull's arrive releases them with the tile info.
+__device__ __forceinline__ uint32_t descale_slot(const void* slots, int k) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + 2 * kTileInfoBytes + (k & 1) * 8;
+}
 __device__ __forceinline__ void store_descales(void* slots, int k, float qk, float v) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + 2 * kTileInfoBytes + (k & 1) * 8;
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(qk), "f"(v) : "memory");
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(descale_slot(slots, k)), "f"(qk), "f"(v) : "memory");
 }
 __device__ __forceinline__ void load_descales(const void* slots, int k, float& qk, float& v) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + 2 * kTileInfoBytes + (k & 1) * 8;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(qk), "=f"(v) : "r"(addr) : "memory");
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(qk), "=f"(v) : "r"(descale_slot(slots, k)) : "memory");
 }
 
 __device__ __forceinline__ TileInfo load_tile_info(const void* slots, int k, int block_m) {

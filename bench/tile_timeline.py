@@ -27,8 +27,8 @@ import flashcore  # noqa: E402
 from flashcore import _lib  # noqa: E402
 from flashcore.fp8 import attention_fp8  # noqa: E402
 
-CTAS, TILES, ROLES, STAMPS = 16, 48, 4, 8  # kernel/timeline.h
-PRODUCER = 3
+CTAS, TILES, ROLES, STAMPS = 16, 48, 6, 8  # kernel/timeline.h
+CONSUMERS, PRODUCER, STEP_ROLE, STEP = 3, 3, 4, 4  # roles 0..2, 3, block STEP's step in roles 4..5
 # name: (batch, heads, seqlen_q, seqlen_k, head_dim, causal, fp8)
 SHAPES = {
     "fp8-s4k-causal": (4, 16, 4096, 4096, 128, True, True),
@@ -72,7 +72,7 @@ def summarize(name: str, t: torch.Tensor) -> None:
     for c in range(CTAS):
         for k in range(1, TILES):
             p = t[c, k, PRODUCER].tolist()
-            for wg in range(ROLES - 1):
+            for wg in range(CONSUMERS):
                 s = t[c, k, wg].tolist()
                 n = s[7]
                 if s[6] == 0 or n <= 1:
@@ -99,10 +99,29 @@ def summarize(name: str, t: torch.Tensor) -> None:
     for c in range(CTAS):
         done = [k for k in range(TILES) if t[c, k, 0, 6] != 0]
         if done:
-            ends.append(int(t[c, done[-1], :ROLES - 1, 6].max() - t[c, 0, PRODUCER, 0]))
+            ends.append(int(t[c, done[-1], :CONSUMERS, 6].max() - t[c, 0, PRODUCER, 0]))
+    step_phases(t, step)
     if ends:
         print(f"  CTA end times (cycles from the producer's start): {min(ends)}..{max(ends)}, "
               f"max / mean {max(ends) / statistics.mean(ends):.3f}")
+
+
+def step_phases(t: torch.Tensor, step: float) -> None:
+    """Block STEP's step, per warpgroup, in steps: K/V wait, wait for its turn to issue, issue, S wait, softmax (with
+    scores and mask), P V wait after it, rescale and pack."""
+    names = ("kv_wait", "turn", "issue", "s_wait", "softmax", "pv_wait", "pack")
+    for wg in range(2):
+        spans: dict[str, list[int]] = {n: [] for n in names}
+        for c in range(CTAS):
+            for k in range(1, TILES):
+                s = t[c, k, STEP_ROLE + wg].tolist()
+                if s[7] == 0 or s[0] == 0:
+                    continue
+                for i, n in enumerate(names):
+                    spans[n].append(s[i + 1] - s[i])
+        if spans["pack"]:
+            print(f"  warpgroup {wg} block {STEP}'s step (steps, {len(spans['pack'])} tiles): " + " ".join(
+                f"{n} {statistics.median(v) / step:.2f}" for n, v in spans.items()))
 
 
 def main() -> int:

@@ -191,11 +191,21 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   // Every warpgroup issues the same number of times per tile, so the ring stays in step across tiles.
   const int my_barrier = kBarrierIssueWG0 + consumer_wg;
   const int next_barrier = kBarrierIssueWG0 + (consumer_wg + 1) % Cfg::kConsumerWGs;
+  // Cfg::kSoftmaxRing (FP8 hdim 64 and 128): the turn passes around each block's softmax instead, so the
+  // warpgroups' softmaxes never overlap and each one's GEMMs, issued as soon as their operands are in, run under
+  // the other's softmax. Either way every warpgroup takes one turn per K/V block of the tile.
+  constexpr bool kSoftmaxRing = Cfg::kSoftmaxRing;
   auto issue_begin = [&] {
-    if constexpr (Cfg::kPingPong) named_barrier_sync(my_barrier, 256);
+    if constexpr (Cfg::kPingPong && !kSoftmaxRing) named_barrier_sync(my_barrier, 256);
   };
   auto issue_end = [&] {
-    if constexpr (Cfg::kPingPong) named_barrier_arrive(next_barrier, 256);
+    if constexpr (Cfg::kPingPong && !kSoftmaxRing) named_barrier_arrive(next_barrier, 256);
+  };
+  auto turn_begin = [&] {
+    if constexpr (kSoftmaxRing) named_barrier_sync(my_barrier, 256);
+  };
+  auto turn_end = [&] {
+    if constexpr (kSoftmaxRing) named_barrier_arrive(next_barrier, 256);
   };
   if (Cfg::kPingPong && consumer_wg == Cfg::kConsumerWGs - 1) named_barrier_arrive(kBarrierIssueWG0, 256);
 
@@ -273,11 +283,13 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       release(Slots::kKEmpty, block);
       if (n_blocks == 1) q_done();
       // O is still 0: alpha needs no rescale.
+      turn_begin();
       if (kv.um_begin == 0 && kv.um_end > 0) {
         scores(s, 0, alpha, std::false_type{});
       } else {
         scores(s, 0, alpha, std::true_type{});
       }
+      turn_end();
       Consumer::pack_p(s, p_frag);
     };
     if (n_blocks == 1 && narrow_last) {
@@ -290,27 +302,38 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     // tensor cores; K(n) is released once S(n) is done, V(n-1) once P V is; then O *= alpha(n), keep P(n).
     auto step = [&](int n, auto masked, auto keys) {
       constexpr int kKeys = decltype(keys)::value;
+      const bool stamp = thread == 0 && n == kTlStep;  // timeline builds only (kernel/timeline.h)
+      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 0);
       float acc[kKeys / 8][4];
       wait(Slots::kKFull, block + n);
       wait(Slots::kVFull, block + n - 1);
+      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 1);
       wgmma_fence();
       issue_begin();
+      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 2);
       consumer.template qk_issue<kKeys>(acc, q_desc, k_desc(block + n));  // group: S(n)
       if (n > 1) rescale_early();                              // alpha(n-1); after block 0, O is still 0
       consumer.pv_issue(p_frag, v_desc(block + n - 1));        // group: O += P(n-1) V(n-1)
       issue_end();
+      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 3);
       wgmma_wait<1>();                                         // S(n) done, P V may still run
       fence_operands(reinterpret_cast<float(&)[kKeys / 2]>(acc));
+      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 4);
       float s[Consumer::kNTiles][4];
       Consumer::template scores_from<kKeys>(s, acc);
       release(Slots::kKEmpty, block + n);
       if (n == n_blocks - 1) q_done();
+      turn_begin();
       scores(s, n, alpha, masked);
+      turn_end();
+      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 5);
       wgmma_wait<0>();                                         // P V done
       consumer.fence_o();
+      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 6);
       release(Slots::kVEmpty, block + n - 1);
       if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
       Consumer::pack_p(s, p_frag);
+      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 7);
     };
     // A narrow last block is always masked (its keys past kNarrowN are): blocks < um_end are full. One masked and
     // one unmasked copy of the step: the unmasked run is an inner loop of its own.

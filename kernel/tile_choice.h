@@ -94,6 +94,20 @@ struct BlockNChoice<256> {
 //   kDescalesProducer:  loaded by the producer thread when it reaches the tile (its waits hide the latency) and
 //                       handed over beside the tile info (tile_scheduler.h store_descales). hdim 128: S4K causal
 //                       0.96-0.97x, 4K queries x 1088 keys 0.91-0.92x, S8K causal 0.99x, S4K 1.00-1.01x.
+// Whether the consumer warpgroups' ring (kernel_wgmma.cuh) passes the turn around each block's softmax instead of
+// around the GEMM issue, so the softmaxes never overlap (their MUFU and issue slots are the long pole at FP8, whose
+// GEMMs are half of 16-bit's). Measured on the H100 against the GEMM ring (docs/perf-notes.md step 8.23): hdim 128
+// S4K +1.7 %, S8K causal +1.5 %, 4K x 1088 keys +4 %, S4K causal 0; hdim 64 S8K +2 %; hdim 256 -2 to -3 % (its
+// consumers spill twice as much), so hdim 256 keeps the GEMM ring. 16-bit inputs always take the GEMM ring (-2 to -4 %).
+#ifndef FLASHCORE_FP8_D64_SOFTMAX_RING
+#define FLASHCORE_FP8_D64_SOFTMAX_RING 1
+#endif
+#ifndef FLASHCORE_FP8_D128_SOFTMAX_RING
+#define FLASHCORE_FP8_D128_SOFTMAX_RING 1
+#endif
+#ifndef FLASHCORE_FP8_D256_SOFTMAX_RING
+#define FLASHCORE_FP8_D256_SOFTMAX_RING 0
+#endif
 enum Fp8Descales : int { kDescalesEpilogue = 0, kDescalesTileStart = 1, kDescalesProducer = 2 };
 #ifndef FLASHCORE_FP8_D64_DESCALES
 #define FLASHCORE_FP8_D64_DESCALES 0
@@ -116,6 +130,7 @@ struct Fp8Choice<64> {
   static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D64;  // use_fp8_vt_smem
   static constexpr bool kRescaleSkip = false;  // not measured at hdim 64
   static constexpr int kDescales = FLASHCORE_FP8_D64_DESCALES;
+  static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D64_SOFTMAX_RING;
 };
 template <>
 struct Fp8Choice<128> {
@@ -125,6 +140,7 @@ struct Fp8Choice<128> {
   // O's rescale skipped by a warp whose rows kept their max (hopper_mainloop.h rescale_o; step 8.10: +1-2 %).
   static constexpr bool kRescaleSkip = FLASHCORE_FP8_D128_RESCALE_SKIP;
   static constexpr int kDescales = FLASHCORE_FP8_D128_DESCALES;
+  static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D128_SOFTMAX_RING;
 };
 template <>
 struct Fp8Choice<256> {
@@ -134,6 +150,7 @@ struct Fp8Choice<256> {
   static constexpr int kRescaleEarly = FLASHCORE_FP8_D256_RESCALE_EARLY;
   static constexpr bool kRescaleSkip = false;  // -3 % (step 8.10)
   static constexpr int kDescales = FLASHCORE_FP8_D256_DESCALES;
+  static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D256_SOFTMAX_RING;
 };
 
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys

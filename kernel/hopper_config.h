@@ -82,8 +82,8 @@ enum NamedBarrier : int {
 //   kConsumerWGs: hdim 64 takes 3 (BLOCK_M 192): each K/V tile serves more rows, and its short GEMMs leave softmax
 //                 as the long pole, which a third warpgroup in the ping-pong ring helps hide; 2 otherwise.
 //   kPingPong:    consumer warpgroups take turns issuing GEMMs (named barriers), so one's softmax hides under the
-//                 other's GEMMs. hdim 256 without it measured the same (step 4.3); kept on everywhere. FP8 hdim 64
-//                 and 128 pass the turn around the softmax instead (kSoftmaxRing below).
+//                 other's GEMMs. hdim 256 without it measured the same (step 4.3); kept on everywhere. FP8 hdim 128
+//                 passes the turn around the softmax instead (kSoftmaxRing below).
 //   kRescaleEarly: O *= alpha(n-1) between issuing S(n) and P(n-1) V(n-1) instead of after P V is done (FA3's
 //                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same (step 4.3): off.
 //   kStages:      2 K/V stages (hdim 128 at 176 keys and hdim 256 have no room for a third).

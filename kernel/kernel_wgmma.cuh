@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   // Every warpgroup issues the same number of times per tile, so the ring stays in step across tiles.
   const int my_barrier = kBarrierIssueWG0 + consumer_wg;
   const int next_barrier = kBarrierIssueWG0 + (consumer_wg + 1) % Cfg::kConsumerWGs;
-  // Cfg::kSoftmaxRing (FP8 hdim 64 and 128): the turn passes around each block's softmax instead, so the
+  // Cfg::kSoftmaxRing (FP8 hdim 128): the turn passes around each block's softmax instead, so the
   // warpgroups' softmaxes never overlap and each one's GEMMs, issued as soon as their operands are in, run under
   // the other's softmax. Either way every warpgroup takes one turn per K/V block of the tile.
   constexpr bool kSoftmaxRing = Cfg::kSoftmaxRing;

@@ -96,11 +96,13 @@ struct BlockNChoice<256> {
 //                       0.96-0.97x, 4K queries x 1088 keys 0.91-0.92x, S8K causal 0.99x, S4K 1.00-1.01x.
 // Whether the consumer warpgroups' ring (kernel_wgmma.cuh) passes the turn around each block's softmax instead of
 // around the GEMM issue, so the softmaxes never overlap (their MUFU and issue slots are the long pole at FP8, whose
-// GEMMs are half of 16-bit's). Measured on the H100 against the GEMM ring (docs/perf-notes.md step 8.23): hdim 128
-// S4K +1.7 %, S8K causal +1.5 %, 4K x 1088 keys +4 %, S4K causal 0; hdim 64 S8K +2 %; hdim 256 -2 to -3 % (its
-// consumers spill twice as much), so hdim 256 keeps the GEMM ring. 16-bit inputs always take the GEMM ring (-2 to -4 %).
+// GEMMs are half of 16-bit's). Measured on the H100 against the GEMM ring, three runs (docs/perf-notes.md step 8.23):
+// hdim 128 S4K +2 %, 4K x 1088 keys +3-4 %, S4K causal -0.5-0 %, S8K causal -1.2 to +1.4 %; hdim 64 S8K +2 % but
+// causal -4 % (three warpgroups' softmaxes in turn); hdim 256 -2 to -3 % (its consumers spill twice as much). Only
+// hdim 128 takes it. A run-time switch (the ring by the call's mask) cost 1 % at hdim 128 and 6 % at hdim 64.
+// 16-bit inputs always take the GEMM ring (-2 to -4 %).
 #ifndef FLASHCORE_FP8_D64_SOFTMAX_RING
-#define FLASHCORE_FP8_D64_SOFTMAX_RING 1
+#define FLASHCORE_FP8_D64_SOFTMAX_RING 0
 #endif
 #ifndef FLASHCORE_FP8_D128_SOFTMAX_RING
 #define FLASHCORE_FP8_D128_SOFTMAX_RING 1

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import flashcore  # noqa: E402
 from flashcore import _lib  # noqa: E402
 from flashcore.fp8 import attention_fp8  # noqa: E402
+from harness.support import fp8 as fp8_inputs  # noqa: E402
 
 CTAS, TILES, ROLES, STAMPS = 16, 48, 6, 8  # kernel/timeline.h
 CONSUMERS, PRODUCER, STEP_ROLE, STEP = 3, 3, 4, 4  # roles 0..2, 3, block STEP's step in roles 4..5
@@ -49,7 +50,8 @@ def call_for(shape: tuple[int, ...]):
     if not fp8:
         return lambda: flashcore.attention(q, k, v, causal=causal)
     q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-    qd, kd, vd = (torch.rand(b, h, device="cuda") + 0.5 for _ in range(3))
+    lo, hi = fp8_inputs.DESCALE_RANGE  # the FP8 workloads' descales
+    qd, kd, vd = (torch.rand(b, h, device="cuda") * (hi - lo) + lo for _ in range(3))
     return lambda: attention_fp8(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
 
 
@@ -84,8 +86,7 @@ def summarize(name: str, t: torch.Tensor) -> None:
     if not rows:
         print(f"{name}: no tile with 2 or more blocks was stamped (is FLASHCORE_LIB a FLASHCORE_TIMELINE build?)")
         return
-    step = statistics.median(r["step"] for r in rows if r["n"] >= 4) if any(r["n"] >= 4 for r in rows) else \
-        statistics.median(r["step"] for r in rows)
+    step = statistics.median([r["step"] for r in rows if r["n"] >= 4] or [r["step"] for r in rows])
     fixed = statistics.median(r["total"] - r["n"] * step for r in rows)
     print(f"{name}: {len(rows)} warpgroup tiles, median {statistics.median(r['n'] for r in rows)} blocks; "
           f"step {step:.0f} cycles; fixed per tile {fixed:.0f} cycles = {fixed / step:.2f} steps")

@@ -28,8 +28,8 @@ from flashcore import _lib  # noqa: E402
 from flashcore.fp8 import attention_fp8  # noqa: E402
 from harness.support import fp8 as fp8_inputs  # noqa: E402
 
-CTAS, TILES, ROLES, STAMPS = 16, 48, 6, 8  # kernel/timeline.h
-CONSUMERS, PRODUCER, STEP_ROLE, STEP = 3, 3, 4, 4  # roles 0..2, 3, block STEP's step in roles 4..5
+CTAS, TILES, ROLES, STAMPS = 16, 48, 8, 8  # kernel/timeline.h
+CONSUMERS, PRODUCER, STEP_ROLE, STEP, EPILOGUE_ROLE = 3, 3, 4, 4, 6  # roles 0..2, 3, 4..5 (block STEP), 6..7
 # name: (batch, heads, seqlen_q, seqlen_k, head_dim, causal, fp8)
 SHAPES = {
     "fp8-s4k-causal": (4, 16, 4096, 4096, 128, True, True),
@@ -102,6 +102,7 @@ def summarize(name: str, t: torch.Tensor) -> None:
         if done:
             ends.append(int(t[c, done[-1], :CONSUMERS, 6].max() - t[c, 0, PRODUCER, 0]))
     step_phases(t, step)
+    epilogue_phases(t, step)
     if ends:
         print(f"  CTA end times (cycles from the producer's start): {min(ends)}..{max(ends)}, "
               f"max / mean {max(ends) / statistics.mean(ends):.3f}")
@@ -123,6 +124,30 @@ def step_phases(t: torch.Tensor, step: float) -> None:
         if spans["pack"]:
             print(f"  warpgroup {wg} block {STEP}'s step (steps, {len(spans['pack'])} tiles): " + " ".join(
                 f"{n} {statistics.median(v) / step:.2f}" for n, v in spans.items()))
+
+
+def epilogue_phases(t: torch.Tensor, step: float) -> None:
+    """The epilogue per warpgroup, in steps: finalize (from the last P V), wait for the staging slot, stage O, issue
+    the store, wait for its read (O over V only), LSE, the arrival; then the tile's step 1: from the first softmax to
+    its entry, and its K/V wait."""
+    names = ("finalize", "slot", "stage", "issue", "read", "lse", "arrive", "to_step1", "step1_kv")
+    for wg in range(2):
+        spans: dict[str, list[int]] = {n: [] for n in names}
+        for c in range(CTAS):
+            for k in range(1, TILES):
+                tile, e = t[c, k, wg].tolist(), t[c, k, EPILOGUE_ROLE + wg].tolist()
+                if tile[6] == 0 or e[2] == 0:  # staged tiles only
+                    continue
+                read = e[4] if e[4] else e[3]
+                marks = [tile[5], e[0], e[1], e[2], e[3], read, e[5], tile[6]]
+                for i, n in enumerate(names[:7]):
+                    spans[n].append(marks[i + 1] - marks[i])
+                if e[6] and e[7]:
+                    spans["to_step1"].append(e[6] - tile[3])
+                    spans["step1_kv"].append(e[7] - e[6])
+        if spans["finalize"]:
+            print(f"  warpgroup {wg} epilogue (steps, {len(spans['finalize'])} tiles): " + " ".join(
+                f"{n} {statistics.median(v) / step:.2f}" for n, v in spans.items() if v))
 
 
 def main() -> int:

@@ -80,7 +80,7 @@ class Point:
         """(bytes, O staged over V)."""
         q = 64 * self.consumer_wgs * head_dim * 2
         kv = self.block_n * head_dim * 2
-        barriers = (8 * (3 + 4 * self.stages) + 15) // 16 * 16
+        barriers = (8 * (5 + 4 * self.stages) + 15) // 16 * 16  # kernel/hopper_config.h HopperSlots
         base = ALIGN + q + 2 * self.stages * kv + barriers + 2 * TILE_INFO_BYTES
         o = 64 * head_dim * 2 * self.consumer_wgs
         alias = base + o > SMEM_LIMIT

@@ -43,8 +43,8 @@ struct RegisterSplit {
 
 // mbarrier slots. K and V have their own full/empty barriers, so K(n) is released as soon as S(n) is done while
 // V(n) stays until P(n) V(n) is. Per tile of a persistent CTA: kQFull (Q and the tile info landed), kQEmpty (every
-// consumer thread is done with Q: the producer may load the next tile's), kOEmpty (only where O is staged over V:
-// the stores of the last tile with K/V blocks have read their staging, so the next tile's V may be loaded).
+// consumer thread is done with Q: the producer may load the next tile's), kOEmpty + w (only where O is staged over V:
+// consumer warpgroup w's store of the last tile with K/V blocks has read its staging, so V may refill that stage).
 // FP8 with V transposed in shared memory (kRawStages > 0): TMA loads V as it is into a raw ring (kVRawFull /
 // kVRawEmpty), the producer warpgroup's other warps transpose it into the V stages (kernel/fp8_vt_smem.cuh), and
 // kVtFlags + s is the word the producer thread leaves them with raw stage s (8 bytes each, not barriers).
@@ -54,12 +54,12 @@ template <int kStages, int kRawStages = 0, bool kFused = false>
 struct HopperSlots {
   static constexpr int kQFull = 0;
   static constexpr int kQEmpty = 1;
-  static constexpr int kOEmpty = 2;
-  static constexpr int kKFull = 3;
-  static constexpr int kVFull = 3 + kStages;
-  static constexpr int kKEmpty = 3 + 2 * kStages;
-  static constexpr int kVEmpty = 3 + 3 * kStages;
-  static constexpr int kVRawFull = 3 + 4 * kStages;
+  static constexpr int kOEmpty = 2;  // + consumer warpgroup (up to 3)
+  static constexpr int kKFull = 5;
+  static constexpr int kVFull = 5 + kStages;
+  static constexpr int kKEmpty = 5 + 2 * kStages;
+  static constexpr int kVEmpty = 5 + 3 * kStages;
+  static constexpr int kVRawFull = 5 + 4 * kStages;
   static constexpr int kVRawEmpty = kVRawFull + kRawStages;
   static constexpr int kVtFlags = kVRawEmpty + kRawStages;
   static constexpr int kVtLoad = kVtFlags + kRawStages;
@@ -101,6 +101,9 @@ enum NamedBarrier : int {
 #endif
 #ifndef FLASHCORE_NARROW_LAST
 #define FLASHCORE_NARROW_LAST 1
+#endif
+#ifndef FLASHCORE_O_LATE_ARRIVE
+#define FLASHCORE_O_LATE_ARRIVE 1
 #endif
 template <int kHeadDim>
 struct HeadDimTraits {
@@ -180,6 +183,10 @@ struct HopperTileConfig {
   // O gets its own buffer when it fits; otherwise each warpgroup stages its rows in one of V's stages (FA3 overlaps
   // O with V too) and the producer loads the next tile's V only after the stores have read them (kOEmpty).
   static constexpr bool kOAliasV = kBaseBytes + kOBytes > kSmemLimit;
+  // O over V: a warpgroup waits for its store's read and arrives on kOEmpty + w at its next tile's first S issue
+  // (kernel_wgmma.cuh o_arrive), not at the end of its epilogue. Not with V transposed in shared memory, whose
+  // transposing warps wait for every warpgroup's arrival before the next tile's V(0) (hopper_mainloop.h).
+  static constexpr bool kOLateArrive = FLASHCORE_O_LATE_ARRIVE && !kVtSmem;
   static constexpr int kSmemBytes = kBaseBytes + (kOAliasV ? 0 : kOBytes);
   static_assert(kSmemBytes <= kSmemLimit, "shared memory exceeds the 227 KB an H100 block may use");
   static_assert(!kOAliasV || (kOWgBytes <= kKVBytes && kConsumerWGs <= kStages),

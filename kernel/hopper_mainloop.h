@@ -20,7 +20,7 @@
 namespace flashcore {
 
 // One thread, for every tile of this CTA: K(0) first (it needs only a free stage), then Q with the tile index once
-// every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty where O is staged over V) and
+// every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty + w where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
 // kPaged: K/V rows come from a paged cache through the page table (a copy of its own: the page walk inlined into
 // the one producer made ptxas spill its 32 registers for every call).
@@ -38,10 +38,12 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
   tma_prefetch_descriptor(&tma.k);
   tma_prefetch_descriptor(&tma.v);
   tma_prefetch_descriptor(&tma.o);
-  // Only tile, k, block and o_tiles live across tiles: the producer has 32 registers (setmaxnreg), so everything
-  // else is recomputed per tile from the parameters.
+  // Only tile, k, block and the O-over-V state live across tiles: the producer has 32 registers (setmaxnreg), so
+  // everything else is recomputed per tile from the parameters.
   int block = 0;  // K/V blocks this CTA has loaded so far: ring stage block % kStages, pass block / kStages
-  int o_tiles = 0;  // O over V: tiles with K/V blocks so far, one kOEmpty phase each
+  // O over V: 2 x the tiles with K/V blocks so far (one kOEmpty + w phase each) + 1 if the last had one block (it
+  // staged no O).
+  int o_state = 0;
   int tile = first_tile();
   for (int k = 0;; ++k) {
     FC_TL(k, 3, 0);
@@ -150,26 +152,39 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     FC_TL(k, 3, 3);
     const int next = next_tile(p, tile);  // a dynamic fetch's latency hides behind the loads below
     if (n_blocks > 0) {
-      // O over V: only tiles with blocks stage O there and arrive on kOEmpty, once their stores have read it; wait
-      // for the previous such tile's phase. Every phase is waited, and none can run ahead: this tile's epilogue
-      // cannot finish before this V(0) lands.
-      // V transposed in shared memory: the transposing warps write the V stages, so they wait, told by the first
-      // block's word.
-      int flags = 0;
+      // O over V: consumer warpgroup w of a tile with at least 2 blocks stages its O in the V stage of the tile's
+      // block (end - kConsumerWGs + w); every tile with blocks arrives on kOEmpty + w, staged or not, once its store
+      // has read the stage. V may refill a stage only after the warpgroup that staged there arrived. With 2 stages and
+      // 2 warpgroups, after a tile of 2 or more blocks V(0) refills warpgroup 0's stage and V(1) warpgroup 1's, so
+      // each waits for its own warpgroup only (warpgroup 0 stores first); otherwise V(0) waits for all of them. The
+      // waits are for the last tile with blocks: a warpgroup arrives in tile order, so that covers older stagings,
+      // and this tile's phases cannot complete before its own V loads (no wait runs ahead of its phase).
+      // V transposed in shared memory (few query tiles per K/V head: the split gains nothing there): the transposing
+      // warps write the V stages, so they wait, told by V(0)'s word, for all of them.
+      // The words for V(0) (bits 0-3) and V(1) (bits 4-7): bit w, wait for kOEmpty + w; bit 3, the parity of the
+      // last tile's phase.
+      int o_words = 0;
       if constexpr (Cfg::kOAliasV) {
-        if (o_tiles > 0) {
-          if constexpr (Cfg::kVtSmem) {
-            flags = 1 | (((o_tiles - 1) & 1) << 1);
-          } else {
-            mbarrier_wait_sleep(&bars[Slots::kOEmpty], (o_tiles - 1) & 1);
+        if (o_state != 0) {
+          const int parity = (((o_state >> 1) - 1) & 1) << 3;
+          const bool split = Cfg::kStages == 2 && Cfg::kConsumerWGs == 2 && !Cfg::kVtSmem && (o_state & 1) == 0;
+          o_words = split ? (1 | parity) | (2 | parity) << 4 : ((1 << Cfg::kConsumerWGs) - 1) | parity;
+        }
+        o_state = (((o_state >> 1) + 1) << 1) | (n_blocks == 1 ? 1 : 0);
+      }
+      auto o_wait = [&](int flags) {
+        if constexpr (Cfg::kOAliasV && !Cfg::kVtSmem) {
+          for (int w = 0; w < Cfg::kConsumerWGs; ++w) {
+            if (flags & (1 << w)) mbarrier_wait_sleep(&bars[Slots::kOEmpty + w], (flags >> 3) & 1);
           }
         }
-        ++o_tiles;
-      }
-      load(kVFull, kVEmpty, v_smem, &tma.v, 0, flags);
+      };
+      o_wait(o_words & 15);
+      load(kVFull, kVEmpty, v_smem, &tma.v, 0, Cfg::kVtSmem ? o_words : 0);
       FC_TL(k, 3, 4);
       for (int n = 1; n < n_blocks; ++n) {
         load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, n);
+        if (n == 1) o_wait(o_words >> 4);
         load(kVFull, kVEmpty, v_smem, &tma.v, n);
       }
     }

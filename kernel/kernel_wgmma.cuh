@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   if (threadIdx.x == 0) {
     mbarrier_init(&bars[Slots::kQFull], 1);  // the producer's arrive.expect_tx; TMA completes the bytes
     mbarrier_init(&bars[Slots::kQEmpty], Cfg::kConsumerThreads);  // each consumer thread, after its last use
-    mbarrier_init(&bars[Slots::kOEmpty], Cfg::kConsumerWGs);      // each warpgroup's storing thread
+    for (int w = 0; w < Cfg::kConsumerWGs; ++w) mbarrier_init(&bars[Slots::kOEmpty + w], 1);  // its storing thread
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(&bars[Slots::kKFull + s], 1);
       mbarrier_init(&bars[Slots::kVFull + s], Cfg::kVtSmem ? kVtWarps : 1);  // kVtSmem: each transposing warp
@@ -194,30 +194,49 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   // Cfg::kSoftmaxRing (FP8 hdim 128): the turn passes around each block's softmax instead, so the
   // warpgroups' softmaxes never overlap and each one's GEMMs, issued as soon as their operands are in, run under
   // the other's softmax. Either way every warpgroup takes one turn per K/V block of the tile.
-  constexpr bool kSoftmaxRing = Cfg::kSoftmaxRing;
   auto issue_begin = [&] {
-    if constexpr (Cfg::kPingPong && !kSoftmaxRing) named_barrier_sync(my_barrier, 256);
+    if constexpr (Cfg::kPingPong && !Cfg::kSoftmaxRing) named_barrier_sync(my_barrier, 256);
   };
   auto issue_end = [&] {
-    if constexpr (Cfg::kPingPong && !kSoftmaxRing) named_barrier_arrive(next_barrier, 256);
+    if constexpr (Cfg::kPingPong && !Cfg::kSoftmaxRing) named_barrier_arrive(next_barrier, 256);
   };
   auto turn_begin = [&] {
-    if constexpr (kSoftmaxRing) named_barrier_sync(my_barrier, 256);
+    if constexpr (Cfg::kSoftmaxRing) named_barrier_sync(my_barrier, 256);
   };
   auto turn_end = [&] {
-    if constexpr (kSoftmaxRing) named_barrier_arrive(next_barrier, 256);
+    if constexpr (Cfg::kSoftmaxRing) named_barrier_arrive(next_barrier, 256);
   };
   if (Cfg::kPingPong && consumer_wg == Cfg::kConsumerWGs - 1) named_barrier_arrive(kBarrierIssueWG0, 256);
 
   int block = 0;  // K/V blocks consumed so far by this CTA (ring stage and parity, as the producer counts them)
+  // O over V (kOLateArrive): thread 0's wait for the last tile's store to read its staging, and its kOEmpty arrival,
+  // left for the next tile's first S issue (or its epilogue, or the end), so the warpgroup's next GEMMs do not wait
+  // for the read. The producer needs the arrival only to refill this warpgroup's stage, V(0) or V(1) of that tile.
+  bool o_arrive_pending = false;
+  auto o_arrive = [&] {
+    if (Cfg::kOAliasV && o_arrive_pending) {
+      bulk_wait_group_read_all();
+      mbarrier_arrive(&bars[Slots::kOEmpty + consumer_wg]);
+      o_arrive_pending = false;
+    }
+  };
   for (int k = 0;; ++k) {
-    if (thread == 0) FC_TL(k, consumer_wg, 0);
+    auto stamp = [&](int at) {  // timeline builds only (kernel/timeline.h): the tile's phases
+      if (thread == 0) FC_TL(k, consumer_wg, at);
+    };
+    auto epi_stamp = [&](int at) {  // and its epilogue's
+      if (thread == 0 && consumer_wg < 2) FC_TL(k, kTlEpilogueRole + consumer_wg, at);
+    };
+    stamp(0);
     mbarrier_wait(&bars[Slots::kQFull], k & 1);
     const TileInfo info = load_tile_info(tile_slots, k, p.pack_gqa ? 0 : Cfg::kBlockM);
-    if (info.tile < 0) break;
+    if (info.tile < 0) {
+      o_arrive();
+      break;
+    }
     const KvRange kv = info.kv;
     const int n_blocks = kv.n_blocks;
-    if (thread == 0) FC_TL(k, consumer_wg, 1);
+    stamp(1);
     if (thread == 0) FC_TL_VALUE(k, consumer_wg, 7, n_blocks);
     const SeqMask seq = seq_mask(info.q_len, info.k_len);
     const ThreadRows mask_rows = thread_rows(p, info.coord, kv, info.q_len, tile_row0, lane);  // only .row is used
@@ -225,15 +244,15 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     // factors are read is Fp8Choice's kDescales: from the producer's slot or from global memory now, kept in two
     // registers for the epilogue; or (kDescalesEpilogue) the product now and both again in the epilogue.
     float qk_d = 1.f, v_d = 1.f;
-    if constexpr (Cfg::kDescales == kDescalesProducer) {
+    if constexpr (Cfg::kFp8 && Cfg::kDescales == kDescalesProducer) {
       load_descales(tile_slots, k, qk_d, v_d);
-    } else if constexpr (Cfg::kDescales == kDescalesTileStart) {
+    } else if constexpr (Cfg::kFp8 && Cfg::kDescales == kDescalesTileStart) {
       qk_d = qk_descale(p, info.coord);
       v_d = descale(p.v_descale, p.v_descale_stride, p, info.coord);
+    } else if constexpr (Cfg::kFp8) {
+      qk_d = qk_descale(p, info.coord);  // for the scale only: the epilogue reads both again
     }
-    const float scale_log2 =
-        !Cfg::kFp8 ? p.softmax_scale_log2
-                   : p.softmax_scale_log2 * (Cfg::kDescales == kDescalesEpilogue ? qk_descale(p, info.coord) : qk_d);
+    const float scale_log2 = p.softmax_scale_log2 * qk_d;
     consumer.init();
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
     // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
@@ -275,9 +294,10 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       issue_begin();
       consumer.template qk_issue<kKeys>(acc, q_desc, k_desc(block));
       issue_end();
+      o_arrive();
       wgmma_wait<0>();
       fence_operands(reinterpret_cast<float(&)[kKeys / 2]>(acc));
-      if (thread == 0) FC_TL(k, consumer_wg, 2);
+      stamp(2);
       float s[Consumer::kNTiles][4];
       Consumer::template scores_from<kKeys>(s, acc);
       release(Slots::kKEmpty, block);
@@ -297,28 +317,32 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     } else if (n_blocks > 0) {
       first(Full{});
     }
-    if (thread == 0) FC_TL(k, consumer_wg, 3);
+    stamp(3);
     // Block n: issue S(n) = Q K(n)^T and O += P(n-1) V(n-1) together; softmax(n) runs while P V is on the
     // tensor cores; K(n) is released once S(n) is done, V(n-1) once P V is; then O *= alpha(n), keep P(n).
     auto step = [&](int n, auto masked, auto keys) {
       constexpr int kKeys = decltype(keys)::value;
-      const bool stamp = thread == 0 && n == kTlStep;  // timeline builds only (kernel/timeline.h)
-      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 0);
+      auto step_stamp = [&](int at) {  // timeline builds only: one step per tile
+        if (thread == 0 && n == kTlStep && consumer_wg < 2) FC_TL(k, kTlStepRole + consumer_wg, at);
+      };
+      if (n == 1) epi_stamp(6);
+      step_stamp(0);
       float acc[kKeys / 8][4];
       wait(Slots::kKFull, block + n);
       wait(Slots::kVFull, block + n - 1);
-      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 1);
+      step_stamp(1);
+      if (n == 1) epi_stamp(7);
       wgmma_fence();
       issue_begin();
-      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 2);
+      step_stamp(2);
       consumer.template qk_issue<kKeys>(acc, q_desc, k_desc(block + n));  // group: S(n)
       if (n > 1) rescale_early();                              // alpha(n-1); after block 0, O is still 0
       consumer.pv_issue(p_frag, v_desc(block + n - 1));        // group: O += P(n-1) V(n-1)
       issue_end();
-      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 3);
+      step_stamp(3);
       wgmma_wait<1>();                                         // S(n) done, P V may still run
       fence_operands(reinterpret_cast<float(&)[kKeys / 2]>(acc));
-      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 4);
+      step_stamp(4);
       float s[Consumer::kNTiles][4];
       Consumer::template scores_from<kKeys>(s, acc);
       release(Slots::kKEmpty, block + n);
@@ -326,14 +350,14 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       turn_begin();
       scores(s, n, alpha, masked);
       turn_end();
-      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 5);
+      step_stamp(5);
       wgmma_wait<0>();                                         // P V done
       consumer.fence_o();
-      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 6);
+      step_stamp(6);
       release(Slots::kVEmpty, block + n - 1);
       if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
       Consumer::pack_p(s, p_frag);
-      if (stamp) FC_TL(k, kTlStepRole + consumer_wg, 7);
+      step_stamp(7);
     };
     // A narrow last block is always masked (its keys past kNarrowN are): blocks < um_end are full. One masked and
     // one unmasked copy of the step: the unmasked run is an inner loop of its own.
@@ -348,7 +372,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       }
     }
     if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
-    if (thread == 0) FC_TL(k, consumer_wg, 4);
+    stamp(4);
     auto last_pv = [&](auto keys) {
       wait(Slots::kVFull, block + n_blocks - 1);
       // FP8: V^T's keys past seqlen_k are zeros (TMA fills the raw blocks' rows past the tensor with them).
@@ -372,7 +396,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       last_pv(Full{});
     }
     block += n_blocks;
-    if (thread == 0) FC_TL(k, consumer_wg, 5);
+    stamp(5);
 
     // Epilogue. The tile's coordinates are read again from its slot rather than kept live across the mainloop
     // (registers are what the hdim-256 and split instantiations run short of).
@@ -390,36 +414,41 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     } else {
       consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
     }
+    epi_stamp(0);
+    o_arrive();  // a tile without blocks
     const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;
     if constexpr (kSplit) {
       write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, c.batch, c.split, rows, lane, skip_first_row);
-    } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow || (Cfg::kOAliasV && n_blocks == 0) ||
+    } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow || (Cfg::kOAliasV && n_blocks < Cfg::kConsumerWGs) ||
                (p.cu_seqlens_q != nullptr && wg_row0 + 64 > again.q_len)) {
-      // Packed rows span several heads (no single TMA box); the planted skip-row fault needs per-row stores; a tile
-      // without K/V blocks (O = 0) must not stage over V, which the producer may be refilling (no kOEmpty phase);
-      // a box past a packed sequence's end would overwrite the next sequence's rows (this is per warpgroup: each
-      // stages and stores its own rows, with its own barriers).
+      // Packed rows span several heads (no single TMA box); the planted skip-row fault needs per-row stores; O over
+      // V stages only in the V stages of the tile's own last kConsumerWGs blocks (hopper_mainloop.h: the producer's
+      // refill waits by that rule), so a tile with fewer blocks writes from registers; a box past a packed
+      // sequence's end would overwrite the next sequence's rows (this is per warpgroup: each stages and stores its
+      // own rows, with its own barriers).
       write_output<kHeadDim, Out>(p, consumer.o_reg, inv_l, lse, c.batch, again.q_off, rows, lane,
                                       skip_first_row);
     } else {
       // This warpgroup's 64 rows are staged in its own slot of the O buffer, or, where O overlaps V, in the V stage
-      // of ring block b = block - kConsumerWGs + consumer_wg (the last blocks read: a different stage per
+      // of ring block b = block - kConsumerWGs + consumer_wg (the tile's last blocks: a different stage per
       // warpgroup). Staging waits until the slot is free: the stage's kVEmpty phase (every warpgroup's P V that read
-      // it is done; no later phase can complete before kOEmpty lets the producer load V again), or this
-      // warpgroup's previous store has been read (its thread 0 waits for that before the barrier).
+      // it is done; no later phase can complete before kOEmpty + consumer_wg lets the producer load V into it
+      // again), or this warpgroup's previous store has been read (its thread 0 waits for that before the barrier).
       uint8_t* wg_o;
       if constexpr (Cfg::kOAliasV) {
-        const int b = block - Cfg::kConsumerWGs + consumer_wg;
-        if (b >= 0) wait(Slots::kVEmpty, b);
-        wg_o = v_smem + ((b + Cfg::kStages) % Cfg::kStages) * Cfg::kKVBytes;  // b >= -kStages
+        const int b = block - Cfg::kConsumerWGs + consumer_wg;  // >= 0: the tile has kConsumerWGs blocks or more
+        wait(Slots::kVEmpty, b);
+        wg_o = v_smem + (b % Cfg::kStages) * Cfg::kKVBytes;
       } else {
         if (thread == 0) bulk_wait_group_read_all();  // this slot's previous store (a tile ago: done by now)
         named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
         wg_o = o_own + consumer_wg * Cfg::kOWgBytes;
       }
+      epi_stamp(1);
       stage_output<Out>(smem_addr(wg_o), consumer.o_reg, inv_l, fault_bias(p), warp_in_wg * 16, lane);
       fence_proxy_async_shared();  // the TMA store (async proxy) reads what these generic stores wrote
       named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
+      epi_stamp(2);
       if (thread == 0 && wg_row0 < again.q_len) {
 #pragma unroll
         for (int ch = 0; ch < Cfg::kOChunks; ++ch) {  // dense: rows past seqlen_q clip, columns past head_dim_v too
@@ -429,16 +458,23 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
           }
         }
         bulk_commit_group();
+        epi_stamp(3);
         // Over V, kOEmpty (below) must follow the read; an own buffer is waited for at the next epilogue, so this
         // warpgroup's next GEMMs (which need its thread 0) do not wait for the store.
-        if constexpr (Cfg::kOAliasV) bulk_wait_group_read_all();
+        if constexpr (Cfg::kOAliasV && !Cfg::kOLateArrive) bulk_wait_group_read_all();
+        epi_stamp(4);
       }
       write_lse(p, lse, c.batch, again.q_off, rows, lane);
+      epi_stamp(5);
     }
-    // O over V: one arrival per warpgroup for each tile with blocks (the producer waits on each such phase before
-    // the next V(0)). With O in its own buffer nobody waits, so nobody arrives (synccheck: "missing wait").
-    if (Cfg::kOAliasV && n_blocks > 0 && thread == 0) mbarrier_arrive(&bars[Slots::kOEmpty]);
-    if (thread == 0) FC_TL(k, consumer_wg, 6);
+    // O over V: each warpgroup arrives on its own kOEmpty + w for each tile with blocks, staged or not (the producer
+    // waits on such phases before refilling the stages). With O in its own buffer nobody waits, so nobody arrives
+    // (synccheck: "missing wait").
+    if (Cfg::kOAliasV && n_blocks > 0 && thread == 0) {
+      o_arrive_pending = true;
+      if (!Cfg::kOLateArrive) o_arrive();
+    }
+    stamp(6);
   }
   if (thread == 0) bulk_wait_group_all();  // the CTA's shared memory must outlive its last store's reads
 }

@@ -3,17 +3,19 @@
 // 0 before the Q wait, 1 Q in, 2 first S ready, 3 first softmax done, 4 before the last P V, 5 after it, 6 epilogue
 // done, 7 the tile's block count), role 3 the producer thread (0 loop top, 1 K(0) out, 2 kQEmpty, 3 Q out, 4 V(0)
 // out, 5 all loads out), roles 4..5 block kTlStep's step of consumer warpgroups 0..1 (0 entry, 1 K/V in, 2 its
-// turn to issue, 3 issued, 4 S ready, 5 softmax done, 6 P V done, 7 P packed). fc_timeline_clear / fc_timeline_read (kernel/flashcore.cu) zero and copy them;
-// bench/tile_timeline.py runs and summarizes them (docs/perf-notes.md step 8.21). Without the macro it compiles to
-// nothing.
+// turn to issue, 3 issued, 4 S ready, 5 softmax done, 6 P V done, 7 P packed), roles 6..7 the epilogue of consumer
+// warpgroups 0..1 (0 finalized, 1 staging slot free, 2 O staged, 3 store issued, 4 store read (O over V), 5 LSE
+// written; 6 and 7 the next block's step 1: entry, K/V in). fc_timeline_clear / fc_timeline_read (kernel/flashcore.cu)
+// zero and copy them; bench/tile_timeline.py runs and summarizes them (docs/perf-notes.md steps 8.21, 8.24). Without
+// the macro it compiles to nothing.
 #pragma once
 #include <cstdint>
 
 namespace flashcore {
 
-constexpr int kTlCtas = 16, kTlTiles = 48, kTlRoles = 6, kTlStamps = 8;
+constexpr int kTlCtas = 16, kTlTiles = 48, kTlRoles = 8, kTlStamps = 8;
 // One step of the loop, block kTlStep of each tile, per consumer warpgroup w (2 at most) in role kTlStepRole + w.
-constexpr int kTlStep = 4, kTlStepRole = 4;
+constexpr int kTlStep = 4, kTlStepRole = 4, kTlEpilogueRole = 6;
 constexpr int kTlWords = kTlCtas * kTlTiles * kTlRoles * kTlStamps;
 
 #ifdef FLASHCORE_TIMELINE

@@ -156,9 +156,10 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       // block (end - kConsumerWGs + w); every tile with blocks arrives on kOEmpty + w, staged or not, once its store
       // has read the stage. V may refill a stage only after the warpgroup that staged there arrived. With 2 stages and
       // 2 warpgroups, after a tile of 2 or more blocks V(0) refills warpgroup 0's stage and V(1) warpgroup 1's, so
-      // each waits for its own warpgroup only (warpgroup 0 stores first); otherwise V(0) waits for all of them. The
-      // waits are for the last tile with blocks: a warpgroup arrives in tile order, so that covers older stagings,
-      // and this tile's phases cannot complete before its own V loads (no wait runs ahead of its phase).
+      // each waits for its own warpgroup only (warpgroup 0 stores first); otherwise (and when this tile has no V(1))
+      // V(0) waits for all of them. The waits are for the last tile with blocks, every phase of every warpgroup is
+      // waited once (compute-sanitizer synccheck: "missing wait" otherwise), and this tile's phases cannot complete
+      // before its own V loads (no wait runs ahead of its phase).
       // V transposed in shared memory (few query tiles per K/V head: the split gains nothing there): the transposing
       // warps write the V stages, so they wait, told by V(0)'s word, for all of them.
       // The words for V(0) (bits 0-3) and V(1) (bits 4-7): bit w, wait for kOEmpty + w; bit 3, the parity of the
@@ -167,7 +168,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       if constexpr (Cfg::kOAliasV) {
         if (o_state != 0) {
           const int parity = (((o_state >> 1) - 1) & 1) << 3;
-          const bool split = Cfg::kStages == 2 && Cfg::kConsumerWGs == 2 && !Cfg::kVtSmem && (o_state & 1) == 0;
+          const bool split = Cfg::kStages == 2 && Cfg::kConsumerWGs == 2 && !Cfg::kVtSmem && (o_state & 1) == 0 &&
+                             n_blocks > 1;
           o_words = split ? (1 | parity) | (2 | parity) << 4 : ((1 << Cfg::kConsumerWGs) - 1) | parity;
         }
         o_state = (((o_state >> 1) + 1) << 1) | (n_blocks == 1 ? 1 : 0);

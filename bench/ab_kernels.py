@@ -57,6 +57,7 @@ SHAPES = {
     # half of it: per-tile against per-block cost (docs/perf-notes.md step 8.18)
     "fp8-s4k": (4, 16, 16, 4096, 4096, 128, False, "fp8"),
     "fp8-s4k-causal": (4, 16, 16, 4096, 4096, 128, True, "fp8"),
+    "fp8-s8k": (4, 16, 16, 8192, 8192, 128, False, "fp8"),
     "fp8-s8k-causal": (4, 16, 16, 8192, 8192, 128, True, "fp8"),
     "fp8-s4k-d256-causal": (4, 16, 16, 4096, 4096, 256, True, "fp8"),
     "fp8-s4k-d256": (4, 16, 16, 4096, 4096, 256, False, "fp8"),

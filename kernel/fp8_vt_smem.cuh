@@ -20,8 +20,19 @@
 namespace flashcore {
 
 constexpr int kVtWarps = 3;    // warps 1..3 of the producer warpgroup (warp 0's thread 0 issues the TMA loads)
-constexpr int kVtStop = -1;    // the producer's word for "no more blocks"; otherwise bit 0: wait for every kOEmpty + w
-                               // phase of parity bit 3 first (O staged over V, the tile's first block)
+constexpr int kVtStop = -1;    // the producer's word for "no more blocks"; otherwise its O-over-V wait word
+                               // (o_empty_wait below; set for the tile's first block only)
+
+// The O-over-V wait word that the producer thread computes for a tile's V(0) and V(1) (hopper_mainloop.h): bit w
+// (w < 3), wait for consumer warpgroup w's kOEmpty + w phase, whose parity is bit 3. The producer thread waits on it
+// before it loads V; with V transposed in shared memory, the transposing warps wait on it (the word beside the raw
+// stage) before they write the V stage.
+template <typename Cfg>
+__device__ __forceinline__ void o_empty_wait(uint64_t* bars, int word) {
+  for (int w = 0; w < Cfg::kConsumerWGs; ++w) {
+    if (word & (1 << w)) mbarrier_wait_sleep(&bars[Cfg::Slots::kOEmpty + w], (word >> 3) & 1);
+  }
+}
 
 // The word beside raw stage s: slot `slot` of the barrier array (8 bytes, not a barrier). 32-bit shared addresses:
 // a generic pointer kept for it made the 32-register producer spill.
@@ -122,9 +133,7 @@ __device__ void transpose_v_ring(const uint8_t* raw_smem, const uint8_t* v_smem,
     // without relying on __syncwarp (compute-sanitizer racecheck did not credit it when every lane read).
     const int flags = __shfl_sync(0xffffffffu, lane == 0 ? vt_flags_load(bars, Slots::kVtFlags + s) : 0, 0);
     if (flags == kVtStop) break;
-    if (Cfg::kOAliasV && (flags & 1)) {  // every consumer warpgroup's store of the last tile (hopper_mainloop.h)
-      for (int w = 0; w < Cfg::kConsumerWGs; ++w) mbarrier_wait_sleep(&bars[Slots::kOEmpty + w], (flags >> 3) & 1);
-    }
+    if (Cfg::kOAliasV) o_empty_wait<Cfg>(bars, flags);  // the last tile's stores (every warpgroup's bit is set)
     mbarrier_wait_sleep(&bars[Slots::kVEmpty + s], parity ^ 1);  // the first pass finds every stage free
     transpose_v_block<Cfg>(raw0 + s * Cfg::kKVBytes, vt0 + s * Cfg::kKVBytes, warp, lane);
     __syncwarp();

@@ -181,7 +181,7 @@ struct HopperTileConfig {
   static constexpr int kBaseBytes =
       kAlign + kQBytes + (2 * kStages + kVRawStages + kVtStaging) * kKVBytes + kBarrierBytes + kTileSlotBytes;
   // O gets its own buffer when it fits; otherwise each warpgroup stages its rows in one of V's stages (FA3 overlaps
-  // O with V too) and the producer loads the next tile's V only after the stores have read them (kOEmpty).
+  // O with V too) and the producer loads the next tile's V only after the stores have read them (kOEmpty + w).
   static constexpr bool kOAliasV = kBaseBytes + kOBytes > kSmemLimit;
   // O over V: a warpgroup waits for its store's read and arrives on kOEmpty + w at its next tile's first S issue
   // (kernel_wgmma.cuh o_arrive), not at the end of its epilogue. Not with V transposed in shared memory, whose

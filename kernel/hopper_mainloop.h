@@ -162,8 +162,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       // before its own V loads (no wait runs ahead of its phase).
       // V transposed in shared memory (few query tiles per K/V head: the split gains nothing there): the transposing
       // warps write the V stages, so they wait, told by V(0)'s word, for all of them.
-      // The words for V(0) (bits 0-3) and V(1) (bits 4-7): bit w, wait for kOEmpty + w; bit 3, the parity of the
-      // last tile's phase.
+      // The words for V(0) (bits 0-3) and V(1) (bits 4-7), each read by o_empty_wait (fp8_vt_smem.cuh): bit w, wait
+      // for kOEmpty + w; bit 3, the parity of the last tile's phase.
       int o_words = 0;
       if constexpr (Cfg::kOAliasV) {
         if (o_state != 0) {
@@ -174,12 +174,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         }
         o_state = (((o_state >> 1) + 1) << 1) | (n_blocks == 1 ? 1 : 0);
       }
-      auto o_wait = [&](int flags) {
-        if constexpr (Cfg::kOAliasV && !Cfg::kVtSmem) {
-          for (int w = 0; w < Cfg::kConsumerWGs; ++w) {
-            if (flags & (1 << w)) mbarrier_wait_sleep(&bars[Slots::kOEmpty + w], (flags >> 3) & 1);
-          }
-        }
+      auto o_wait = [&](int word) {
+        if constexpr (Cfg::kOAliasV && !Cfg::kVtSmem) o_empty_wait<Cfg>(bars, word);
       };
       o_wait(o_words & 15);
       load(kVFull, kVEmpty, v_smem, &tma.v, 0, Cfg::kVtSmem ? o_words : 0);

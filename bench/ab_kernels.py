@@ -150,6 +150,26 @@ def check(name: str, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: tor
     return worst
 
 
+def draw_inputs(shape: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Random q, k, v [B, S, H, D] for a SHAPES entry from torch's default generator. `fp8` shapes: E4M3 values and
+    descales (q, k, v), float32 [B, Hkv], in the FP8 workloads' range (harness/support/fp8.py); otherwise ()."""
+    b, hq, hkv, sq, sk, d, _, dt = shape
+    dtype = torch.float16 if dt == "fp16" else torch.bfloat16
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+    v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+    if dt != "fp8":
+        return q, k, v, ()
+    lo, hi = fp8_inputs.DESCALE_RANGE
+    q, k, v = (t.to(E4M3) for t in (q, k, v))
+    return q, k, v, tuple(torch.rand(b, hkv, device="cuda") * (hi - lo) + lo for _ in range(3))
+
+
+def fa3_descales(descales: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    """FA3's keyword arguments for draw_inputs' descales (none for 16-bit inputs)."""
+    return dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=False))
+
+
 def fp8_references(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple[torch.Tensor, ...],
                    causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Batch entry 0's float32 attention of the dequantized inputs, and the torch implementation that rounds P to
@@ -260,14 +280,7 @@ def main() -> int:
         fp8_in = dt == "fp8"
         dtype = torch.bfloat16 if dt in ("bf16", "fp8") else torch.float16
         torch.manual_seed(hash(shape) % 1000)
-        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
-        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
-        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
-        descales: tuple[torch.Tensor, ...] = ()
-        if fp8_in:  # E4M3 values and descales in the FP8 workloads' range (harness/support/fp8.py)
-            lo, hi = fp8_inputs.DESCALE_RANGE
-            q, k, v = (t.to(E4M3) for t in (q, k, v))
-            descales = tuple(torch.rand(b, hkv, device="cuda") * (hi - lo) + lo for _ in range(3))
+        q, k, v, descales = draw_inputs(SHAPES[shape])
         calls: dict[str, object] = {}
         first_out: torch.Tensor | None = None
         refs: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -291,7 +304,7 @@ def main() -> int:
                       f"{(out.float() - first_out.float()).abs().max().item():.3g})")
             calls[build.name] = fn
         if fa3 is not None and (("e4m3" if fp8_in else dt) in fa3_dtypes):
-            fa3_kw = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=False))
+            fa3_kw = fa3_descales(descales)
             calls["fa3"] = lambda q=q, k=k, v=v, c=causal, kw=fa3_kw: fa3(q, k, v, causal=c, num_splits=0, **kw)
         if hq == hkv and not fp8_in:
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))

@@ -4,7 +4,7 @@
         --section WarpStateStats ... python3 bench/ncu_pair.py build/libflashcore.so d128
 
 Each backend runs `--calls` times (default 3) on the same fresh random inputs (ab_kernels.SHAPES; `fp8-*` shapes take
-E4M3 inputs and descales drawn as ab_kernels does); skip the first launches of each with ncu's --launch-skip /
+E4M3 inputs and descales, ab_kernels.draw_inputs); skip the first launches of each with ncu's --launch-skip /
 --launch-count as needed.
 """
 
@@ -17,11 +17,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_kernels import E4M3, SHAPES, Build  # noqa: E402
+from ab_kernels import SHAPES, Build, draw_inputs, fa3_descales  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.bench.backends import import_fa3  # noqa: E402
-from harness.support import fp8 as fp8_inputs  # noqa: E402
 
 
 def main() -> int:
@@ -32,16 +31,8 @@ def main() -> int:
     ap.add_argument("--no-fa3", action="store_true")
     args = ap.parse_args()
     b, hq, hkv, sq, sk, d, causal, dt = SHAPES[args.shape]
-    dtype = torch.float16 if dt == "fp16" else torch.bfloat16
-    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
-    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
-    v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
-    out = torch.empty_like(q)
-    descales: tuple[torch.Tensor, ...] = ()
-    if dt == "fp8":
-        lo, hi = fp8_inputs.DESCALE_RANGE
-        q, k, v = (t.to(E4M3) for t in (q, k, v))
-        descales = tuple(torch.rand(b, hkv, device="cuda") * (hi - lo) + lo for _ in range(3))
+    q, k, v, descales = draw_inputs(SHAPES[args.shape])
+    out = torch.empty(q.shape, device="cuda", dtype=torch.float16 if dt == "fp16" else torch.bfloat16)
     lse = torch.empty(b, hq, sq, device="cuda")
     fn, _ = Build("flashcore", args.library).prepare(q, k, v, out, lse, causal, descales)
     for _ in range(args.calls):
@@ -49,8 +40,7 @@ def main() -> int:
     if not args.no_fa3:
         fa3, _, _ = import_fa3()
         for _ in range(args.calls):
-            fa3(q, k, v, causal=causal, num_splits=0,
-                **dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=False)))
+            fa3(q, k, v, causal=causal, num_splits=0, **fa3_descales(descales))
     torch.cuda.synchronize()
     return 0
 

@@ -55,12 +55,15 @@ def call_for(shape: tuple[int, ...]):
     return lambda: attention_fp8(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
 
 
-def stamps(lib: ctypes.CDLL, call) -> torch.Tensor:
+def stamps(lib: ctypes.CDLL, call, flush_mib: int = 0) -> torch.Tensor:
     for _ in range(3):
         call()
     torch.cuda.synchronize()
     if lib.fc_timeline_clear() != 0:
         raise SystemExit("fc_timeline_clear failed")
+    if flush_mib:  # the perf gates' cold L2: write a buffer larger than it before the stamped call
+        torch.empty(flush_mib << 20, dtype=torch.uint8, device="cuda").fill_(1)
+        torch.cuda.synchronize()
     call()
     torch.cuda.synchronize()
     buf = (ctypes.c_longlong * (CTAS * TILES * ROLES * STAMPS))()
@@ -103,6 +106,7 @@ def summarize(name: str, t: torch.Tensor) -> None:
             ends.append(int(t[c, done[-1], :CONSUMERS, 6].max() - t[c, 0, PRODUCER, 0]))
     step_phases(t, step)
     epilogue_phases(t, step)
+    by_tile(t)
     if ends:
         print(f"  CTA end times (cycles from the producer's start): {min(ends)}..{max(ends)}, "
               f"max / mean {max(ends) / statistics.mean(ends):.3f}")
@@ -150,10 +154,28 @@ def epilogue_phases(t: torch.Tensor, step: float) -> None:
                 f"{n} {statistics.median(v) / step:.2f}" for n, v in spans.items() if v))
 
 
+def by_tile(t: torch.Tensor) -> None:
+    """The step by a CTA's tile index (median over the stamped CTAs and warpgroups, tiles of 4 blocks or more), with
+    the median time at which that tile started: shows work that slows a stretch of the call (e.g. its start)."""
+    cells = []
+    for k in range(TILES):
+        steps, starts = [], []
+        for c in range(CTAS):
+            for wg in range(CONSUMERS):
+                s = t[c, k, wg].tolist()
+                if s[6] != 0 and s[7] >= 4:
+                    steps.append((s[4] - s[3]) / (s[7] - 1))
+                    starts.append(s[0] - t[c, 0, PRODUCER, 0].item())
+        if steps:
+            cells.append(f"{k}:{statistics.median(steps):.0f}@{statistics.median(starts) / 1000:.0f}k")
+    print("  step by tile index (cycles @ start, thousands of cycles): " + " ".join(cells))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default=",".join(SHAPES), help=f"from: {', '.join(SHAPES)}")
     ap.add_argument("--out", help="a folder for the raw stamps (tl-<shape>.pt)")
+    ap.add_argument("--flush-mib", type=int, default=0, help="write this many MiB before the stamped call (cold L2)")
     args = ap.parse_args()
     lib = _lib.load()
     if not hasattr(lib, "fc_timeline_read"):
@@ -162,7 +184,7 @@ def main() -> int:
     for name in args.shapes.split(","):
         if name not in SHAPES:
             raise SystemExit(f"unknown shape {name!r}: from {', '.join(SHAPES)}")
-        t = stamps(lib, call_for(SHAPES[name]))
+        t = stamps(lib, call_for(SHAPES[name]), args.flush_mib)
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             torch.save(t, os.path.join(args.out, f"tl-{name}.pt"))

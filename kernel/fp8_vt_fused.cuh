@@ -10,7 +10,8 @@
 // the three warps transpose it into a V^T staging buffer laid out as a V stage (fp8_vt_smem.cuh's transpose_v_block),
 // and TMA stores that through the V^T maps the producer loads with (tma.v, tma.v_tail), so the producer reads back
 // exactly the stage the warps wrote. Once the store has completed, p.vt_ready[1 + item] is set with release semantics;
-// the producer thread waits for it (acquire) before its TMA load of the block (vt_block_wait).
+// the producer thread waits for it (acquire) before its TMA load of the block (vt_block_wait), or, where
+// Cfg::kVtHeadCount, for a per-head count of stored blocks once per tile (vt_head_ready).
 #pragma once
 #include <cstdint>
 
@@ -36,6 +37,21 @@ __device__ __forceinline__ void vt_block_wait(const KernelParams& p, int batch, 
     __nanosleep(256);
   }
   fence_proxy_async_global();
+}
+
+// Cfg::kVtHeadCount: a count of stored blocks per (batch, K/V head) after the flags, p.vt_ready[1 + vt_items + batch *
+// heads_kv + head], which the leader raises (release) after each block's flag; the producer thread reads it (acquire)
+// at a tile's first V block and, once every block of the head is in, skips the per-block flags for the rest of the
+// tile: one L2 round trip per tile instead of one per V block.
+__device__ __forceinline__ int* vt_head_count(const KernelParams& p, int batch, int head_kv) {
+  return p.vt_ready + 1 + p.vt_items + batch * p.heads_kv + head_kv;
+}
+__device__ __forceinline__ bool vt_head_ready(const KernelParams& p, int batch, int head_kv) {
+  int done;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(vt_head_count(p, batch, head_kv)) : "memory");
+  if (done < p.vt_blocks) return false;
+  fence_proxy_async_global();
+  return true;
 }
 
 // Work item `item`'s first key and its K/V head and batch (items are head-major: item = (batch * heads_kv + head)
@@ -93,6 +109,9 @@ __device__ void transpose_v_fused(const KernelParams& p, const TmaParams& tma, c
       bulk_wait_group_all();  // written to global memory, not only read out of the staging buffer
       fence_proxy_async_global();
       asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p.vt_ready + 1 + item), "r"(1) : "memory");
+      if constexpr (Cfg::kVtHeadCount) {
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(vt_head_count(p, at.batch, at.head)) : "memory");
+      }
     }
   }
 }

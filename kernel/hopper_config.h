@@ -159,6 +159,8 @@ struct HopperTileConfig {
   static constexpr bool kVtSmem = kFp8 && Point::kVtSmem;
   static_assert(kFp8 || !Point::kVtSmem, "kPointVtSmem is an FP8 choice");
   static constexpr bool kVtFused = kFp8 && !Point::kVtSmem;
+  // The copy's per-head count of stored blocks (tile_choice.h Fp8Choice::kVtHeadCount).
+  static constexpr bool kVtHeadCount = kVtFused && Fp8Choice<kHeadDim>::kVtHeadCount;
   static constexpr int kVRawStages = kVtSmem ? kStages : 0;
   static constexpr int kVtStaging = kVtFused ? 2 : 0;
   using Slots = HopperSlots<kStages, kVRawStages, kVtFused>;

@@ -69,13 +69,17 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c, seq);
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = kv_head(p, c);
+    bool vt_all = false;  // V^T copy (Cfg::kVtHeadCount): every block of this tile's head is stored
     // flags: V transposed in shared memory only, the word for the transposing warps (kVtStop's comment).
     auto load = [&](int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map, int n, int flags = 0) {
       const int stage = (block + n) % Cfg::kStages;
       const uint32_t empty_parity = (((block + n) / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
       uint64_t* full = &bars[slot_full + stage];
       if (p.fault == kFaultSlow && slot_full == Slots::kKFull) __nanosleep(20000);  // test-only: 20 us per block
-      if (Cfg::kVtFused && slot_full == kVFull) vt_block_wait(p, seq.kv_batch, head_kv, kv.n_begin + n);
+      if (Cfg::kVtFused && slot_full == kVFull) {
+        if (Cfg::kVtHeadCount && n == 0) vt_all = vt_head_ready(p, seq.kv_batch, head_kv);
+        if (!vt_all) vt_block_wait(p, seq.kv_batch, head_kv, kv.n_begin + n);
+      }
       mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
       // The word for the transposing warps beside a raw V stage: the arrive below publishes it.
       if (Cfg::kVtSmem && slot_full == kVFull) vt_flags_store(bars, Slots::kVtFlags + stage, flags);

@@ -65,7 +65,8 @@ struct KernelParams {
   void* vt;
   int64_t vt_keys;
   // V^T written by the kernel (kernel/fp8_vt_fused.cuh): vt_items blocks of kBlockN keys, vt_blocks per (batch, K/V
-  // head); vt_ready (workspace, zeroed per launch) [0] the claim counter, [1 + item] set once the block is stored.
+  // head); vt_ready (workspace, zeroed per launch) [0] the claim counter, [1 + item] set once the block is stored,
+  // [1 + vt_items + batch * heads_kv + head] the head's stored blocks (Cfg::kVtHeadCount).
   int* vt_ready;
   int vt_blocks, vt_items;
 };

@@ -128,18 +128,19 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   const bool vt_pass = in->dtype == FC_E4M3 && !TilePoint<kPoint>::kVtSmem;  // V^T copy (kernel/fp8_vt_fused.cuh)
   plan->vt_keys = vt_pass ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
   if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
-  // The kernel writes the copy itself (kernel/fp8_vt_fused.cuh): a claim counter and a flag per block after it.
+  // The kernel writes the copy itself (kernel/fp8_vt_fused.cuh): a claim counter, a flag per block after it, then a
+  // count of stored blocks per (batch, K/V head).
   plan->vt_blocks = vt_pass ? n_blocks : 0;
   plan->vt_items = 0;
   plan->vt_ready_offset = (plan->workspace_bytes + 15) / 16 * 16;
   if (plan->vt_blocks > 0) {
     const int64_t items = int64_t{plan->vt_blocks} * p.batch * p.heads_kv;
-    if (items >= INT32_MAX) {
+    if (items + int64_t{p.batch} * p.heads_kv >= INT32_MAX) {  // flags, then a count per (batch, K/V head)
       return report_error(FC_ERR_INVALID_ARGUMENT, "%lld FP8 V blocks (batch x heads_kv x key blocks): at most %d per "
                           "call", static_cast<long long>(items), INT32_MAX - 1);
     }
     plan->vt_items = static_cast<int>(items);
-    plan->workspace_bytes = plan->vt_ready_offset + 4 * (1 + items);
+    plan->workspace_bytes = plan->vt_ready_offset + 4 * (1 + items + int64_t{p.batch} * p.heads_kv);
   }
   return FC_OK;
 }
@@ -154,7 +155,8 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
     if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
     if constexpr (Cfg::kVtFused) {
       // The kernel writes V's transposed copy (kernel/fp8_vt_fused.cuh): its claim counter and flags start at 0.
-      cudaError_t e = cudaMemsetAsync(p.vt_ready, 0, 4 * (1 + int64_t{p.vt_items}), stream);
+      cudaError_t e = cudaMemsetAsync(p.vt_ready, 0, 4 * (1 + int64_t{p.vt_items} + int64_t{p.batch} * p.heads_kv),
+                                      stream);
       if (e != cudaSuccess) return e;
     }
   } else if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {

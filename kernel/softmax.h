@@ -15,6 +15,21 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// 1/x and log2(x) by one MUFU each (rcp.approx.ftz: at most 1 ulp off; lg2.approx.ftz: about 2^-22 absolute), for
+// the epilogue's 1/l and LSE: the IEEE division and logf compile to software sequences that held each warpgroup's
+// tile boundary ~0.2 steps longer (docs/perf-notes.md 8.30). FA3 builds with --use_fast_math, which makes its
+// 1.f / sum and logf these two instructions. l is at least 1 (2^kOffset for FP8) or 0 (handled apart): no denormals.
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <int kNTiles>  // kNTiles 8-column tiles of S per thread: S is float[kNTiles][4]
 struct OnlineSoftmax {
   float m_i[2];  // running row max of raw scores, -inf until a visible key is seen
@@ -90,8 +105,9 @@ struct OnlineSoftmax {
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const bool empty = l == 0.f;
-      inv_l[r] = empty ? 0.f : 1.f / l;
-      lse[r] = empty ? -INFINITY : m_i[r] * softmax_scale + logf(l) - kOffset * 0.6931471805599453f;
+      constexpr float kLn2 = 0.6931471805599453f;
+      inv_l[r] = empty ? 0.f : rcp_approx(l);
+      lse[r] = empty ? -INFINITY : m_i[r] * softmax_scale + (lg2_approx(l) - kOffset) * kLn2;
     }
   }
 };

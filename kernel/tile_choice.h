@@ -121,6 +121,11 @@ enum Fp8Descales : int { kDescalesEpilogue = 0, kDescalesTileStart = 1, kDescale
 #define FLASHCORE_FP8_D256_DESCALES 1
 #endif
 
+// Whether the producer thread of the V^T copy (kernel/fp8_vt_fused.cuh) reads a per-head count of stored blocks at
+// each tile's first V block and skips the per-block flags once the head is complete (Fp8Choice::kVtHeadCount).
+// Measured on the H100, B4 H16, against the per-block flags, two runs of 12 flushed rounds (docs/perf-notes.md
+// 8.30): hdim 256 S4K +1.2 / +1.6 %, S4K causal +1.2 / +1.1 %; hdim 128 -0.5 to +0.4 % (S4K, S4K causal, S8K, S8K
+// causal): only hdim 256, whose 24-register producer thread waits on each flag, takes it.
 template <int kHeadDim>
 struct Fp8Choice;
 // hdim 64 takes the 16-bit hdim 64's shape (3 consumer warpgroups, BLOCK_M 192, 128 keys; FA3's FP8 hdim 64 also
@@ -133,6 +138,7 @@ struct Fp8Choice<64> {
   static constexpr bool kRescaleSkip = false;  // not measured at hdim 64
   static constexpr int kDescales = FLASHCORE_FP8_D64_DESCALES;
   static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D64_SOFTMAX_RING;
+  static constexpr bool kVtHeadCount = false;
 };
 template <>
 struct Fp8Choice<128> {
@@ -143,6 +149,7 @@ struct Fp8Choice<128> {
   static constexpr bool kRescaleSkip = FLASHCORE_FP8_D128_RESCALE_SKIP;
   static constexpr int kDescales = FLASHCORE_FP8_D128_DESCALES;
   static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D128_SOFTMAX_RING;
+  static constexpr bool kVtHeadCount = false;
 };
 template <>
 struct Fp8Choice<256> {
@@ -153,6 +160,7 @@ struct Fp8Choice<256> {
   static constexpr bool kRescaleSkip = false;  // -3 % (step 8.10)
   static constexpr int kDescales = FLASHCORE_FP8_D256_DESCALES;
   static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D256_SOFTMAX_RING;
+  static constexpr bool kVtHeadCount = true;
 };
 
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys

@@ -161,6 +161,8 @@ struct HopperTileConfig {
   static constexpr bool kVtFused = kFp8 && !Point::kVtSmem;
   // The copy's per-head count of stored blocks (tile_choice.h Fp8Choice::kVtHeadCount).
   static constexpr bool kVtHeadCount = kVtFused && Fp8Choice<kHeadDim>::kVtHeadCount;
+  // The epilogue's 1/l and LSE by MUFU (tile_choice.h Fp8Choice::kFastFinalize; 16-bit inputs always).
+  static constexpr bool kFastFinalize = !kFp8 || Fp8Choice<kHeadDim>::kFastFinalize;
   static constexpr int kVRawStages = kVtSmem ? kStages : 0;
   static constexpr int kVtStaging = kVtFused ? 2 : 0;
   using Slots = HopperSlots<kStages, kVRawStages, kVtFused>;

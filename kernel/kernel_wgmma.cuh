@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     float inv_l[2], lse[2];
     if constexpr (Cfg::kFp8) {
       const float d = Cfg::kDescales == kDescalesEpilogue ? qk_descale(p, c) : qk_d;
-      consumer.softmax.template finalize<kPOffset>(p.softmax_scale * d, inv_l, lse);
+      consumer.softmax.template finalize<kPOffset, Cfg::kFastFinalize>(p.softmax_scale * d, inv_l, lse);
       const float v_scale = Cfg::kDescales == kDescalesEpilogue ? descale(p.v_descale, p.v_descale_stride, p, c) : v_d;
       inv_l[0] *= v_scale;
       inv_l[1] *= v_scale;

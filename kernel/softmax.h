@@ -97,7 +97,8 @@ struct OnlineSoftmax {
 
   // Full row sums (quad reduction) for the epilogue: 1/l (0 for a row with no visible key) and the
   // natural-log LSE = scale * m + ln(l) (-inf for a row with no visible key); kOffset as in update.
-  template <int kOffset = 0>
+  // kFast: 1/l and log2(l) by one MUFU each; else the IEEE division and logf (kernel/tile_choice.h kFastFinalize).
+  template <int kOffset = 0, bool kFast = true>
   __device__ __forceinline__ void finalize(float softmax_scale, float (&inv_l)[2], float (&lse)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -106,8 +107,13 @@ struct OnlineSoftmax {
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const bool empty = l == 0.f;
       constexpr float kLn2 = 0.6931471805599453f;
-      inv_l[r] = empty ? 0.f : rcp_approx(l);
-      lse[r] = empty ? -INFINITY : m_i[r] * softmax_scale + (lg2_approx(l) - kOffset) * kLn2;
+      if constexpr (kFast) {
+        inv_l[r] = empty ? 0.f : rcp_approx(l);
+        lse[r] = empty ? -INFINITY : m_i[r] * softmax_scale + (lg2_approx(l) - kOffset) * kLn2;
+      } else {
+        inv_l[r] = empty ? 0.f : 1.f / l;
+        lse[r] = empty ? -INFINITY : m_i[r] * softmax_scale + logf(l) - kOffset * kLn2;
+      }
     }
   }
 };

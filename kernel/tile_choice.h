@@ -121,6 +121,14 @@ enum Fp8Descales : int { kDescalesEpilogue = 0, kDescalesTileStart = 1, kDescale
 #define FLASHCORE_FP8_D256_DESCALES 1
 #endif
 
+// Whether the epilogue takes 1/l and log2(l) by one MUFU each (softmax.h finalize<true>) or by the IEEE division and
+// logf (finalize<false>). Measured on the H100 against the IEEE form (docs/perf-notes.md 8.30): +0.3-1.6 % on FP8
+// hdim 128/256 and bf16 rows, but FP8 hdim 64 S8K -12 % (causal unchanged) with the same registers and spills: FP8
+// hdim 64 keeps the IEEE form. 16-bit inputs always take the fast form (bf16 hdim 64 +0.6 %).
+#ifndef FLASHCORE_FP8_D64_FAST_FINALIZE
+#define FLASHCORE_FP8_D64_FAST_FINALIZE 0
+#endif
+
 // Whether the producer thread of the V^T copy (kernel/fp8_vt_fused.cuh) reads a per-head count of stored blocks at
 // each tile's first V block and skips the per-block flags once the head is complete (Fp8Choice::kVtHeadCount).
 // Measured on the H100, B4 H16, against the per-block flags, two runs of 12 flushed rounds (docs/perf-notes.md
@@ -139,6 +147,7 @@ struct Fp8Choice<64> {
   static constexpr int kDescales = FLASHCORE_FP8_D64_DESCALES;
   static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D64_SOFTMAX_RING;
   static constexpr bool kVtHeadCount = false;
+  static constexpr bool kFastFinalize = FLASHCORE_FP8_D64_FAST_FINALIZE;
 };
 template <>
 struct Fp8Choice<128> {
@@ -150,6 +159,7 @@ struct Fp8Choice<128> {
   static constexpr int kDescales = FLASHCORE_FP8_D128_DESCALES;
   static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D128_SOFTMAX_RING;
   static constexpr bool kVtHeadCount = false;
+  static constexpr bool kFastFinalize = true;
 };
 template <>
 struct Fp8Choice<256> {
@@ -161,6 +171,7 @@ struct Fp8Choice<256> {
   static constexpr int kDescales = FLASHCORE_FP8_D256_DESCALES;
   static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D256_SOFTMAX_RING;
   static constexpr bool kVtHeadCount = true;
+  static constexpr bool kFastFinalize = true;
 };
 
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys

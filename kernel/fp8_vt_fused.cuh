@@ -83,7 +83,7 @@ __device__ void transpose_v_fused(const KernelParams& p, const TmaParams& tma, c
         mbarrier_arrive_expect_tx(&bars[Slots::kVtLoad], Cfg::kKVBytes);
 #pragma unroll
         for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-          tma_load_4d(raw_addr + ch * Cfg::kBlockN * Cfg::kSpan, &tma.v_raw, smem_addr(&bars[Slots::kVtLoad]),
+          tma_load_4d<kVtRawHint>(raw_addr + ch * Cfg::kBlockN * Cfg::kSpan, &tma.v_raw, smem_addr(&bars[Slots::kVtLoad]),
                       Cfg::kChunkCols * ch, at.key0, at.head, at.batch);
         }
       }
@@ -99,10 +99,10 @@ __device__ void transpose_v_fused(const KernelParams& p, const TmaParams& tma, c
       const VtItem at = vt_item<Cfg::kBlockN>(p, item);  // recomputed: not kept live across the transpose
 #pragma unroll
       for (int ch = 0; ch < Cfg::kVtFull; ++ch) {
-        tma_store_4d(&tma.v, vt + ch * kHeadDim * 128, at.key0 + 128 * ch, 0, at.head, at.batch);
+        tma_store_4d<kVtStoreHint>(&tma.v, vt + ch * kHeadDim * 128, at.key0 + 128 * ch, 0, at.head, at.batch);
       }
       if constexpr (Cfg::kVtTail > 0) {
-        tma_store_4d(&tma.v_tail, vt + Cfg::kVtFull * kHeadDim * 128, at.key0 + 128 * Cfg::kVtFull, 0, at.head,
+        tma_store_4d<kVtStoreHint>(&tma.v_tail, vt + Cfg::kVtFull * kHeadDim * 128, at.key0 + 128 * Cfg::kVtFull, 0, at.head,
                      at.batch);
       }
       bulk_commit_group();

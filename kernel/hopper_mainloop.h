@@ -90,16 +90,16 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         // FP8 V^T [batch][head][d][keys] (dense batches only): boxes of 128 keys x every d row.
 #pragma unroll
         for (int ch = 0; ch < Cfg::kVtFull; ++ch) {
-          tma_load_4d(dst + ch * kHeadDim * 128, map, full, key0 + 128 * ch, 0, head_kv, seq.kv_batch);
+          tma_load_4d<kKvHint>(dst + ch * kHeadDim * 128, map, full, key0 + 128 * ch, 0, head_kv, seq.kv_batch);
         }
         if constexpr (Cfg::kVtTail > 0) {
-          tma_load_4d(dst + Cfg::kVtFull * kHeadDim * 128, &tma.v_tail, full, key0 + 128 * Cfg::kVtFull, 0, head_kv,
+          tma_load_4d<kKvHint>(dst + Cfg::kVtFull * kHeadDim * 128, &tma.v_tail, full, key0 + 128 * Cfg::kVtFull, 0, head_kv,
                       seq.kv_batch);
         }
       } else if constexpr (!kPaged) {
 #pragma unroll
         for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-          tma_load_4d(dst + ch * Cfg::kBlockN * Cfg::kSpan, map, full, Cfg::kChunkCols * ch, key0, head_kv,
+          tma_load_4d<kKvHint>(dst + ch * Cfg::kBlockN * Cfg::kSpan, map, full, Cfg::kChunkCols * ch, key0, head_kv,
                       seq.kv_batch);
         }
       } else {
@@ -117,7 +117,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
           const int page = r < keys ? __ldg(p.page_table + entry) : -1;
 #pragma unroll
           for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-            tma_load_4d(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch, row,
+            tma_load_4d<kKvHint>(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch, row,
                         head_kv, page);
           }
           row += p.page_box;
@@ -149,7 +149,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     mbarrier_arrive_expect_tx(&bars[Slots::kQFull], q_rows * Cfg::kRowBytes);
 #pragma unroll
     for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-      tma_load_4d(q_smem + ch * Cfg::kBlockM * Cfg::kSpan, &tma.q, &bars[Slots::kQFull], Cfg::kChunkCols * ch,
+      tma_load_4d<kQHint>(q_smem + ch * Cfg::kBlockM * Cfg::kSpan, &tma.q, &bars[Slots::kQFull], Cfg::kChunkCols * ch,
                   seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM), p.pack_gqa ? c.head * p.group : c.head,
                   q_batch_coord(p, c.batch));
     }

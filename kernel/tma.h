@@ -16,34 +16,78 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                : "memory");
 }
 
+// L2 eviction priority of a TMA transfer (PTX createpolicy.fractional + .L2::cache_hint). FLASHCORE_L2_HINTS
+// picks where the kernels name one: bit 0 the attention loads (K and V evict_last, Q evict_first), bit 1 the FP8
+// V^T copy (raw V evict_first, the V^T stores evict_last). Measured on the H100 (docs/perf-notes.md 8.31): bit 1
+// +1.5-1.9 % at FP8 hdim 128 S4K causal, +0.2-0.3 % at S4K, 0 elsewhere; bit 0 -0.2..-1.3 % at FP8 hdim 128 (and
+// more spills at FP8 hdim 256): only bit 1 is set.
+#ifndef FLASHCORE_L2_HINTS
+#define FLASHCORE_L2_HINTS 2
+#endif
+enum L2Hint : int { kL2Normal = 0, kL2EvictFirst = 1, kL2EvictLast = 2 };
+constexpr int kKvHint = (FLASHCORE_L2_HINTS & 1) ? kL2EvictLast : kL2Normal;
+constexpr int kQHint = (FLASHCORE_L2_HINTS & 1) ? kL2EvictFirst : kL2Normal;
+constexpr int kVtRawHint = (FLASHCORE_L2_HINTS & 2) ? kL2EvictFirst : kL2Normal;
+constexpr int kVtStoreHint = (FLASHCORE_L2_HINTS & 2) ? kL2EvictLast : kL2Normal;
+template <int kHint>
+__device__ __forceinline__ uint64_t l2_policy() {
+  uint64_t policy;
+  if constexpr (kHint == kL2EvictFirst) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0;" : "=l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0;" : "=l"(policy));
+  }
+  return policy;
+}
+
 // Loads the box at coordinates {c0 (head dim), c1 (sequence), c2 (head), c3 (batch)} of a 4-D tensor map into
 // shared-memory address `smem_dst`, completing on the mbarrier at shared-memory address `bar` (32-bit addresses:
 // fewer registers than pointers where a caller keeps them). Elements outside the tensor are zero-filled and still
-// count towards the transaction bytes.
+// count towards the transaction bytes. kHint: the L2 eviction priority of the read.
+template <int kHint = kL2Normal>
 __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
                                             int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];" ::"r"(smem_dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
+  if constexpr (kHint == kL2Normal) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];" ::"r"(smem_dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+        "%3, %4, %5}], [%6], %7;" ::"r"(smem_dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(l2_policy<kHint>())
+        : "memory");
+  }
 }
 
 // The same with shared-memory pointers.
+template <int kHint = kL2Normal>
 __device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
                                             int c2, int c3) {
-  tma_load_4d(smem_addr(smem_dst), map, smem_addr(bar), c0, c1, c2, c3);
+  tma_load_4d<kHint>(smem_addr(smem_dst), map, smem_addr(bar), c0, c1, c2, c3);
 }
 
 // Stores the shared-memory box at `smem_src` to coordinates {c0, c1, c2, c3} of a 4-D tensor map as one bulk
-// group of this thread; elements outside the tensor are not written (a partial last tile is clipped).
+// group of this thread; elements outside the tensor are not written (a partial last tile is clipped). kHint: the L2
+// eviction priority of the written lines.
+template <int kHint = kL2Normal>
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem_src, int c0, int c1, int c2,
                                              int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(
-          reinterpret_cast<uint64_t>(map)),
-      "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(smem_src))
-      : "memory");
+  if constexpr (kHint == kL2Normal) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(smem_src))
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2, %3, %4}], [%5], %6;" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(smem_src)), "l"(l2_policy<kHint>())
+        : "memory");
+  }
 }
 
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }

@@ -2,13 +2,15 @@
 
     make build BUILD_DIR=build-tl NVCC_EXTRA=-DFLASHCORE_TIMELINE
     FLASHCORE_LIB=build-tl/libflashcore.so python3 bench/tile_timeline.py [--shapes fp8-s4k,...] [--out DIR]
+        [--flush-mib 256]
 
 For each shape: three warm-up calls, then one call whose stamps (the first 16 CTAs' first 48 tiles) are read back.
 Prints, in units of a "step" (the median time of one block in a tile's unmasked loop, per consumer warpgroup), the
 per-tile fixed cost (tile time - blocks x step) and its phases: Q wait, first S GEMM, first softmax, last P V,
-epilogue; the Q load's latency and the producer's waits; and the CTAs' end times (load balance). Medians over tiles
-1..47 (a CTA's first tile also waits for the kernel's start). --out saves the raw stamps (torch.save, int64
-[cta][tile][role][stamp]). Kernel development only (docs/perf-notes.md step 8.21); the gates never run it.
+epilogue; the Q load's latency and the producer's waits; the step by a CTA's tile index; and the CTAs' end times
+(load balance). Medians over tiles 1..47 (a CTA's first tile also waits for the kernel's start). --flush-mib cools
+the L2 before the stamped call, as the perf gates do. --out saves the raw stamps (torch.save, int64
+[cta][tile][role][stamp]). Kernel development only (docs/perf-notes.md steps 8.21, 8.30); the gates never run it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import flashcore  # noqa: E402
 from flashcore import _lib  # noqa: E402
 from flashcore.fp8 import attention_fp8  # noqa: E402
+from harness.bench.timing import L2Flusher  # noqa: E402
 from harness.support import fp8 as fp8_inputs  # noqa: E402
 
 CTAS, TILES, ROLES, STAMPS = 16, 48, 8, 8  # kernel/timeline.h
@@ -55,15 +58,14 @@ def call_for(shape: tuple[int, ...]):
     return lambda: attention_fp8(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
 
 
-def stamps(lib: ctypes.CDLL, call, flush_mib: int = 0) -> torch.Tensor:
+def stamps(lib: ctypes.CDLL, call, flush: L2Flusher) -> torch.Tensor:
     for _ in range(3):
         call()
     torch.cuda.synchronize()
     if lib.fc_timeline_clear() != 0:
         raise SystemExit("fc_timeline_clear failed")
-    if flush_mib:  # the perf gates' cold L2: write a buffer larger than it before the stamped call
-        torch.empty(flush_mib << 20, dtype=torch.uint8, device="cuda").fill_(1)
-        torch.cuda.synchronize()
+    flush()  # --flush-mib: the perf gates' cold L2 before the stamped call (a no-op without it)
+    torch.cuda.synchronize()
     call()
     torch.cuda.synchronize()
     buf = (ctypes.c_longlong * (CTAS * TILES * ROLES * STAMPS))()
@@ -178,13 +180,14 @@ def main() -> int:
     ap.add_argument("--flush-mib", type=int, default=0, help="write this many MiB before the stamped call (cold L2)")
     args = ap.parse_args()
     lib = _lib.load()
+    flush = L2Flusher(args.flush_mib)
     if not hasattr(lib, "fc_timeline_read"):
         raise SystemExit(f"{_lib.library_path()} has no timeline: build it with NVCC_EXTRA=-DFLASHCORE_TIMELINE")
     lib.fc_timeline_read.argtypes = [ctypes.c_void_p, ctypes.c_int]
     for name in args.shapes.split(","):
         if name not in SHAPES:
             raise SystemExit(f"unknown shape {name!r}: from {', '.join(SHAPES)}")
-        t = stamps(lib, call_for(SHAPES[name]), args.flush_mib)
+        t = stamps(lib, call_for(SHAPES[name]), flush)
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             torch.save(t, os.path.join(args.out, f"tl-{name}.pt"))

@@ -83,8 +83,8 @@ __device__ void transpose_v_fused(const KernelParams& p, const TmaParams& tma, c
         mbarrier_arrive_expect_tx(&bars[Slots::kVtLoad], Cfg::kKVBytes);
 #pragma unroll
         for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-          tma_load_4d<kVtRawHint>(raw_addr + ch * Cfg::kBlockN * Cfg::kSpan, &tma.v_raw, smem_addr(&bars[Slots::kVtLoad]),
-                      Cfg::kChunkCols * ch, at.key0, at.head, at.batch);
+          tma_load_4d<kVtRawHint>(raw_addr + ch * Cfg::kBlockN * Cfg::kSpan, &tma.v_raw,
+                                  smem_addr(&bars[Slots::kVtLoad]), Cfg::kChunkCols * ch, at.key0, at.head, at.batch);
         }
       }
     }
@@ -102,8 +102,8 @@ __device__ void transpose_v_fused(const KernelParams& p, const TmaParams& tma, c
         tma_store_4d<kVtStoreHint>(&tma.v, vt + ch * kHeadDim * 128, at.key0 + 128 * ch, 0, at.head, at.batch);
       }
       if constexpr (Cfg::kVtTail > 0) {
-        tma_store_4d<kVtStoreHint>(&tma.v_tail, vt + Cfg::kVtFull * kHeadDim * 128, at.key0 + 128 * Cfg::kVtFull, 0, at.head,
-                     at.batch);
+        tma_store_4d<kVtStoreHint>(&tma.v_tail, vt + Cfg::kVtFull * kHeadDim * 128, at.key0 + 128 * Cfg::kVtFull, 0,
+                                   at.head, at.batch);
       }
       bulk_commit_group();
       bulk_wait_group_all();  // written to global memory, not only read out of the staging buffer

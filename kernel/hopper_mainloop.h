@@ -93,14 +93,14 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
           tma_load_4d<kKvHint>(dst + ch * kHeadDim * 128, map, full, key0 + 128 * ch, 0, head_kv, seq.kv_batch);
         }
         if constexpr (Cfg::kVtTail > 0) {
-          tma_load_4d<kKvHint>(dst + Cfg::kVtFull * kHeadDim * 128, &tma.v_tail, full, key0 + 128 * Cfg::kVtFull, 0, head_kv,
-                      seq.kv_batch);
+          tma_load_4d<kKvHint>(dst + Cfg::kVtFull * kHeadDim * 128, &tma.v_tail, full, key0 + 128 * Cfg::kVtFull, 0,
+                               head_kv, seq.kv_batch);
         }
       } else if constexpr (!kPaged) {
 #pragma unroll
         for (int ch = 0; ch < Cfg::kChunks; ++ch) {
           tma_load_4d<kKvHint>(dst + ch * Cfg::kBlockN * Cfg::kSpan, map, full, Cfg::kChunkCols * ch, key0, head_kv,
-                      seq.kv_batch);
+                               seq.kv_batch);
         }
       } else {
         // Boxes of page_box rows (gcd(page_size, BLOCK_N): a box never crosses a page; one box per chunk when the
@@ -117,8 +117,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
           const int page = r < keys ? __ldg(p.page_table + entry) : -1;
 #pragma unroll
           for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-            tma_load_4d<kKvHint>(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch, row,
-                        head_kv, page);
+            tma_load_4d<kKvHint>(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch,
+                                 row, head_kv, page);
           }
           row += p.page_box;
           if (row == p.page_size) {
@@ -150,8 +150,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
 #pragma unroll
     for (int ch = 0; ch < Cfg::kChunks; ++ch) {
       tma_load_4d<kQHint>(q_smem + ch * Cfg::kBlockM * Cfg::kSpan, &tma.q, &bars[Slots::kQFull], Cfg::kChunkCols * ch,
-                  seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM), p.pack_gqa ? c.head * p.group : c.head,
-                  q_batch_coord(p, c.batch));
+                          seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM),
+                          p.pack_gqa ? c.head * p.group : c.head, q_batch_coord(p, c.batch));
     }
     FC_TL(k, 3, 3);
     const int next = next_tile(p, tile);  // a dynamic fetch's latency hides behind the loads below

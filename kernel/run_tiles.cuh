@@ -57,6 +57,11 @@ inline int64_t l2_budget_bytes(int device, int pct) {
   return pct > 0 ? int64_t{l2} * pct / 100 : l2 / 3;
 }
 
+// Words of the FP8 V^T copy's ready area (kernel/fp8_vt_fused.cuh): the claim counter, a flag per block, then a
+// count of stored blocks per (batch, K/V head). The plan bounds it and sizes the workspace with it; the launch
+// zeroes it.
+inline int64_t vt_ready_words(int64_t items, int64_t pairs) { return 1 + items + pairs; }
+
 // The tile shape a plan needs (not HopperTileConfig: the plan is the same for 16-bit and FP8 inputs at one point).
 template <int kPoint>
 struct PlanShape {
@@ -134,13 +139,15 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   plan->vt_items = 0;
   plan->vt_ready_offset = (plan->workspace_bytes + 15) / 16 * 16;
   if (plan->vt_blocks > 0) {
-    const int64_t items = int64_t{plan->vt_blocks} * p.batch * p.heads_kv;
-    if (items + int64_t{p.batch} * p.heads_kv >= INT32_MAX) {  // flags, then a count per (batch, K/V head)
-      return report_error(FC_ERR_INVALID_ARGUMENT, "%lld FP8 V blocks (batch x heads_kv x key blocks): at most %d per "
-                          "call", static_cast<long long>(items), INT32_MAX - 1);
+    const int64_t pairs = int64_t{p.batch} * p.heads_kv;
+    const int64_t items = int64_t{plan->vt_blocks} * pairs;
+    if (vt_ready_words(items, pairs) > INT32_MAX) {  // the kernel indexes the words with 32-bit ints
+      return report_error(FC_ERR_INVALID_ARGUMENT, "%lld FP8 V blocks (batch x heads_kv x key blocks): at most %lld "
+                          "per call at batch x heads_kv = %lld", static_cast<long long>(items),
+                          static_cast<long long>(INT32_MAX - vt_ready_words(0, pairs)), static_cast<long long>(pairs));
     }
     plan->vt_items = static_cast<int>(items);
-    plan->workspace_bytes = plan->vt_ready_offset + 4 * (1 + items + int64_t{p.batch} * p.heads_kv);
+    plan->workspace_bytes = plan->vt_ready_offset + 4 * vt_ready_words(items, pairs);
   }
   return FC_OK;
 }
@@ -155,8 +162,8 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
     if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
     if constexpr (Cfg::kVtFused) {
       // The kernel writes V's transposed copy (kernel/fp8_vt_fused.cuh): its claim counter and flags start at 0.
-      cudaError_t e = cudaMemsetAsync(p.vt_ready, 0, 4 * (1 + int64_t{p.vt_items} + int64_t{p.batch} * p.heads_kv),
-                                      stream);
+      cudaError_t e =
+          cudaMemsetAsync(p.vt_ready, 0, 4 * vt_ready_words(p.vt_items, int64_t{p.batch} * p.heads_kv), stream);
       if (e != cudaSuccess) return e;
     }
   } else if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {

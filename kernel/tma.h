@@ -29,13 +29,14 @@ constexpr int kKvHint = (FLASHCORE_L2_HINTS & 1) ? kL2EvictLast : kL2Normal;
 constexpr int kQHint = (FLASHCORE_L2_HINTS & 1) ? kL2EvictFirst : kL2Normal;
 constexpr int kVtRawHint = (FLASHCORE_L2_HINTS & 2) ? kL2EvictFirst : kL2Normal;
 constexpr int kVtStoreHint = (FLASHCORE_L2_HINTS & 2) ? kL2EvictLast : kL2Normal;
+// No side effects (plain asm, not volatile): the compiler may reuse one policy across a loop's transfers.
 template <int kHint>
 __device__ __forceinline__ uint64_t l2_policy() {
   uint64_t policy;
   if constexpr (kHint == kL2EvictFirst) {
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0;" : "=l"(policy));
+    asm("createpolicy.fractional.L2::evict_first.b64 %0;" : "=l"(policy));
   } else {
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0;" : "=l"(policy));
+    asm("createpolicy.fractional.L2::evict_last.b64 %0;" : "=l"(policy));
   }
   return policy;
 }

@@ -66,6 +66,8 @@ SHAPES = {
     "fp8-s8k-d64-causal": (4, 16, 16, 8192, 8192, 64, True, "fp8"),
     "fp8-s4k-k2176": (4, 16, 16, 4096, 2176, 128, False, "fp8"),
     "fp8-s4k-k1088": (4, 16, 16, 4096, 1088, 128, False, "fp8"),
+    # GQA (4 query heads per K/V head) under causal masking: the V^T copy's work order by sections of K/V heads
+    "fp8-gqa-causal": (2, 32, 8, 4096, 4096, 128, True, "fp8"),
 }
 DEFAULT_SHAPES = [s for s in SHAPES if not s.startswith(("long-", "fp8-"))]
 MAX_CHECK_KEYS = 32768  # the reference's fp32 score matrix of one head: S^2 * 4 bytes (4 GB at 32K)

@@ -289,7 +289,9 @@ def attention(
     """O = softmax(softmax_scale * Q K^T + mask) V, with the per-row log-sum-exp. Forward only (no autograd).
 
     q: [B, Sq, Hq, D]; k, v: [B, Sk, Hkv, D]; CUDA tensors on one device, fp16 or bf16 (all the same);
-    D in 64, 128, 256; Hq a multiple of Hkv (query head h reads K/V head h // (Hq // Hkv)); B, Hq <= 65535.
+    D in 64, 96, 128, 192, 256 (96 and 192 run on the 128 and 256 kernels, TMA zero-filling the missing columns);
+    v's D the same or, with D 192, 128 (out then [B, Sq, Hq, 128]); Hq a multiple of Hkv (query head h reads K/V
+    head h // (Hq // Hkv)); B, Hq <= 65535.
     Strided views are accepted when the last dim is contiguous and every other stride (of a dim longer than 1)
     is a non-zero multiple of 16 bytes, with a 16-byte aligned base: what TMA can encode.
     causal: bottom-right aligned (row i sees key j iff j <= i + Sk - Sq), as FlashAttention.

@@ -85,7 +85,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     """FA3's flash_attn_func: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]; causal bottom-right aligned. Returns out,
     or (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not
     probabilities). pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count.
-    FP8: float8_e4m3fn q, k, v (head dim 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on
+    FP8: float8_e4m3fn q, k, v (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on
     flashcore.attention_fp8; out is bf16."""
     _refuse({"qv": qv is not None, "attention_chunk": attention_chunk != 0})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}

@@ -71,8 +71,8 @@ def attention_fp8(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """O = softmax(softmax_scale * Q K^T + mask) V on FP8 inputs, with the per-row log-sum-exp. Forward only.
 
-    q: [B, Sq, Hq, D]; k, v: [B, Sk, Hkv, D], torch.float8_e4m3fn CUDA tensors on one device, D 128 or 256 (strides
-    multiples of 16 elements). The values attended are q * q_descale[b, h // (Hq // Hkv)], likewise k and v:
+    q: [B, Sq, Hq, D]; k, v: [B, Sk, Hkv, D], torch.float8_e4m3fn CUDA tensors on one device, D 64, 128 or 256
+    (strides multiples of 16 elements). The values attended are q * q_descale[b, h // (Hq // Hkv)], likewise k and v:
     q_descale, k_descale, v_descale are float32 [B, Hkv] (FA3's arguments), None meaning 1. out: bf16 [B, Sq, Hq, D]
     (optional); lse: float32 [B, Hq, Sq] (optional). causal, softmax_scale, deterministic, num_splits, sm_margin as in
     flashcore.attention. P is rounded to E4M3 before P V (scaled by 2^8 first, as FA3). wgmma needs V transposed,

@@ -1,0 +1,65 @@
+"""The judge of the random-shape GPU tests (tests/test_random_shapes_gpu.py, tests/test_random_serving_gpu.py): one
+call's out and lse against the float32 reference and against a torch computation that rounds as the kernel does.
+
+Layout: rows first, as packed (varlen) calls return them: out, ref, pt [N, H, Dv]; lse, ref_lse, slack [H, N].
+- nothing NaN (out and lse are poisoned before the call: a NaN is an element never written, or computed as NaN);
+  no Inf in out;
+- rows that see no key: out 0 and lse -inf;
+- max |out - ref| over rows that see a key <= 2 x max |pt - ref| + 2 x the output type's rounding of ref + 1e-5
+  (FA3's FP8 rule, used for every input type);
+- |lse - ref_lse| <= lse_tol x (1 + |ref_lse|) + slack (slack: FP8's accumulation, see FP8_SCORE_BITS).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# FP8 scores come out of the tensor cores' FP8 accumulation, which keeps fewer bits than float32: an LSE (one score
+# when a row sees one key) is off by up to ~2^-12.4 of the row's score magnitude (measured on the H100: FA3's FP8 LSE
+# has the same error as FlashCore's to three digits, 2e-3..7e-3 at magnitudes 21-41,
+# reports/evidence/random-shapes/fp8-lse-accumulation-64695f7.txt). The bound allows 2^-10.
+FP8_SCORE_BITS = 2.0 ** -10
+
+
+def judge(out: torch.Tensor, lse: torch.Tensor, ref: torch.Tensor, ref_lse: torch.Tensor, pt: torch.Tensor,
+          lse_tol: float, slack: torch.Tensor | None = None) -> str | None:
+    """None when the call passes, else what failed."""
+    seen_rows = torch.isfinite(ref_lse)  # [H, N]
+    seen = seen_rows.t()[..., None].expand_as(ref)  # [N, H, Dv]
+    if torch.isnan(out).any() or torch.isnan(lse).any():
+        return "NaN left in out or lse (an element not written, or computed as NaN)"
+    if not torch.isfinite(out).all():
+        return "Inf in out"
+    if (out[~seen] != 0).any() or (lse[~seen_rows] != -math.inf).any():
+        return "a row that sees no key is not out = 0, lse = -inf"
+    if not seen_rows.any():
+        return None
+    err = (out.float() - ref).abs()[seen].max().item()
+    rounding = 2 * (ref - ref.to(out.dtype).float()).abs().max().item()
+    base = (pt.to(out.dtype).float() - ref).abs()[seen].max().item()
+    if err > 2 * base + rounding + 1e-5:
+        return f"max error {err:.3g} > 2 x {base:.3g} (torch) + {rounding:.3g} (rounding) + 1e-5"
+    tol = lse_tol * (1 + ref_lse.abs()) + (0 if slack is None else slack)
+    excess = ((lse - ref_lse).abs() - tol)[seen_rows]
+    if excess.max().item() > 0:
+        at = int(excess.argmax())
+        return (f"lse error {(lse - ref_lse).abs()[seen_rows][at].item():.3g} > {tol[seen_rows][at].item():.3g} "
+                f"(lse {ref_lse[seen_rows][at].item():.3g})")
+    return None
+
+
+def score_magnitude(q32: torch.Tensor, k32: torch.Tensor, scale: float) -> torch.Tensor:
+    """q32 [B, Sq, Hq, D], k32 [B, Sk, Hkv, D] -> [B, Hq, Sq]: scale x max over keys of sum_d |q_d k_d|, what bounds
+    a score's accumulation error."""
+    group = q32.shape[2] // k32.shape[2]
+    qa = q32.abs().transpose(1, 2)  # [B, Hq, Sq, D]
+    ka = k32.abs().repeat_interleave(group, dim=2).permute(0, 2, 3, 1)  # [B, Hq, D, Sk]
+    return (qa @ ka).amax(dim=-1) * scale
+
+
+def rows_first(out: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense out [B, Sq, H, Dv] and lse [B, H, Sq] in the judge's layout: [B * Sq, H, Dv] and [H, B * Sq]."""
+    b, sq, h, dv = out.shape
+    return out.reshape(b * sq, h, dv), lse.permute(1, 0, 2).reshape(h, b * sq)

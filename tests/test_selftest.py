@@ -128,7 +128,8 @@ def test_declared_cases_are_the_selftest_and_each_plant_is_known() -> None:
 
     names = [c.name for c in CASES]
     assert len(names) == len(set(names)) and names[0] == "clean"
-    assert set(names) == {"clean", "tail-mask", "skip-row", "long-skip-row", "hf-skip-row", "nondeterministic",
+    assert set(names) == {"clean", "tail-mask", "skip-row", "long-skip-row", "hf-skip-row", "random-skip-row",
+                          "nondeterministic",
                           "spill", "slow-loads", "strict-flag-ignored", "api-no-layout-check", "perf-clean",
                           "perf-slow", "perf-noisy", "memcheck-oob", "memcheck-leak", "racecheck-race",
                           "synccheck-divergent", "synccheck-mbar", "initcheck-uninit", "memcheck-clean",

@@ -12,6 +12,7 @@ from harness.gates import integrations as integrations
 from harness.gates import ncu as ncu
 from harness.gates import ncu_stalls as ncu_stalls
 from harness.gates import perf as perf
+from harness.gates import random_shapes as random_shapes
 from harness.gates import sanitizer as sanitizer
 from harness.gates import sanitizer_all as sanitizer_all
 from harness.gates import scaling as scaling
@@ -22,5 +23,5 @@ from harness.gates.registry import get, names, register
 __all__ = ["Gate", "GateContext", "api", "autotune_gain", "autotune_table", "build", "correctness", "determinism",
            "determinism_gpus", "determinism_strict",
            "get", "integrations", "names",
-           "ncu", "ncu_stalls", "perf", "register", "sanitizer", "sanitizer_all",
+           "ncu", "ncu_stalls", "perf", "random_shapes", "register", "sanitizer", "sanitizer_all",
            "scaling", "structure"]

@@ -1,0 +1,157 @@
+"""Random serving calls (harness/support/random_calls.py says what is drawn): flash_attn_varlen_func and
+flash_attn_with_kvcache, FA3's names, each judged against the float32 reference per sequence.
+
+plant (tests only): the call is made wrong around the kernel, to prove the judge fails it: varlen drops each sequence's
+last key (an off-by-one in seqused_k), the KV cache returns its query heads in reverse order (a head-mapping bug).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from harness.support.random_calls import (
+    SERVING_EDGES,
+    Failure,
+    describe,
+    length,
+    sequence_refs,
+    serving_features,
+    torch_dtype,
+)
+from harness.support.random_judge import Judge, judge
+
+if TYPE_CHECKING:
+    import torch
+
+
+def rand(f: dict[str, Any], gen: torch.Generator, device: str, *shape: int) -> torch.Tensor:
+    import torch
+
+    return torch.randn(*shape, generator=gen, device=device).to(torch_dtype(f["dtype"]))
+
+
+def check_varlen(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Judge, device: str,
+                 plant: bool = False) -> tuple[str, str | None]:
+    import torch
+
+    f = serving_features(rng)
+    n = rng.randint(1, 5)
+    lq = [length(rng, SERVING_EDGES, 2500.0) for _ in range(n)]
+    lk = [length(rng, SERVING_EDGES, 2500.0) for _ in range(n)]
+    used = [rng.randint(0, x) for x in lk] if rng.random() < 0.3 else None
+    what = f"varlen {describe(f)} q{lq} k{lk}" + (f" used{used}" if used else "")
+    h, hkv, d = f["heads_q"], f["heads_kv"], f["head_dim"]
+    q, k, v = (rand(f, gen, device, sum(lq), h, d), rand(f, gen, device, sum(lk), hkv, d),
+               rand(f, gen, device, sum(lk), hkv, d))
+    cu_q = [sum(lq[:i]) for i in range(n + 1)]
+    cu_k = [sum(lk[:i]) for i in range(n + 1)]
+
+    def index(xs: list[int]) -> torch.Tensor:
+        return torch.tensor(xs, dtype=torch.int32, device=device)
+
+    given = [max(0, x - 1) for x in (lk if used is None else used)] if plant else used
+    out, lse = fc.flash_attn_varlen_func(
+        q, k, v, index(cu_q), index(cu_k), max(lq), max(lk), seqused_k=None if given is None else index(given),
+        causal=f["causal"], window_size=f["window"], softcap=f["softcap"], return_attn_probs=True, debug_checks=True,
+        **({} if device == "cuda" else {"fallback": "sdpa"}))
+    ref = torch.zeros(sum(lq), h, d, device=device)
+    pt = torch.zeros_like(ref)
+    ref_lse = torch.full((h, sum(lq)), -math.inf, device=device)
+    for b in range(n):
+        qs = slice(cu_q[b], cu_q[b + 1])
+        ks = slice(cu_k[b], cu_k[b + 1] if used is None else cu_k[b] + used[b])
+        ref[qs], ref_lse[:, qs], pt[qs] = sequence_refs(q[qs], k[ks], v[ks], f)
+    return what, judge(j, out, lse, ref, ref_lse, pt)
+
+
+def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Judge, device: str,
+                  plant: bool = False) -> tuple[str, str | None]:
+    import torch
+
+    f = serving_features(rng)
+    h, hkv, d = f["heads_q"], f["heads_kv"], f["head_dim"]
+    batch = rng.randint(1, 4)
+    new = rng.choice((0, 0, 1, rng.randint(2, 64)))
+    rows = rng.choice((1, 1, rng.randint(2, 300))) if new == 0 else rng.choice((1, new))
+    capacity = max(16, new + length(rng, SERVING_EDGES, 4000.0))
+    way = rng.choice(("int", "lengths", "slots", "paged", "paged"))
+    page = rng.choice((16, 64, 256))
+    table = slots = None
+    if way == "paged":
+        pages = -(-capacity // page)
+        capacity = pages * page
+        order = torch.randperm(batch * pages + 3, generator=torch.Generator().manual_seed(rng.randrange(1 << 30)))
+        table = order[: batch * pages].reshape(batch, pages).to(device=device, dtype=torch.int32)
+        shape = (batch * pages + 3, page, hkv, d)
+    else:
+        entries = batch + (rng.randint(1, 2) if way == "slots" else 0)
+        shape = (entries, capacity, hkv, d)
+        if way == "slots":
+            slots = torch.tensor(rng.sample(range(entries), batch), dtype=torch.int32, device=device)
+    lengths = [rng.randint(0, capacity - new)] * batch if way == "int" else [
+        rng.randint(0, capacity - new) for _ in range(batch)]
+    k_cache, v_cache = rand(f, gen, device, *shape), rand(f, gen, device, *shape)
+    q = rand(f, gen, device, batch, rows, h, d)
+    kn = rand(f, gen, device, batch, new, hkv, d) if new else None
+    vn = rand(f, gen, device, batch, new, hkv, d) if new else None
+    what = (f"kvcache {describe(f)} B{batch} Sq{rows} new{new} {way}" + (f" page{page}" if table is not None else "")
+            + f" capacity{capacity} lengths{lengths}")
+
+    def place(b: int, j0: int, j1: int) -> tuple[Any, Any]:
+        """The cache index of sequence b's tokens [j0, j1)."""
+        t = torch.arange(j0, j1, device=device)
+        if table is not None:
+            return table[b].long()[t // page], t % page
+        return (b if slots is None else int(slots[b])), t
+
+    expect_k, expect_v = k_cache.clone(), v_cache.clone()
+    for b in range(batch):
+        if kn is not None and vn is not None:
+            expect_k[place(b, lengths[b], lengths[b] + new)] = kn[b]
+            expect_v[place(b, lengths[b], lengths[b] + new)] = vn[b]
+    seqlens: int | torch.Tensor = (lengths[0] if way == "int"
+                                   else torch.tensor(lengths, dtype=torch.int32, device=device))
+    out, lse = fc.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k=kn, v=vn, cache_seqlens=seqlens, cache_batch_idx=slots, page_table=table,
+        causal=f["causal"], window_size=f["window"], softcap=f["softcap"], return_softmax_lse=True, debug_checks=True,
+        **({} if device == "cuda" else {"fallback": "sdpa"}))
+    if plant:
+        out, lse = out.flip(2), lse.flip(1)
+    if not (torch.equal(k_cache, expect_k) and torch.equal(v_cache, expect_v)):
+        return what, "the cache after the call is not the cache with the new tokens appended"
+    ref = torch.zeros(batch * rows, h, d, device=device)
+    pt = torch.zeros_like(ref)
+    ref_lse = torch.full((h, batch * rows), -math.inf, device=device)
+    for b in range(batch):
+        at = place(b, 0, lengths[b] + new)
+        rs = slice(b * rows, (b + 1) * rows)
+        ref[rs], ref_lse[:, rs], pt[rs] = sequence_refs(q[b], expect_k[at], expect_v[at], f)
+    return what, judge(j, out.reshape(batch * rows, h, d), lse.permute(1, 0, 2).reshape(h, batch * rows), ref,
+                       ref_lse, pt)
+
+
+def run_serving(fc: ModuleType, seed: int, draws: int, j: Judge, device: str = "cuda",
+                progress: Callable[[int, str, str | None], None] | None = None,
+                plant: bool = False) -> list[Failure]:
+    """`draws` serving calls from `seed`, varlen and KV cache in turn; the failing ones."""
+    import torch
+
+    rng = random.Random(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    failures = []
+    for i in range(draws):
+        check = check_varlen if i % 2 == 0 else check_kvcache
+        what = f"{check.__name__.removeprefix('check_')} (drawn before the error)"
+        try:
+            what, problem = check(fc, rng, gen, j, device, plant)
+        except Exception as e:  # noqa: BLE001 - the draw's verdict
+            problem = f"raised {type(e).__name__}: {e}"
+        if progress is not None:
+            progress(i, what, problem)
+        if problem:
+            failures.append(Failure("serving", i, what, problem))
+    return failures

@@ -1,4 +1,5 @@
 # base against nold (no raw V load, timing only) under ncu at FP8 B4 H16 S4K hdim 256 causal, and hdim 128 S4K causal
+# (.ab/fp8_vt_fused_bounds.cuh is kernel/fp8_vt_fused.cuh at 70b83bc with reports/evidence/ab/step8.33-vt-bounds.patch applied)
 source .ab/setup.sh
 rm -rf /tmp/srcv && mkdir /tmp/srcv && cp -r kernel Makefile /tmp/srcv/ && cp .ab/fp8_vt_fused_bounds.cuh /tmp/srcv/kernel/fp8_vt_fused.cuh
 (make -s -j4 build BUILD_DIR=/tmp/b/base > $OUT/build-base.log 2>&1 || echo "base build failed") &

@@ -15,27 +15,30 @@ through fallback="sdpa", which the tests use to check this module without a GPU)
 
 from __future__ import annotations
 
+import functools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.support.random_judge import Judge, judge, rows_first, score_magnitude
+from harness.support.fp8 import DESCALE_RANGE
+from harness.support.gpu import torch_dtype
+from harness.support.random_judge import Judge, judge, lse_rows, out_rows, score_magnitude
 
 if TYPE_CHECKING:
     import torch
 
 EDGES = (1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 383, 385, 511, 513, 1000, 2049, 4097)
 SERVING_EDGES = (0, 1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 1000)
-DTYPES = ("bf16", "fp16", "fp8")
 
 
-def torch_dtype(name: str) -> torch.dtype:
+def randn(gen: torch.Generator, device: str, dtype: str, *shape: int) -> torch.Tensor:
+    """Standard-normal values drawn from `gen`, rounded to `dtype` (harness/schema.py's names: bf16, fp16, e4m3)."""
     import torch
 
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}[name]
+    return torch.randn(*shape, generator=gen, device=device).to(torch_dtype(dtype))
 
 
 def length(rng: random.Random, edges: tuple[int, ...], top: float) -> int:
@@ -89,8 +92,8 @@ def draw_shape(rng: random.Random, max_scores: int) -> Shape:
             seqlen_q = (seqlen_q + 1) // 2
         else:
             seqlen_k = (seqlen_k + 1) // 2
-    dtype = rng.choice(("bf16", "fp16", "fp8", "fp8"))
-    head_dim = rng.choice((64, 128, 256) if dtype == "fp8" else (64, 96, 128, 192, 256))
+    dtype = rng.choice(("bf16", "fp16", "e4m3", "e4m3"))
+    head_dim = rng.choice((64, 128, 256) if dtype == "e4m3" else (64, 96, 128, 192, 256))
     head_dim_v = 128 if head_dim == 192 and rng.random() < 0.5 else head_dim  # DeepSeek's q/k 192, v 128
     return Shape(dtype=dtype, batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_kv * group,
                  heads_kv=heads_kv, head_dim=head_dim, head_dim_v=head_dim_v, causal=rng.random() < 0.5,
@@ -98,11 +101,7 @@ def draw_shape(rng: random.Random, max_scores: int) -> Shape:
 
 
 def dense_inputs(s: Shape, gen: torch.Generator, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    import torch
-
-    def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen, device=device).to(torch_dtype(s.dtype))
-
+    rand = functools.partial(randn, gen, device, s.dtype)
     b, d = s.batch, s.head_dim
     if s.head_dim_v != d:
         v = rand(b, s.seqlen_k, s.heads_kv, s.head_dim_v)
@@ -124,14 +123,15 @@ def check_dense(fc: ModuleType, s: Shape, gen: torch.Generator, j: Judge, device
     from flashcore import reference
 
     q, k, v = dense_inputs(s, gen, device)
-    fp8 = s.dtype == "fp8"
+    fp8 = s.dtype == "e4m3"
     out = torch.full((s.batch, s.seqlen_q, s.heads_q, s.head_dim_v), float("nan"), device=device,
                      dtype=torch.bfloat16 if fp8 else torch_dtype(s.dtype))
     lse = torch.full((s.batch, s.heads_q, s.seqlen_q), float("nan"), device=device)
     scale = s.head_dim ** -0.5
     fallback = {} if device == "cuda" else {"fallback": "sdpa"}
     if fp8:
-        ds = [torch.rand(s.batch, s.heads_kv, generator=gen, device=device) * 1.5 + 0.25 for _ in range(3)]
+        lo, hi = DESCALE_RANGE
+        ds = [torch.rand(s.batch, s.heads_kv, generator=gen, device=device) * (hi - lo) + lo for _ in range(3)]
         fc.attention_fp8(q, k, v, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], causal=s.causal, out=out,
                          lse=lse)
         q32, k32, v32 = (reference.dequantize(x, d, s.heads_kv) for x, d in zip((q, k, v), ds, strict=True))
@@ -141,13 +141,8 @@ def check_dense(fc: ModuleType, s: Shape, gen: torch.Generator, j: Judge, device
     ref, ref_lse = reference.dense(q32, k32, v32, causal=s.causal, scale=scale)
     # The torch computation that rounds as the kernel does: P to the GEMM's input type, the output to out's type.
     pt, _ = reference.dense(q32, k32, v32, causal=s.causal, scale=scale, p_dtype=torch_dtype(s.dtype))
-    slack = None
-    if fp8:  # [B, Hq, Sq] like lse
-        slack = rows_first(ref, j.fp8_score_share * score_magnitude(q32, k32, scale))[1]
-    pt = rows_first(pt, ref_lse)[0]
-    out, lse = rows_first(out, lse)
-    ref, ref_lse = rows_first(ref, ref_lse)
-    return judge(j, out, lse, ref, ref_lse, pt, fp8, slack)
+    slack = lse_rows(j.fp8_score_share * score_magnitude(q32, k32, scale)) if fp8 else None
+    return judge(j, out_rows(out), lse_rows(lse), out_rows(ref), lse_rows(ref_lse), out_rows(pt), fp8, slack)
 
 
 def run_dense(fc: ModuleType, seed: int, draws: int, j: Judge, max_scores: int, device: str = "cuda",
@@ -200,4 +195,18 @@ def sequence_refs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kw = {"causal": f["causal"], "scale": f["head_dim"] ** -0.5, "window": f["window"], "softcap": f["softcap"]}
     ref, ref_lse = reference.sequence(q.float(), k.float(), v.float(), **kw)
     pt, _ = reference.sequence(q.float(), k.float(), v.float(), p_dtype=torch_dtype(f["dtype"]), **kw)
+    return ref, ref_lse, pt
+
+
+def packed_refs(parts: Iterable[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]], f: dict[str, Any],
+                rows: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sequence_refs of several sequences in the judge's packed layout (out [rows, H, D], lse [H, rows]): parts are
+    (the sequence's rows, its q, k, v); rows in no part stay out 0 / lse -inf."""
+    import torch
+
+    ref = torch.zeros(rows, f["heads_q"], f["head_dim"], device=device)
+    pt = torch.zeros_like(ref)
+    ref_lse = torch.full((f["heads_q"], rows), -math.inf, device=device)
+    for rs, q, k, v in parts:
+        ref[rs], ref_lse[:, rs], pt[rs] = sequence_refs(q, k, v, f)
     return ref, ref_lse, pt

@@ -71,7 +71,11 @@ def score_magnitude(q32: torch.Tensor, k32: torch.Tensor, scale: float) -> torch
     return (qa @ ka).amax(dim=-1) * scale
 
 
-def rows_first(out: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dense out [B, Sq, H, Dv] and lse [B, H, Sq] in the judge's layout: [B * Sq, H, Dv] and [H, B * Sq]."""
-    b, sq, h, dv = out.shape
-    return out.reshape(b * sq, h, dv), lse.permute(1, 0, 2).reshape(h, b * sq)
+def out_rows(out: torch.Tensor) -> torch.Tensor:
+    """A dense call's out (or reference) [B, Sq, H, Dv] in the judge's layout, [B * Sq, H, Dv]."""
+    return out.flatten(0, 1)
+
+
+def lse_rows(lse: torch.Tensor) -> torch.Tensor:
+    """A dense call's lse (or a per-row bound) [B, H, Sq] in the judge's layout, [H, B * Sq]."""
+    return lse.transpose(0, 1).flatten(1)

@@ -7,31 +7,17 @@ last key (an off-by-one in seqused_k), the KV cache returns its query heads in r
 
 from __future__ import annotations
 
-import math
+import functools
 import random
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.support.random_calls import (
-    SERVING_EDGES,
-    Failure,
-    describe,
-    length,
-    sequence_refs,
-    serving_features,
-    torch_dtype,
-)
-from harness.support.random_judge import Judge, judge
+from harness.support.random_calls import SERVING_EDGES, Failure, describe, length, packed_refs, randn, serving_features
+from harness.support.random_judge import Judge, judge, lse_rows, out_rows
 
 if TYPE_CHECKING:
     import torch
-
-
-def rand(f: dict[str, Any], gen: torch.Generator, device: str, *shape: int) -> torch.Tensor:
-    import torch
-
-    return torch.randn(*shape, generator=gen, device=device).to(torch_dtype(f["dtype"]))
 
 
 def check_varlen(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Judge, device: str,
@@ -45,8 +31,8 @@ def check_varlen(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Ju
     used = [rng.randint(0, x) for x in lk] if rng.random() < 0.3 else None
     what = f"varlen {describe(f)} q{lq} k{lk}" + (f" used{used}" if used else "")
     h, hkv, d = f["heads_q"], f["heads_kv"], f["head_dim"]
-    q, k, v = (rand(f, gen, device, sum(lq), h, d), rand(f, gen, device, sum(lk), hkv, d),
-               rand(f, gen, device, sum(lk), hkv, d))
+    rand = functools.partial(randn, gen, device, f["dtype"])
+    q, k, v = rand(sum(lq), h, d), rand(sum(lk), hkv, d), rand(sum(lk), hkv, d)
     cu_q = [sum(lq[:i]) for i in range(n + 1)]
     cu_k = [sum(lk[:i]) for i in range(n + 1)]
 
@@ -58,13 +44,9 @@ def check_varlen(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Ju
         q, k, v, index(cu_q), index(cu_k), max(lq), max(lk), seqused_k=None if given is None else index(given),
         causal=f["causal"], window_size=f["window"], softcap=f["softcap"], return_attn_probs=True, debug_checks=True,
         **({} if device == "cuda" else {"fallback": "sdpa"}))
-    ref = torch.zeros(sum(lq), h, d, device=device)
-    pt = torch.zeros_like(ref)
-    ref_lse = torch.full((h, sum(lq)), -math.inf, device=device)
-    for b in range(n):
-        qs = slice(cu_q[b], cu_q[b + 1])
-        ks = slice(cu_k[b], cu_k[b + 1] if used is None else cu_k[b] + used[b])
-        ref[qs], ref_lse[:, qs], pt[qs] = sequence_refs(q[qs], k[ks], v[ks], f)
+    seqs = ((slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1] if used is None else cu_k[b] + used[b]))
+            for b in range(n))
+    ref, ref_lse, pt = packed_refs(((qs, q[qs], k[ks], v[ks]) for qs, ks in seqs), f, sum(lq), device)
     return what, judge(j, out, lse, ref, ref_lse, pt)
 
 
@@ -94,10 +76,11 @@ def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: J
             slots = torch.tensor(rng.sample(range(entries), batch), dtype=torch.int32, device=device)
     lengths = [rng.randint(0, capacity - new)] * batch if way == "int" else [
         rng.randint(0, capacity - new) for _ in range(batch)]
-    k_cache, v_cache = rand(f, gen, device, *shape), rand(f, gen, device, *shape)
-    q = rand(f, gen, device, batch, rows, h, d)
-    kn = rand(f, gen, device, batch, new, hkv, d) if new else None
-    vn = rand(f, gen, device, batch, new, hkv, d) if new else None
+    rand = functools.partial(randn, gen, device, f["dtype"])
+    k_cache, v_cache = rand(*shape), rand(*shape)
+    q = rand(batch, rows, h, d)
+    kn = rand(batch, new, hkv, d) if new else None
+    vn = rand(batch, new, hkv, d) if new else None
     what = (f"kvcache {describe(f)} B{batch} Sq{rows} new{new} {way}" + (f" page{page}" if table is not None else "")
             + f" capacity{capacity} lengths{lengths}")
 
@@ -123,15 +106,10 @@ def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: J
         out, lse = out.flip(2), lse.flip(1)
     if not (torch.equal(k_cache, expect_k) and torch.equal(v_cache, expect_v)):
         return what, "the cache after the call is not the cache with the new tokens appended"
-    ref = torch.zeros(batch * rows, h, d, device=device)
-    pt = torch.zeros_like(ref)
-    ref_lse = torch.full((h, batch * rows), -math.inf, device=device)
-    for b in range(batch):
-        at = place(b, 0, lengths[b] + new)
-        rs = slice(b * rows, (b + 1) * rows)
-        ref[rs], ref_lse[:, rs], pt[rs] = sequence_refs(q[b], expect_k[at], expect_v[at], f)
-    return what, judge(j, out.reshape(batch * rows, h, d), lse.permute(1, 0, 2).reshape(h, batch * rows), ref,
-                       ref_lse, pt)
+    ats = (place(b, 0, lengths[b] + new) for b in range(batch))
+    parts = ((slice(b * rows, (b + 1) * rows), q[b], expect_k[at], expect_v[at]) for b, at in enumerate(ats))
+    ref, ref_lse, pt = packed_refs(parts, f, batch * rows, device)
+    return what, judge(j, out_rows(out), lse_rows(lse), ref, ref_lse, pt)
 
 
 def run_serving(fc: ModuleType, seed: int, draws: int, j: Judge, device: str = "cuda",

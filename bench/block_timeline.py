@@ -101,14 +101,18 @@ def summarize(name: str, t: torch.Tensor) -> None:
     if not ends:
         print(f"{name}: nothing stamped (is FLASHCORE_LIB a FLASHCORE_BLOCKLINE build?)")
         return
-    print(f"{name}: {len(ends)} CTAs, end {med(ends):.0f} cycles (median), copy items per CTA {med(n_items):.0f}, "
-          f"copy ends at {med(copy_ends):.0f}; item phases (median): "
-          + " ".join(f"{k} {med(v):.0f}" for k, v in phases.items()))
+    print(
+        f"{name}: {len(ends)} CTAs, end {med(ends):.0f} cycles (median), copy items per CTA {med(n_items):.0f}, "
+        f"copy ends at {med(copy_ends):.0f}; item phases (median): "
+        + " ".join(f"{k} {med(v):.0f}" for k, v in phases.items())
+    )
     for w, d in per.items():
-        print(f"  {w:5s}: {d['n']:5d} blocks; per block K wait {mean(d['k']):6.0f} V wait {mean(d['v']):6.0f} "
-              f"flag wait {mean(d['flag']):6.0f}; waited-on issue->arrival K {med(d['k_lat']):5.0f} "
-              f"({len(d['k_lat'])}) V {med(d['v_lat']):5.0f} ({len(d['v_lat'])}); waits per CTA "
-              f"{(sum(d['k']) + sum(d['v'])) / len(ends):.0f}")
+        print(
+            f"  {w:5s}: {d['n']:5d} blocks; per block K wait {mean(d['k']):6.0f} V wait {mean(d['v']):6.0f} "
+            f"flag wait {mean(d['flag']):6.0f}; waited-on issue->arrival K {med(d['k_lat']):5.0f} "
+            f"({len(d['k_lat'])}) V {med(d['v_lat']):5.0f} ({len(d['v_lat'])}); waits per CTA "
+            f"{(sum(d['k']) + sum(d['v'])) / len(ends):.0f}"
+        )
 
 
 def main() -> int:

@@ -81,8 +81,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--flush-mib", type=int, default=256)
-    ap.add_argument("--const-v", action="store_true",
-                    help="also time every backend with V all ones (NAME+cv): the same work, operands that never toggle")
+    ap.add_argument(
+        "--const-v",
+        action="store_true",
+        help="also time every backend with V all ones (NAME+cv): the same work, operands that never toggle",
+    )
     args = ap.parse_args()
     builds = [Build(*b.split("=", 1)) for b in args.builds]
     try:
@@ -107,8 +110,9 @@ def main() -> int:
                     calls[build.name + v_name] = build.prepare(q, k, v, out, lse, causal, descales)[0]
                 if fa3 is not None and ("e4m3" if dt == "fp8" else dt) in fa3_dtypes:
                     kw = fa3_descales(descales)
-                    calls["fa3" + v_name] = lambda q=q, k=k, v=v, c=causal, kw=kw: fa3(q, k, v, causal=c, num_splits=0,
-                                                                                        **kw)
+                    calls["fa3" + v_name] = lambda q=q, k=k, v=v, c=causal, kw=kw: fa3(
+                        q, k, v, causal=c, num_splits=0, **kw
+                    )
             for fn in calls.values():
                 fn()
             for rep in range(args.reps):
@@ -120,14 +124,19 @@ def main() -> int:
         sampler.wait()
     got = samples(log)
     print(f"{len(got)} clock samples")
-    print(f"{'shape':22s} {'rep':>3s} {'backend':8s} {'ms/call':>8s} {'SM MHz':>7s} {'W':>6s} {'Mcycles':>8s}  "
-          "clock event reasons (share of samples)")
+    print(
+        f"{'shape':22s} {'rep':>3s} {'backend':8s} {'ms/call':>8s} {'SM MHz':>7s} {'W':>6s} {'Mcycles':>8s}  "
+        "clock event reasons (share of samples)"
+    )
     for shape, rep, name, start, end, ms in stretches:
         sel = [(mhz, w, r) for t, mhz, w, r in got if start + SKIP_S <= t <= end]
         mhz = statistics.fmean(s[0] for s in sel) if sel else float("nan")
         watts = statistics.fmean(s[1] for s in sel) if sel else float("nan")
-        why = " ".join(f"{n} {sum(1 for s in sel if s[2] & bit) / len(sel):.2f}" for bit, n in REASONS.items()
-                       if sel and any(s[2] & bit for s in sel))
+        why = " ".join(
+            f"{n} {sum(1 for s in sel if s[2] & bit) / len(sel):.2f}"
+            for bit, n in REASONS.items()
+            if sel and any(s[2] & bit for s in sel)
+        )
         print(f"{shape:22s} {rep:3d} {name:8s} {ms:8.4f} {mhz:7.0f} {watts:6.0f} {ms * mhz / 1e3:8.3f}  {why}")
     return 0
 

@@ -16,9 +16,7 @@ arrival in the copy stretch. Kernel development only (docs/perf-notes.md step 8.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -27,9 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tile_timeline import SHAPES, call_for  # noqa: E402
+from tile_timeline import read_stamps, run_shapes  # noqa: E402
 
-from flashcore import _lib  # noqa: E402
 from harness.bench.timing import L2Flusher  # noqa: E402
 
 CTAS, BLOCKS, ITEMS, TILES = 16, 512, 32, 64  # kernel/timeline.h kTlCtas, kBlBlocks, kBlItems, kBlTiles
@@ -40,19 +37,7 @@ STALLED = 64  # cycles: a wait longer than this counts as the consumer waiting o
 
 
 def stamps(lib: ctypes.CDLL, call, flush: L2Flusher) -> torch.Tensor:
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    if lib.fc_timeline_clear() != 0:
-        raise SystemExit("fc_timeline_clear failed")
-    flush()
-    torch.cuda.synchronize()
-    call()
-    torch.cuda.synchronize()
-    buf = (ctypes.c_longlong * WORDS)()
-    if lib.fc_timeline_read(buf, WORDS) != WORDS:
-        raise SystemExit("fc_timeline_read failed (is FLASHCORE_LIB a FLASHCORE_BLOCKLINE build?)")
-    return torch.tensor(list(buf), dtype=torch.int64)
+    return read_stamps(lib, call, flush, WORDS)
 
 
 def mean(v: list[int]) -> float:
@@ -116,25 +101,8 @@ def summarize(name: str, t: torch.Tensor) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="fp8-s4k-causal,fp8-s4k,fp8-d256-s4k-causal")
-    ap.add_argument("--out", help="a folder for the raw stamps (bl-<shape>.pt)")
-    ap.add_argument("--flush-mib", type=int, default=0, help="write this many MiB before the stamped call (cold L2)")
-    args = ap.parse_args()
-    lib = _lib.load()
-    if not hasattr(lib, "fc_timeline_read"):
-        raise SystemExit(f"{_lib.library_path()} has no timeline: build it with NVCC_EXTRA=-DFLASHCORE_BLOCKLINE")
-    lib.fc_timeline_read.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    flush = L2Flusher(args.flush_mib)
-    for name in args.shapes.split(","):
-        if name not in SHAPES:
-            raise SystemExit(f"unknown shape {name!r}: from {', '.join(SHAPES)}")
-        t = stamps(lib, call_for(SHAPES[name]), flush)
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-            torch.save(t, os.path.join(args.out, f"bl-{name}.pt"))
-        summarize(name, t)
-    return 0
+    shapes = "fp8-s4k-causal,fp8-s4k,fp8-d256-s4k-causal"
+    return run_shapes(__doc__ or "", shapes, "FLASHCORE_BLOCKLINE", "bl", stamps, summarize)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ def call_for(shape: tuple[int, ...]):
     return lambda: attention_fp8(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, causal=causal)
 
 
-def stamps(lib: ctypes.CDLL, call, flush: L2Flusher) -> torch.Tensor:
+def read_stamps(lib: ctypes.CDLL, call, flush: L2Flusher, words: int) -> torch.Tensor:
+    """Three warm-up calls, then one stamped call; its first `words` stamps, flat."""
     for _ in range(3):
         call()
     torch.cuda.synchronize()
@@ -68,10 +69,14 @@ def stamps(lib: ctypes.CDLL, call, flush: L2Flusher) -> torch.Tensor:
     torch.cuda.synchronize()
     call()
     torch.cuda.synchronize()
-    buf = (ctypes.c_longlong * (CTAS * TILES * ROLES * STAMPS))()
-    if lib.fc_timeline_read(buf, len(buf)) != len(buf):
-        raise SystemExit("fc_timeline_read failed")
-    return torch.tensor(list(buf), dtype=torch.int64).view(CTAS, TILES, ROLES, STAMPS)
+    buf = (ctypes.c_longlong * words)()
+    if lib.fc_timeline_read(buf, words) != words:
+        raise SystemExit(f"fc_timeline_read failed (fewer than {words} stamps: is FLASHCORE_LIB the right build?)")
+    return torch.tensor(list(buf), dtype=torch.int64)
+
+
+def stamps(lib: ctypes.CDLL, call, flush: L2Flusher) -> torch.Tensor:
+    return read_stamps(lib, call, flush, CTAS * TILES * ROLES * STAMPS).view(CTAS, TILES, ROLES, STAMPS)
 
 
 def summarize(name: str, t: torch.Tensor) -> None:
@@ -173,26 +178,32 @@ def by_tile(t: torch.Tensor) -> None:
     print("  step by tile index (cycles @ start, thousands of cycles): " + " ".join(cells))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"from: {', '.join(SHAPES)}")
-    ap.add_argument("--out", help="a folder for the raw stamps (tl-<shape>.pt)")
+def run_shapes(doc: str, default_shapes: str, macro: str, prefix: str, read, summarize_fn) -> int:
+    """The command line of the timeline scripts (doc: the script's docstring): stamp each --shapes entry with
+    read(lib, call, flush), save the stamps under --out as <prefix>-<shape>.pt, print summarize_fn(name, stamps)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--shapes", default=default_shapes, help=f"from: {', '.join(SHAPES)}")
+    ap.add_argument("--out", help=f"a folder for the raw stamps ({prefix}-<shape>.pt)")
     ap.add_argument("--flush-mib", type=int, default=0, help="write this many MiB before the stamped call (cold L2)")
     args = ap.parse_args()
     lib = _lib.load()
     flush = L2Flusher(args.flush_mib)
     if not hasattr(lib, "fc_timeline_read"):
-        raise SystemExit(f"{_lib.library_path()} has no timeline: build it with NVCC_EXTRA=-DFLASHCORE_TIMELINE")
+        raise SystemExit(f"{_lib.library_path()} has no timeline: build it with NVCC_EXTRA=-D{macro}")
     lib.fc_timeline_read.argtypes = [ctypes.c_void_p, ctypes.c_int]
     for name in args.shapes.split(","):
         if name not in SHAPES:
             raise SystemExit(f"unknown shape {name!r}: from {', '.join(SHAPES)}")
-        t = stamps(lib, call_for(SHAPES[name]), flush)
+        t = read(lib, call_for(SHAPES[name]), flush)
         if args.out:
             os.makedirs(args.out, exist_ok=True)
-            torch.save(t, os.path.join(args.out, f"tl-{name}.pt"))
-        summarize(name, t)
+            torch.save(t, os.path.join(args.out, f"{prefix}-{name}.pt"))
+        summarize_fn(name, t)
     return 0
+
+
+def main() -> int:
+    return run_shapes(__doc__ or "", ",".join(SHAPES), "FLASHCORE_TIMELINE", "tl", stamps, summarize)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,20 @@ REPO = Path(__file__).resolve().parent.parent
 DRIVER = REPO / "build/flashcore_driver"
 
 
+def load_bench(name: str) -> types.ModuleType:
+    """bench/<name>.py as a module (the bench scripts are not a package), registered under `name` so that a script
+    importing another (bench/block_timeline.py imports tile_timeline) finds the same one."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_driver(args: list[str]) -> subprocess.CompletedProcess[str]:
     """build/flashcore_driver with `args` (skips the test when it is not built)."""
     if not DRIVER.is_file():

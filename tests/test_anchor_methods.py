@@ -3,15 +3,15 @@ timings, the table), and one GPU run of the script on one anchor (needs an H100)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import load_bench
 
 from harness.bench import backends, flops, timing
 from harness.bench.settings import Anchor, TimingParams
@@ -20,15 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "anchor_methods.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("anchor_methods", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
-am = _load()
+am = load_bench("anchor_methods")
 ANCHORS = {  # three rows of gates/bench.yaml `anchors:` (written out: the tests do not depend on gates/)
     "b4-s8k-d128": Anchor(4, 16, 8192, 8192, 128, "bf16", False, "tflops", 351, 591, 625),
     "b8-s4k-d128-causal": Anchor(8, 16, 4096, 4096, 128, "bf16", True, "tflops", 306, 537, 589),

@@ -4,28 +4,14 @@ copy's stretch and the rest, on synthetic stamps whose waits are known, and benc
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
+from conftest import load_bench
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bl = _load("block_timeline")
-cp = _load("clock_power")
+bl = load_bench("block_timeline")
+cp = load_bench("clock_power")
 
 
 def synthetic(copy_wait: int, after_wait: int, flag_wait: int) -> torch.Tensor:

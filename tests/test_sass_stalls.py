@@ -4,17 +4,14 @@ whose loop, barriers and samples are known. CPU only: real CSVs come from ncu on
 from __future__ import annotations
 
 import csv
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_bench
 
 REPO = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("sass_stalls", REPO / "bench" / "sass_stalls.py")
-assert spec is not None and spec.loader is not None
-ss = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ss)
+ss = load_bench("sass_stalls")
 
 HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "stall_wait",
           "stall_barrier", "stall_wait (Not Issued)"]

@@ -4,27 +4,11 @@ build on an H100 (docs/perf-notes.md step 8.21)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 import torch
+from conftest import load_bench
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tt = _load("tile_timeline")
+tt = load_bench("tile_timeline")
 
 # Cycles per block, and per tile on top of blocks x STEP: Q wait 100 + first S 150 + last P V 150 + epilogue 250 - the
 # 150 by which the first block (S GEMM + softmax) is shorter than a step.
@@ -79,7 +63,7 @@ def test_summary_says_when_nothing_was_stamped(capsys: pytest.CaptureFixture[str
 
 
 def test_ab_kernels_build_settings_are_checked_before_loading() -> None:
-    ab = _load("ab_kernels")
+    ab = load_bench("ab_kernels")
     for bad in ("lib.so@l2=abc", "lib.so@l2=101", "lib.so@flush=1"):
         with pytest.raises(SystemExit, match="unknown setting"):
             ab.Build("x", bad)

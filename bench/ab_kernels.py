@@ -20,6 +20,7 @@ import ctypes
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -173,6 +174,27 @@ def fa3_descales(descales: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
     return dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=False))
 
 
+def load_fa3() -> tuple[Callable[..., object] | None, frozenset[str]]:
+    """FA3's forward and the dtypes it takes ("bf16", "fp16", "e4m3"), or (None, frozenset()) with the reason
+    printed."""
+    try:
+        fa3, _, dtypes = import_fa3()
+    except Unavailable as e:
+        print(f"FA3 not available: {e}")
+        return None, frozenset()
+    return fa3, dtypes
+
+
+def fa3_call(fa3: Callable[..., object] | None, dtypes: frozenset[str], shape: tuple, q: torch.Tensor,
+             k: torch.Tensor, v: torch.Tensor, descales: tuple[torch.Tensor, ...]) -> Callable[[], object] | None:
+    """A call of FA3 on a SHAPES entry's inputs (draw_inputs'), or None where FA3 is missing or lacks the dtype."""
+    causal, dt = shape[6], shape[7]
+    if fa3 is None or ("e4m3" if dt == "fp8" else dt) not in dtypes:
+        return None
+    kw = fa3_descales(descales)
+    return lambda: fa3(q, k, v, causal=causal, num_splits=0, **kw)
+
+
 def fp8_references(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple[torch.Tensor, ...],
                    causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Batch entry 0's float32 attention of the dequantized inputs, and the torch implementation that rounds P to
@@ -270,11 +292,7 @@ def main() -> int:
     args = ap.parse_args()
     flush = L2Flusher(args.flush_mib) if args.flush_mib else None
     builds = [Build(*b.split("=", 1)) for b in args.builds]
-    try:
-        fa3, fa3_where, fa3_dtypes = import_fa3()
-    except Unavailable as e:
-        print(f"FA3 not available: {e}")
-        fa3, fa3_dtypes = None, frozenset()
+    fa3, fa3_dtypes = load_fa3()
     failures = 0
     rows = []
     vs: dict[str, dict[str, dict[str, float]]] = {}
@@ -306,9 +324,9 @@ def main() -> int:
                 print(f"{shape}: {build.name} differs from {builds[0].name} (max |diff| "
                       f"{(out.float() - first_out.float()).abs().max().item():.3g})")
             calls[build.name] = fn
-        if fa3 is not None and (("e4m3" if fp8_in else dt) in fa3_dtypes):
-            fa3_kw = fa3_descales(descales)
-            calls["fa3"] = lambda q=q, k=k, v=v, c=causal, kw=fa3_kw: fa3(q, k, v, causal=c, num_splits=0, **kw)
+        fa3_fn = fa3_call(fa3, fa3_dtypes, SHAPES[shape], q, k, v, descales)
+        if fa3_fn is not None:
+            calls["fa3"] = fa3_fn
         if hq == hkv and not fp8_in:
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
             from torch.nn.attention import SDPBackend, sdpa_kernel

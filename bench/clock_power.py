@@ -29,9 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ab_kernels import SHAPES, Build, draw_inputs, fa3_descales  # noqa: E402
+from ab_kernels import SHAPES, Build, draw_inputs, fa3_call, load_fa3  # noqa: E402
 
-from harness.bench.backends import Unavailable, import_fa3  # noqa: E402
 from harness.bench.timing import L2Flusher  # noqa: E402
 
 SKIP_S = 0.3  # the start of a stretch, while the clock settles
@@ -88,11 +87,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     builds = [Build(*b.split("=", 1)) for b in args.builds]
-    try:
-        fa3, _, fa3_dtypes = import_fa3()
-    except Unavailable as e:
-        print(f"FA3 not available: {e}")
-        fa3, fa3_dtypes = None, frozenset()
+    fa3, fa3_dtypes = load_fa3()
     flush = L2Flusher(args.flush_mib)
     log = tempfile.NamedTemporaryFile(suffix=".csv", delete=False).name
     query = "--query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active"
@@ -108,11 +103,9 @@ def main() -> int:
                     out = torch.empty(q.shape, device="cuda", dtype=torch.bfloat16)
                     lse = torch.empty(b, hq, sq, device="cuda")
                     calls[build.name + v_name] = build.prepare(q, k, v, out, lse, causal, descales)[0]
-                if fa3 is not None and ("e4m3" if dt == "fp8" else dt) in fa3_dtypes:
-                    kw = fa3_descales(descales)
-                    calls["fa3" + v_name] = lambda q=q, k=k, v=v, c=causal, kw=kw: fa3(
-                        q, k, v, causal=c, num_splits=0, **kw
-                    )
+                fa3_fn = fa3_call(fa3, fa3_dtypes, SHAPES[shape], q, k, v, descales)
+                if fa3_fn is not None:
+                    calls["fa3" + v_name] = fa3_fn
             for fn in calls.values():
                 fn()
             for rep in range(args.reps):
@@ -123,6 +116,7 @@ def main() -> int:
         sampler.terminate()
         sampler.wait()
     got = samples(log)
+    Path(log).unlink(missing_ok=True)
     print(f"{len(got)} clock samples")
     print(
         f"{'shape':22s} {'rep':>3s} {'backend':8s} {'ms/call':>8s} {'SM MHz':>7s} {'W':>6s} {'Mcycles':>8s}  "

@@ -69,3 +69,21 @@ def test_sampler_lines_parse_and_bad_lines_are_skipped(tmp_path: Path) -> None:
     assert [(s[1], s[2], s[3]) for s in got] == [(1980.0, 650.12, 0), (1605.0, 690.4, 4)]
     assert got[1][0] - got[0][0] == pytest.approx(0.02, abs=1e-3)
     assert cp.REASONS[4] == "sw_power_cap"
+
+
+def test_fa3_call_passes_the_shape_and_descales_and_skips_dtypes_fa3_lacks() -> None:
+    ab = load_bench("ab_kernels")
+    seen = []
+
+    def fake_fa3(q, k, v, **kw) -> None:
+        seen.append(kw)
+
+    q = k = v = torch.zeros(1)
+    descales = (torch.ones(1), torch.ones(1) * 2, torch.ones(1) * 3)
+    fn = ab.fa3_call(fake_fa3, frozenset({"e4m3"}), ab.SHAPES["fp8-s4k-causal"], q, k, v, descales)
+    assert fn is not None
+    fn()
+    assert seen[0]["causal"] is True and seen[0]["num_splits"] == 0
+    assert [seen[0][n].item() for n in ("q_descale", "k_descale", "v_descale")] == [1.0, 2.0, 3.0]
+    assert ab.fa3_call(fake_fa3, frozenset({"e4m3"}), ab.SHAPES["d128"], q, k, v, ()) is None  # bf16: not taken
+    assert ab.fa3_call(None, frozenset({"bf16"}), ab.SHAPES["d128"], q, k, v, ()) is None  # FA3 missing

@@ -45,7 +45,7 @@ class TileConfig:
 
     block_n: int = 0  # keys per K/V tile; 0: kernel/tile_choice.h's choice
     schedule: str = "default"  # tile order: default, static or dynamic (atomic tile counter)
-    l2_section_pct: int = 0  # dynamic order: % of L2 for one section's K/V; 0: a third
+    l2_section_pct: int = 0  # dynamic order: % of L2 for one section's K/V; 0: a third (FP8 hdim 256: two thirds)
     point: str = ""  # compile-time point (flashcore/points.py name, e.g. n128-s3-w2-pp1-re0-r32); "": the default
     num_splits: int = 0  # split-KV count (decode); 0: the rule of kernel/tile_scheduler.h. A caller's num_splits wins
 
@@ -85,7 +85,7 @@ class TileConfig:
             out.append(f"schedule {self.schedule!r} must be one of {tuple(SCHEDULES)}")
         if isinstance(self.l2_section_pct, bool) or not isinstance(self.l2_section_pct, int) \
                 or not 0 <= self.l2_section_pct <= 100:
-            out.append(f"l2_section_pct {self.l2_section_pct!r} must be an int in 0..100 (0: a third)")
+            out.append(f"l2_section_pct {self.l2_section_pct!r} must be an int in 0..100 (0: the default)")
         elif self.l2_section_pct and self.schedule == "static":
             out.append("l2_section_pct applies to the dynamic order only (schedule static takes one head at a time)")
         if isinstance(self.num_splits, bool) or not isinstance(self.num_splits, int) \

@@ -60,7 +60,7 @@ typedef struct fc_params {
   int32_t schedule;        // tile order: FC_SCHEDULE_DEFAULT (static for equal tiles, dynamic under causal
                            // masking), FC_SCHEDULE_STATIC or FC_SCHEDULE_DYNAMIC (an atomic tile counter)
   int32_t l2_section_pct;  // dynamic order: % of the L2 that the K/V of one section of (batch, head) pairs may
-                           // take, 1..100; 0 = the default (a third)
+                           // take, 1..100; 0 = the default (a third; FP8 hdim 256: two thirds)
   int32_t point;           // compile-time point (kernel/tile_point.h: keys per tile, K/V stages, consumer
                            // warpgroups, ping-pong, early rescale, producer registers): 0 = the default; else one
                            // of fc_points(head_dim)

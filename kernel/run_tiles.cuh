@@ -125,7 +125,10 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   const bool uneven =
       in->schedule == FC_SCHEDULE_DEFAULT ? (p.causal != 0 || ragged) : in->schedule == FC_SCHEDULE_DYNAMIC;
   plan->dynamic = uneven && plan->tiles > plan->ctas;
-  plan->sections = plan_sections(bh, kv_bytes, l2_budget_bytes(device, in->l2_section_pct), plan->dynamic);
+  const int l2_pct = in->l2_section_pct > 0 ? in->l2_section_pct
+                     : in->dtype == FC_E4M3  ? fp8_l2_section_pct(kHeadDim)
+                                             : 0;
+  plan->sections = plan_sections(bh, kv_bytes, l2_budget_bytes(device, l2_pct), plan->dynamic);
   const int64_t partial_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
   plan->counter_offset = partial_bytes;
   plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);

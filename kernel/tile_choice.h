@@ -180,6 +180,16 @@ constexpr int64_t kShortKeyRange = 2048;
 
 inline bool use_short_block_n(bool causal, int64_t seqlen_k) { return causal || seqlen_k <= kShortKeyRange; }
 
+// FP8: the share of the L2 that the K and V^T of one section of the dynamic order's (batch, head) pairs may take when
+// the caller names none (fc_params.l2_section_pct 0); 0 = the 16-bit default, a third. Measured on the H100, FP8 B4
+// H16 causal, two runs of 10 rounds against FA3 (docs/perf-notes.md 8.37): hdim 256 at two thirds (16 pairs a
+// section at S4K) S4K 0.994-0.996x -> 1.000-1.003x, S8K 1.027-1.028x -> 1.038x (all of the L2: 0.980x, 1.036x); hdim
+// 128 at two thirds lost 1-2.5 % (S4K causal 0.975x -> 0.951x), so it keeps a third.
+#ifndef FLASHCORE_FP8_D256_L2_PCT
+#define FLASHCORE_FP8_D256_L2_PCT 67
+#endif
+constexpr int fp8_l2_section_pct(int head_dim) { return head_dim == 256 ? FLASHCORE_FP8_D256_L2_PCT : 0; }
+
 // FP8: where V is transposed. The copy (kernel/fp8_vt_fused.cuh) costs one read and write of V per call, whatever
 // the query count, beside the GEMMs; the shared-memory transpose costs each query tile's producer warpgroup one pass
 // over every V block the tile sees, so its total grows with the query rows per K/V head (seqlen_q x the GQA group)

@@ -168,3 +168,19 @@ def test_fp8_causal_sections_count_fp8_kv_bytes() -> None:
     plan16 = flashcore.plan(q16, q16, q16, causal=True, tile=TileConfig(block_n=176, schedule="dynamic"))
     assert plan8.dynamic and plan16.dynamic
     assert plan8.section_heads == 2 * plan16.section_heads
+
+
+def test_fp8_hdim256_causal_sections_take_two_thirds_of_the_l2() -> None:
+    """FP8 hdim 256 causal sections take two thirds of the L2 where every other call takes a third (kernel/tile_choice.h
+    fp8_l2_section_pct; docs/perf-notes.md 8.37): twice hdim 128's K and V^T per pair, so as many pairs per section as
+    hdim 128's. A caller's l2_section_pct still wins."""
+    import flashcore
+    from flashcore.tuning import TileConfig
+
+    q128, q256 = fp8(4, 4096, 16, 128), fp8(4, 4096, 16, 256)
+    plan128 = flashcore.plan(q128, q128, q128, causal=True)
+    plan256 = flashcore.plan(q256, q256, q256, causal=True)
+    assert plan128.dynamic and plan256.dynamic
+    assert plan256.section_heads == plan128.section_heads
+    third = flashcore.plan(q256, q256, q256, causal=True, tile=TileConfig(l2_section_pct=33))
+    assert third.section_heads < plan256.section_heads

@@ -468,6 +468,9 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
     fp8 = is_fp8(q)
     if v_transpose is not None and not fp8:
         raise FlashCoreError("v_transpose is for float8_e4m3fn inputs (flashcore.attention_fp8): leave it None")
+    if tile is not None and fp8:
+        raise FlashCoreError("tile is for 16-bit inputs: float8_e4m3fn inputs run flashcore.attention_fp8's one tile "
+                             "per head dim (leave it None)")
     vt_code = v_transpose_code("auto" if v_transpose is None else v_transpose) if fp8 else 0
     call = check_call(q, k, v, causal=causal, deterministic=deterministic, num_splits=num_splits,
                       sm_margin=sm_margin, tile=tile, fp8=fp8)

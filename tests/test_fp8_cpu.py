@@ -124,3 +124,14 @@ def test_vt_key_order_matches_the_fragment_columns() -> None:
     keys = [eval(expr, {}, {"pos": p}) for p in range(32)]  # noqa: S307 - our own header's integer expression
     expected = [16 * (p // 16) + 2 * ((p % 16) // 4) + (p % 2) + 8 * ((p % 4) // 2) for p in range(32)]
     assert keys == expected and sorted(keys) == list(range(32))
+
+
+def test_plan_refuses_a_tile_for_fp8_inputs() -> None:
+    """flashcore.plan takes `tile` for 16-bit inputs only: FP8 calls run one tile per head dim, so a tile passed with
+    E4M3 inputs is refused, not ignored; the check comes before any device is touched."""
+    import flashcore
+    from flashcore.tuning import TileConfig
+
+    q = torch.randn(1, 128, 2, 128).to(torch.float8_e4m3fn)
+    with pytest.raises(FlashCoreError, match="tile is for 16-bit inputs"):
+        flashcore.plan(q, q, q, tile=TileConfig(l2_section_pct=50))

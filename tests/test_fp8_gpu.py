@@ -170,17 +170,18 @@ def test_fp8_causal_sections_count_fp8_kv_bytes() -> None:
     assert plan8.section_heads == 2 * plan16.section_heads
 
 
-def test_fp8_hdim256_causal_sections_take_two_thirds_of_the_l2() -> None:
+def test_fp8_hdim256_causal_sections_take_two_thirds_of_the_l2(monkeypatch: pytest.MonkeyPatch) -> None:
     """FP8 hdim 256 causal sections take two thirds of the L2 where every other call takes a third (kernel/tile_choice.h
     fp8_l2_section_pct; docs/perf-notes.md 8.37): twice hdim 128's K and V^T per pair, so as many pairs per section as
-    hdim 128's. A caller's l2_section_pct still wins."""
+    hdim 128's. A share named in fc_params (here through the FP8 calls' default configuration) still wins."""
     import flashcore
-    from flashcore.tuning import TileConfig
+    from flashcore import tuning
 
     q128, q256 = fp8(4, 4096, 16, 128), fp8(4, 4096, 16, 256)
     plan128 = flashcore.plan(q128, q128, q128, causal=True)
     plan256 = flashcore.plan(q256, q256, q256, causal=True)
     assert plan128.dynamic and plan256.dynamic
     assert plan256.section_heads == plan128.section_heads
-    third = flashcore.plan(q256, q256, q256, causal=True, tile=TileConfig(l2_section_pct=33))
+    monkeypatch.setattr(tuning, "DEFAULT", tuning.TileConfig(l2_section_pct=33))
+    third = flashcore.plan(q256, q256, q256, causal=True)
     assert third.section_heads < plan256.section_heads

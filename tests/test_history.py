@@ -130,7 +130,9 @@ def test_history_command_imports_stored_runs_and_prints_the_trend(tmp_path: Path
 def test_the_evidence_runs_import(tmp_path: Path) -> None:
     db = store.open_db(tmp_path / "h.sqlite")
     imported = 0
-    for f in sorted((REPO / "reports/evidence").glob("phase*.json")):
+    files = sorted((REPO / "reports/evidence").glob("phase*.json*"))
+    assert any(f.suffix == ".xz" for f in files)  # the stored runs are kept xz-compressed
+    for f in files:
         try:
             imported += store.import_file(db, f)
         except store.HistoryError as e:  # a gate-only extract (phase5-gates-*.json) is not a run
@@ -200,3 +202,12 @@ def test_a_bad_plot_panel_is_named(gates_dir: Path, plots_yaml: str, key: str) -
     path.write_text(text[:text.index("plots:")] + plots_yaml + "\n")
     with pytest.raises(ConfigError, match=re.escape(key)):
         load_history_settings(gates_dir)
+
+
+def test_a_broken_compressed_run_is_refused(tmp_path: Path) -> None:
+    """A .json.xz that is not xz data is a HistoryError naming the file, as a broken .json is."""
+    bad = tmp_path / "run.json.xz"
+    bad.write_bytes(b"not xz at all")
+    db = store.open_db(tmp_path / "h.sqlite")
+    with pytest.raises(store.HistoryError, match="run.json.xz: cannot read it as JSON"):
+        store.import_file(db, bad)

@@ -1,5 +1,6 @@
 """`python -m harness history`: print the last runs and the trend of each series, flagging a change beyond the
-run-to-run spread; `--import FILE...` adds stored runs (results.json: CI artifacts, reports/evidence/) first.
+run-to-run spread; `--import FILE...` adds stored runs (results.json: CI artifacts; reports/evidence/ keeps them
+xz-compressed, .json.xz, which is read as is) first.
 The file: gates/history.yaml `file`, or $FLASHCORE_HISTORY (a CI runner keeps it outside the checkout), or --db."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gates-dir", type=Path, default=Path("gates"), help="directory of the YAML (default gates)")
     ap.add_argument("--db", type=Path, help="history file (default $FLASHCORE_HISTORY, else gates/history.yaml)")
     ap.add_argument("--import", dest="imports", type=Path, nargs="+", default=[], metavar="RESULTS_JSON",
-                    help="add these stored runs first (a run already there is skipped)")
+                    help="add these stored runs first, .json or .json.xz (a run already there is skipped)")
     ap.add_argument("--gate", help="only this gate's series")
     ap.add_argument("--workload", help="only this workload's series")
     ap.add_argument("--flagged", action="store_true", help="only the series whose newest value moved")
@@ -44,7 +45,7 @@ def history_command(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if not args.imports and not path.is_file():
         print(f"flashcore history: {path} does not exist yet: it is written by make gate-phaseN, or built from "
-              "stored runs with --import reports/evidence/*.json", file=sys.stderr)
+              "stored runs with --import reports/evidence/*.json*", file=sys.stderr)
         return 1
     try:
         db = store.open_db(path)

@@ -45,7 +45,7 @@ class TileConfig:
 
     block_n: int = 0  # keys per K/V tile; 0: kernel/tile_choice.h's choice
     schedule: str = "default"  # tile order: default, static or dynamic (atomic tile counter)
-    l2_section_pct: int = 0  # dynamic order: % of L2 for one section's K/V; 0: a third (FP8 hdim 256: two thirds)
+    l2_section_pct: int = 0  # dynamic order: % of L2 for one section's K/V; 0: a third
     point: str = ""  # compile-time point (flashcore/points.py name, e.g. n128-s3-w2-pp1-re0-r32); "": the default
     num_splits: int = 0  # split-KV count (decode); 0: the rule of kernel/tile_scheduler.h. A caller's num_splits wins
 

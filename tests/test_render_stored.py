@@ -60,3 +60,19 @@ def test_a_status_that_its_gates_contradict_is_refused(tmp_path: Path) -> None:
 def test_a_missing_file_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", str(tmp_path / "nope.json"), "--out", str(tmp_path / "out")]) == 2
     assert "cannot be read" in capsys.readouterr().err
+
+
+def test_an_xz_compressed_run_reads_and_renders_as_the_plain_one(tmp_path: Path) -> None:
+    """reports/evidence/ keeps large runs as .json.xz: read_run (render, merge) reads them as is; bytes that are not
+    xz data are refused with the file's name."""
+    import lzma
+
+    packed = tmp_path / "run.json.xz"
+    packed.write_bytes(lzma.compress(EVIDENCE.read_bytes()))
+    assert read_run(packed).to_dict() == read_run(EVIDENCE).to_dict()
+    assert main(["render", str(packed), "--out", str(tmp_path / "report")]) == 0
+    assert json.loads((tmp_path / "report" / "results.json").read_text()) == json.loads(EVIDENCE.read_text())
+    bad = tmp_path / "bad.json.xz"
+    bad.write_bytes(b"plain text")
+    with pytest.raises(StoredRunError, match="bad.json.xz: not xz data"):
+        read_run(bad)

@@ -10,13 +10,14 @@ to it, so `python -m harness history` can tell a change from run-to-run noise.
 from __future__ import annotations
 
 import json
-import lzma
 import math
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.stored_file import XzError, stored_text
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -120,9 +121,8 @@ def record(db: sqlite3.Connection, results: Mapping[str, Any], source: str) -> b
 def import_file(db: sqlite3.Connection, path: Path) -> bool:
     """Append the run of a results.json, or of an xz-compressed one (`.json.xz`, as reports/evidence/ keeps them)."""
     try:
-        text = lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
-        data = json.loads(text)
-    except (OSError, ValueError, lzma.LZMAError, EOFError) as e:
+        data = json.loads(stored_text(path))
+    except (OSError, ValueError, *XzError) as e:
         raise HistoryError(f"{path}: cannot read it as JSON ({e})") from None
     if not isinstance(data, dict):
         raise HistoryError(f"{path}: not a results.json of make gate-phaseN")

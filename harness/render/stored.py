@@ -1,5 +1,6 @@
 """A stored run (results.json, schema flashcore.run/1) read back into a RunResult, so `python -m harness render`
-can re-render its report (the evidence files; later, runs merged from several GPUs)."""
+can re-render its report (the evidence files; later, runs merged from several GPUs). A stored run may be kept
+xz-compressed (`.json.xz`, as reports/evidence/ keeps the large ones): harness/stored_file.py reads either."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results import Check, GateResult, RunResult, Status
+from harness.stored_file import XzError, stored_text
 
 SCHEMA = "flashcore.run/1"
 
@@ -68,9 +70,11 @@ def run_from_dict(data: Any, where: str = "results.json") -> RunResult:
 
 def read_run(path: Path) -> RunResult:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(stored_text(path))
     except OSError as e:
         raise StoredRunError(f"{path}: cannot be read: {e.strerror or e}") from None
+    except XzError as e:
+        raise StoredRunError(f"{path}: not xz data: {e}") from None
     except json.JSONDecodeError as e:
         raise StoredRunError(f"{path}: not JSON: {e}") from None
     run = run_from_dict(data, str(path))

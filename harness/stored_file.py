@@ -1,5 +1,6 @@
 """The text of a stored results file: a results.json as written, or one kept xz-compressed (a name ending in .xz, as
-reports/evidence/ keeps the large ones). `python -m harness render`, `merge` and `history --import` read both."""
+reports/evidence/ keeps the large ones). `python -m harness render`, `merge`, `history --import` and the ncu-stalls
+gate's `baseline:` read both."""
 
 from __future__ import annotations
 

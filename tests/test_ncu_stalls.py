@@ -105,6 +105,21 @@ def test_baseline_file_states(tmp_path: Path) -> None:
     assert bad is not None and bad.status is Status.ERROR
 
 
+def test_an_xz_compressed_baseline_loads_as_the_plain_one(tmp_path: Path) -> None:
+    """A stored run kept as .json.xz (reports/evidence/) is read as render and history read it; bytes that are not
+    xz data are `unreadable`, as a broken .json is."""
+    import json
+    import lzma
+
+    data = {"run_id": "r1", "gates": [{"name": "ncu-stalls", "details": {"workloads": {
+        "decode": {"stalls": [{"reason": "long_scoreboard", "value": 3.0}]}}}}]}
+    (tmp_path / "run.json.xz").write_bytes(lzma.compress(json.dumps(data).encode()))
+    base = read_baseline(tmp_path / "run.json.xz", "run.json.xz", "ncu-stalls")
+    assert (base.status, base.for_workload("decode")) == ("loaded", {"long_scoreboard": 3.0})
+    (tmp_path / "bad.json.xz").write_bytes(b"not xz")
+    assert read_baseline(tmp_path / "bad.json.xz", "bad.json.xz", "ncu-stalls").status == "unreadable"
+
+
 # ---- the gate, end to end with a stand-in ncu -----------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.ncu.parse import Kernel
+from harness.stored_file import XzError, stored_text
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,13 @@ def baseline_from_results(data: Any, gate: str, path: str) -> Baseline:
 
 
 def read_baseline(path: Path, shown: str, gate: str) -> Baseline:
-    """Load a stored results.json; a missing file is status `missing`, a broken one `unreadable`."""
+    """Load a stored results.json (or .json.xz, as reports/evidence/ keeps runs: harness/stored_file.py); a missing
+    file is status `missing`, a broken one `unreadable`."""
     if not path.is_file():
         return Baseline(shown, "missing", f"no baseline stored at {shown}: commit a run's results.json there "
                         "to compare the next runs with it")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        data = json.loads(stored_text(path))
+    except (OSError, ValueError, *XzError) as e:
         return Baseline(shown, "unreadable", f"baseline {shown} cannot be read: {e}")
     return baseline_from_results(data, gate, shown)

@@ -297,10 +297,13 @@ struct WgmmaConsumer {
   // 8-column C tiles are one A fragment. FP8 (k32): the A fragment wants columns 4t..4t+3 (and 16 + 4t..) of a thread
   // that holds 2t, 2t+1, 8+2t, 9+2t (and 16 + those): no shuffle, the thread's own values go in, and V^T's keys are
   // stored in the same order (kernel/fp8_vt.cuh), so P V pairs each P with its own key's V row.
+  // kKeys: P V reads the first kKeys keys' steps only (a narrow last block), so only those are packed.
+  template <int kKeys = Cfg::kBlockN>
   static __device__ __forceinline__ void pack_p(const float (&s)[kNTiles][4], uint32_t (&p_frag)[Cfg::kPSteps][4]) {
+    constexpr int kSteps = kKeys * (Cfg::kFp8 ? 1 : 2) / 32;
     if constexpr (Cfg::kFp8) {
 #pragma unroll
-      for (int kk = 0; kk < Cfg::kPSteps; ++kk) {
+      for (int kk = 0; kk < kSteps; ++kk) {
         p_frag[kk][0] = Element::pack4(s[4 * kk][0], s[4 * kk][1], s[4 * kk + 1][0], s[4 * kk + 1][1]);
         p_frag[kk][1] = Element::pack4(s[4 * kk][2], s[4 * kk][3], s[4 * kk + 1][2], s[4 * kk + 1][3]);
         p_frag[kk][2] = Element::pack4(s[4 * kk + 2][0], s[4 * kk + 2][1], s[4 * kk + 3][0], s[4 * kk + 3][1]);
@@ -308,7 +311,7 @@ struct WgmmaConsumer {
       }
     } else {
 #pragma unroll
-      for (int kk = 0; kk < Cfg::kPSteps; ++kk) {
+      for (int kk = 0; kk < kSteps; ++kk) {
         p_frag[kk][0] = Element::pack(s[2 * kk][0], s[2 * kk][1]);
         p_frag[kk][1] = Element::pack(s[2 * kk][2], s[2 * kk][3]);
         p_frag[kk][2] = Element::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);

@@ -43,10 +43,10 @@ __device__ __forceinline__ ThreadRows thread_rows(const KernelParams& p, const T
 
 // Soft-capping (Gemma-style): s = tanh(s * softmax_scale / softcap); the host folds softcap into the softmax scale.
 // tanh.approx.f32 (one MUFU.TANH): max relative error 2^-10.987, below the bf16/fp16 P that the scores become.
-template <int kNTiles>
+template <int kNTiles, int kLive = kNTiles>  // kLive: the tiles a narrow block's P V reads
 __device__ __forceinline__ void softcap_scores(float (&s)[kNTiles][4], float prescale) {
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+  for (int nt = 0; nt < kLive; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm("tanh.approx.f32 %0, %1;" : "=f"(s[nt][e]) : "f"(s[nt][e] * prescale));
   }
@@ -257,17 +257,22 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
     // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
     // hot one). Soft-capping comes first: a masked score must stay -inf (tanh would make it -1).
-    auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2], auto masked) {
-      if constexpr (kSoftcap) softcap_scores(s, p.softcap_prescale);
-      if constexpr (decltype(masked)::value) mask_scores(s, p, seq, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
-      consumer.softmax.template update<kPOffset>(s, scale_log2, alpha);
+    // A narrow block's scores past its keys are -inf from its GEMM: no softcap, mask, max or exponential runs on them
+    // (the softmax is the step's bottleneck, not the GEMMs), and P V reads none of their P.
+    auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2], auto masked, auto keys) {
+      constexpr int kLive = decltype(keys)::value / 8;
+      if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
+      if constexpr (decltype(masked)::value) {
+        mask_scores<Consumer::kNTiles, kLive>(s, p, seq, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
+      }
+      consumer.softmax.template update<kPOffset, kLive>(s, scale_log2, alpha);
     };
     // Q (and the tile index) are free for the producer once this thread's last S GEMM has completed.
     auto q_done = [&] { mbarrier_arrive(&bars[Slots::kQEmpty]); };
     if (n_blocks == 0) q_done();
 
     // This warpgroup's share of the tile's last block: when its rows see at most kNarrowN of its keys, that block's
-    // GEMMs run narrow (packed GQA rows may be any query row: the last one bounds them).
+    // GEMMs and softmax run on those keys only (packed GQA rows may be any query row: the last one bounds them).
     bool narrow_last = false;
     if constexpr (Cfg::kNarrowN > 0) {
       const int last_row = p.pack_gqa ? info.q_len - 1 : min(kv.row_first + consumer_wg * 64 + 63, info.q_len - 1);
@@ -305,12 +310,12 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       // O is still 0: alpha needs no rescale.
       turn_begin();
       if (kv.um_begin == 0 && kv.um_end > 0) {
-        scores(s, 0, alpha, std::false_type{});
+        scores(s, 0, alpha, std::false_type{}, keys);
       } else {
-        scores(s, 0, alpha, std::true_type{});
+        scores(s, 0, alpha, std::true_type{}, keys);
       }
       turn_end();
-      Consumer::pack_p(s, p_frag);
+      Consumer::template pack_p<kKeys>(s, p_frag);
     };
     if (n_blocks == 1 && narrow_last) {
       first(Narrow{});
@@ -348,7 +353,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       release(Slots::kKEmpty, block + n);
       if (n == n_blocks - 1) q_done();
       turn_begin();
-      scores(s, n, alpha, masked);
+      scores(s, n, alpha, masked, keys);
       turn_end();
       step_stamp(5);
       wgmma_wait<0>();                                         // P V done
@@ -356,7 +361,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       step_stamp(6);
       release(Slots::kVEmpty, block + n - 1);
       if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
-      Consumer::pack_p(s, p_frag);
+      Consumer::template pack_p<kKeys>(s, p_frag);
       step_stamp(7);
     };
     // A narrow last block is always masked (its keys past kNarrowN are): blocks < um_end are full. One masked and

@@ -28,7 +28,8 @@ __device__ __forceinline__ int key_end(const KernelParams& p, const SeqMask& m) 
 // `rows.row` are the query indices of the thread's two fragment rows; `key0` the block's first key.
 // Row i sees keys [lo(i), hi(i)]: a score costs a compare of its compile-time column offset against hi(i) minus this
 // thread's first column and a select; a left window bound adds a compare against lo(i).
-template <int kNTiles>
+// kLive: the tiles past it are not read again (a narrow last block), so they take no mask.
+template <int kNTiles, int kLive = kNTiles>
 __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const KernelParams& p, const SeqMask& m,
                                             const ThreadRows& rows, int key0, int lane) {
   const int end = key_end(p, m);
@@ -41,7 +42,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
   }
   if (p.window_left < 0) {  // no left bound: one compare per score (causal and tail blocks of dense calls)
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int nt = 0; nt < kLive; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (nt * 8 + (e % 2) > hi[e / 2]) s[nt][e] = -INFINITY;
@@ -53,7 +54,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
 #pragma unroll
   for (int r = 0; r < 2; ++r) lo[r] = rows.row[r] + m.diag - p.window_left - first_col;
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+  for (int nt = 0; nt < kLive; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = nt * 8 + (e % 2);

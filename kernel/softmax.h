@@ -51,8 +51,12 @@ struct OnlineSoftmax {
   static constexpr int kMaxWays = 4;
   static_assert(kNTiles >= kMaxWays && (kMaxWays & (kMaxWays - 1)) == 0, "at least 32 keys; a power-of-two tree");
 
-  template <int kOffset = 0>
+  // kLive: only the block's first kLive 8-column tiles can hold a visible key (a narrow last block); the rest are
+  // left as they are, since P V reads P of the live tiles only. The max and the sum skip -inf and 0 terms, so they
+  // are the bits a full update gives.
+  template <int kOffset = 0, int kLive = kNTiles>
   __device__ __forceinline__ void update(float (&s)[kNTiles][4], float scale_log2, float (&alpha)[2]) {
+    static_assert(kLive >= kMaxWays && kLive <= kNTiles, "at least 32 live keys, at most the block");
     float block_max[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -60,7 +64,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int w = 0; w < kMaxWays; ++w) part[w] = fmaxf(s[w][2 * r], s[w][2 * r + 1]);
 #pragma unroll
-      for (int nt = kMaxWays; nt < kNTiles; ++nt) {
+      for (int nt = kMaxWays; nt < kLive; ++nt) {
         part[nt % kMaxWays] = fmaxf(part[nt % kMaxWays], fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
       }
 #pragma unroll
@@ -85,7 +89,7 @@ struct OnlineSoftmax {
       const float m_p = m_scaled - static_cast<float>(kOffset);
       float row_sum = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
+      for (int nt = 0; nt < kLive; ++nt) {
         s[nt][2 * r] = exp2_ftz(s[nt][2 * r] * scale_log2 - m_p);
         s[nt][2 * r + 1] = exp2_ftz(s[nt][2 * r + 1] * scale_log2 - m_p);
         row_sum += s[nt][2 * r] + s[nt][2 * r + 1];

@@ -257,10 +257,12 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
     // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
     // hot one). Soft-capping comes first: a masked score must stay -inf (tanh would make it -1).
-    // A narrow block's scores past its keys are -inf from its GEMM: no softcap, mask, max or exponential runs on them
-    // (the softmax is the step's bottleneck, not the GEMMs), and P V reads none of their P.
+    // A narrow block's scores past its keys are -inf from its GEMM: at hdim 128 no softcap, mask, max or exponential
+    // runs on them, and P V reads none of their P. At hdim 64 and 256 the same code changed ptxas's schedule of kernels
+    // and cost 0.3-1 % on FP8 calls that never run a narrow block (docs/perf-notes.md 8.43), so they keep the full width.
+    auto live_keys = [](auto keys) { return kHeadDim == 128 ? decltype(keys)::value : Cfg::kBlockN; };
     auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2], auto masked, auto keys) {
-      constexpr int kLive = decltype(keys)::value / 8;
+      constexpr int kLive = live_keys(keys) / 8;
       if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
       if constexpr (decltype(masked)::value) {
         mask_scores<Consumer::kNTiles, kLive>(s, p, seq, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
@@ -315,7 +317,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
         scores(s, 0, alpha, std::true_type{}, keys);
       }
       turn_end();
-      Consumer::template pack_p<kKeys>(s, p_frag);
+      Consumer::template pack_p<live_keys(keys)>(s, p_frag);
     };
     if (n_blocks == 1 && narrow_last) {
       first(Narrow{});
@@ -361,7 +363,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       step_stamp(6);
       release(Slots::kVEmpty, block + n - 1);
       if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
-      Consumer::template pack_p<kKeys>(s, p_frag);
+      Consumer::template pack_p<live_keys(keys)>(s, p_frag);
       step_stamp(7);
     };
     // A narrow last block is always masked (its keys past kNarrowN are): blocks < um_end are full. One masked and

@@ -13,33 +13,14 @@ can be checked before it is timed. No GPU needed.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
+from pathlib import Path
 
-FUNCTION = re.compile(r"^\s*Function : (\S+)")
-INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sass_stalls import opcode  # noqa: E402
 
-
-def kernels(lines: list[str]) -> dict[str, list[str]]:
-    """Instruction texts (predicate included) of each function of a cuobjdump -sass listing."""
-    out: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in lines:
-        m = FUNCTION.match(line)
-        if m:
-            current = out.setdefault(m.group(1), [])
-            continue
-        m = INSTRUCTION.search(line)
-        if m and current is not None:
-            current.append(m.group(1))
-    return out
-
-
-def opcode(text: str) -> str:
-    words = text.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return words[0] if words else ""
+from harness.support.disasm import sass_instructions  # noqa: E402
 
 
 def turns(code: list[str]) -> list[tuple[int, int, int]]:
@@ -61,7 +42,7 @@ def main() -> int:
     ap.add_argument("--kernel", action="append", default=[], help="keep kernels whose name holds this (repeatable)")
     args = ap.parse_args()
     with open(args.sass) as f:
-        found = kernels(f.read().splitlines())
+        found = sass_instructions(f.read())
     picked = {k: v for k, v in found.items() if all(s in k for s in args.kernel)}
     if not picked:
         print(f"{args.sass}: no kernel matches {args.kernel}", file=sys.stderr)

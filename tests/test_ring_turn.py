@@ -37,7 +37,7 @@ KERNEL = [
 
 
 def test_turns_count_inside_and_after() -> None:
-    code = rt.kernels(listing("k_fp8", KERNEL))["k_fp8"]
+    code = rt.sass_instructions("\n".join(listing("k_fp8", KERNEL)))["k_fp8"]
     assert code[3] == "@!P0 MUFU.EX2 R3, R3"
     assert rt.turns(code) == [(1, 2, 2), (7, 0, 1)]
 

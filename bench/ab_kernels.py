@@ -9,7 +9,9 @@ shapes, `fp8-*`: FA3's FP8 rule on batch entry 0, against torch rounding P to E4
 timed in the same interleaved rounds (CUDA events around a batch of calls). Prints per-call times and paired ratios
 (median over rounds of the per-round ratio) against the first build, and which builds' outputs differ from its bits.
 A build may name a launch setting after `@`: `l2=PCT` (fc_params.l2_section_pct: the share of L2 one section of the
-dynamic tile order may fill), so one library can be timed against itself with another setting.
+dynamic tile order may fill) or `schedule=N` (fc_params.schedule: 1 static, 2 dynamic, 3 static without the stream-K
+tail where the library has one, docs/perf-notes.md 8.44), so one library can be timed against itself with another
+setting.
 The gates judge speed with the benchmark suite (make bench / gate-phase4); this is the quick loop between steps.
 """
 
@@ -80,12 +82,15 @@ class Build:
     def __init__(self, name: str, spec: str) -> None:
         self.name = name
         path, _, setting = spec.partition("@")
-        self.l2_pct = 0
+        self.l2_pct = self.schedule = 0
         if setting:
             key, _, value = setting.partition("=")
-            if key != "l2" or not value.isdigit() or not 0 <= int(value) <= 100:
-                raise SystemExit(f"{name}: unknown setting {setting!r} (l2=PCT, 0..100)")
-            self.l2_pct = int(value)
+            if key == "l2" and value.isdigit() and 0 <= int(value) <= 100:
+                self.l2_pct = int(value)
+            elif key == "schedule" and value.isdigit() and 0 <= int(value) <= 3:
+                self.schedule = int(value)
+            else:
+                raise SystemExit(f"{name}: unknown setting {setting!r} (l2=PCT, 0..100; schedule=0..3)")
         self.lib = ctypes.CDLL(path)
         self.lib.fc_attention_forward.argtypes = [ctypes.POINTER(_lib.FcParams), ctypes.c_void_p]
         self.lib.fc_plan.argtypes = [ctypes.POINTER(_lib.FcParams), ctypes.POINTER(_lib.FcPlanInfo)]
@@ -102,7 +107,7 @@ class Build:
             batch=q.shape[0], heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
             head_dim=q.shape[3], q_stride=strides(q), k_stride=strides(k), v_stride=strides(v),
             o_stride=strides(out), softmax_scale=q.shape[3] ** -0.5, causal=int(causal), dtype=dtype,
-            l2_section_pct=self.l2_pct,
+            l2_section_pct=self.l2_pct, schedule=self.schedule,
         )  # fmt: skip
         for name, t in zip(("q_descale", "k_descale", "v_descale"), descales, strict=False):
             setattr(p, name, t.data_ptr())
@@ -283,7 +288,7 @@ def _time_flushed(calls: dict[str, object], rounds: int, flush: L2Flusher) -> di
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("builds", nargs="+",
-                    help="NAME=path/to/libflashcore.so[@l2=PCT] (the first is the reference)")
+                    help="NAME=path/to/libflashcore.so[@l2=PCT|@schedule=N] (the first is the reference)")
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help=f"from: {', '.join(SHAPES)}")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--no-check", action="store_true")

@@ -7,7 +7,8 @@ The softmax ring's named barriers order the warpgroups' turns, but ptxas moves r
 same source compiles to a turn of 3 MUFU.EX2 or of 68 (docs/perf-notes.md 8.27, 8.43), and FP8 hdim 128 ran 2-7 %
 slower whenever most of a step's exponentials landed inside. This prints, for each kernel whose name holds every
 --kernel string, each BAR.SYNC with the MUFU.EX2s before its BAR.ARV and after it (up to the next BAR.SYNC), so a build
-can be checked before it is timed. No GPU needed.
+can be checked before it is timed. No GPU needed: cuobjdump reads a local build's sm_90a cubins on a CPU-only machine
+too (PyPI's nvidia-cuda-cuobjdump wheel ships it under nvidia/cu13/bin; docs/perf-notes.md 8.44).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ is masked.
 
 import re
 import sys
+from collections import Counter
 
 sys.path.insert(0, "bench")
 sys.path.insert(0, ".")
@@ -21,30 +22,30 @@ def masked(code: list[str]) -> list[str]:
     return [re.sub(r"0x[0-9a-f]+", "X", x) for x in code]
 
 
+def verdict(code: list[str], other: list[str] | None) -> str:
+    """'identical', 'constants' (identical once hex literals are masked) or 'differs'."""
+    if code == other:
+        return "identical"
+    return "constants" if other and masked(code) == masked(other) else "differs"
+
+
 head, v3, v2 = (sass_instructions(open(path).read()) for path in sys.argv[1:4])
-exact = mod = diff = 0
+# head's kernels against v3's kTail = false copies (combine_splits_kernel keeps its name)
+plain = Counter()
 for name, code in head.items():
-    if "attention_forward_wgmma" not in name and "combine_splits" not in name:
-        continue
-    name3 = re.sub(r"(ELb[01]ELb[01])(EEEv)", r"\1ELb0\2", name) if "wgmma" in name else name
-    code3 = v3.get(name3)
-    if code == code3:
-        exact += 1
-    elif code3 and masked(code) == masked(code3):
-        mod += 1
-    else:
-        diff += 1
-        print("differs:", name[20:100], len(code), len(code3 or []))
-print(f"without the tail vs head: {exact} identical, {mod} identical but for constants, {diff} differ")
-same = mod2 = diff2 = 0
+    if "attention_forward_wgmma" in name or "combine_splits" in name:
+        name3 = re.sub(r"(ELb[01]ELb[01])(EEEv)", r"\1ELb0\2", name) if "wgmma" in name else name
+        plain[v := verdict(code, v3.get(name3))] += 1
+        if v == "differs":
+            print("differs:", name[20:100], len(code), len(v3.get(name3) or []))
+print(f"without the tail vs head: {plain['identical']} identical, {plain['constants']} identical but for constants, "
+      f"{plain['differs']} differ")
+# v3's kTail = true kernels against v2's (one kernel served both)
+tail = Counter()
 for name, code in v3.items():
     if "ELb0ELb0ELb1EEEv" in name:
-        code2 = v2.get(name.replace("ELb0ELb0ELb1EEEv", "ELb0ELb0EEEv"))
-        if code2 == code:
-            same += 1
-        elif code2 and masked(code2) == masked(code):
-            mod2 += 1
-        else:
-            diff2 += 1
+        tail[v := verdict(code, v2.get(name.replace("ELb0ELb0ELb1EEEv", "ELb0ELb0EEEv")))] += 1
+        if v == "differs":
             print("tail differs from v2:", name[30:100])
-print(f"tail kernels vs v2 as timed: {same} identical, {mod2} but for constants, {diff2} differ")
+print(f"tail kernels vs v2 as timed: {tail['identical']} identical, {tail['constants']} but for constants, "
+      f"{tail['differs']} differ")

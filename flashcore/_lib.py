@@ -93,6 +93,8 @@ class FcPlanInfo(ctypes.Structure):
         ("section_heads", ctypes.c_int32),
         ("point", ctypes.c_int32),
         ("fp8_v_transpose", ctypes.c_int32),
+        ("tail_tiles", ctypes.c_int32),
+        ("tail_pieces", ctypes.c_int32),
     ]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from flashcore.points import Point
 
-SCHEDULES = {"default": 0, "static": 1, "dynamic": 2}  # fc_schedule (kernel/flashcore.h)
+SCHEDULES = {"default": 0, "static": 1, "dynamic": 2, "whole": 3}  # fc_schedule (kernel/flashcore.h)
 TABLE_VERSION = 1
 PACKAGED_TABLE = Path(__file__).resolve().parent / "tuned.yaml"
 DECODE_MAX_Q = 16  # seqlen_q up to this is a decode call
@@ -86,7 +86,7 @@ class TileConfig:
         if isinstance(self.l2_section_pct, bool) or not isinstance(self.l2_section_pct, int) \
                 or not 0 <= self.l2_section_pct <= 100:
             out.append(f"l2_section_pct {self.l2_section_pct!r} must be an int in 0..100 (0: the default)")
-        elif self.l2_section_pct and self.schedule == "static":
+        elif self.l2_section_pct and self.schedule in ("static", "whole"):
             out.append("l2_section_pct applies to the dynamic order only (schedule static takes one head at a time)")
         if isinstance(self.num_splits, bool) or not isinstance(self.num_splits, int) \
                 or not 0 <= self.num_splits <= MAX_SPLITS:

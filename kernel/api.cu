@@ -227,11 +227,11 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "point = 0x%x is not a point code (kernel/tile_point.h; 0: default)",
                         static_cast<unsigned>(in->point));
   }
-  if (in->block_n < 0 || in->schedule < FC_SCHEDULE_DEFAULT || in->schedule > FC_SCHEDULE_DYNAMIC ||
+  if (in->block_n < 0 || in->schedule < FC_SCHEDULE_DEFAULT || in->schedule > FC_SCHEDULE_WHOLE ||
       in->l2_section_pct < 0 || in->l2_section_pct > 100) {
     return report_error(FC_ERR_INVALID_ARGUMENT,
                         "block_n = %d, schedule = %d, l2_section_pct = %d: block_n must be >= 0 (0: default), "
-                        "schedule 0 (default), 1 (static) or 2 (dynamic), l2_section_pct 0 (default) .. 100",
+                        "schedule 0 (default), 1 (static), 2 (dynamic) or 3 (static, whole tiles), l2_section_pct 0 (default) .. 100",
                         in->block_n, in->schedule, in->l2_section_pct);
   }
   if (in->workspace_bytes < 0) {
@@ -322,6 +322,9 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   }
   out->vt = nullptr;  // the launcher's (run_tiles.cuh): in the workspace
   out->vt_keys = 0;
+  out->tail_first = INT32_MAX;  // no stream-K tail unless the launcher plans one (run_tiles.cuh)
+  out->tail_stride = out->tail_tiles = out->tail_pieces = out->tail_blocks = 0;
+  out->tail_o = nullptr;
   return FC_OK;
 }
 

@@ -25,19 +25,18 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-template <int kHeadDim, typename Element>
-__global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(const __grid_constant__ KernelParams p) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
-  if (row >= p.accum_rows) return;
-  const int splits = p.num_splits;
+// Adds one output row's `parts` fp32 partial rows (O at o_of(s), normalized by its own sum; its LSE lse_of(s)) in
+// part order and writes it to o_row_of() (the first head_dim_v columns, 16-bit); returns the row's LSE. One warp.
+template <int kHeadDim, typename Element, typename LseOf, typename OOf, typename RowOf>
+__device__ __forceinline__ float combine_row(int parts, LseOf lse_of, OOf o_of, RowOf o_row_of, int head_dim_v,
+                                             int lane) {
   float lse_max = -INFINITY;
-  for (int s = lane; s < splits; s += 32) lse_max = fmaxf(lse_max, p.lse_accum[s * p.accum_rows + row]);
+  for (int s = lane; s < parts; s += 32) lse_max = fmaxf(lse_max, lse_of(s));
   lse_max = warp_max(lse_max);
-  const bool empty = lse_max == -INFINITY;  // no split saw a key: O = 0, LSE = -inf (flashcore.h)
+  const bool empty = lse_max == -INFINITY;  // no part saw a key: O = 0, LSE = -inf (flashcore.h)
   float sum = 0.f;
   if (!empty) {
-    for (int s = lane; s < splits; s += 32) sum += expf(p.lse_accum[s * p.accum_rows + row] - lse_max);
+    for (int s = lane; s < parts; s += 32) sum += expf(lse_of(s) - lse_max);
   }
   sum = warp_sum(sum);
   const float lse = empty ? -INFINITY : lse_max + logf(sum);
@@ -46,10 +45,9 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(cons
   float2 acc[kPairs];
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) acc[j] = make_float2(0.f, 0.f);
-  for (int s = 0; s < splits; ++s) {
-    const float lse_s = p.lse_accum[s * p.accum_rows + row];
-    const float w = empty ? 0.f : expf(lse_s - lse);
-    const float2* o_s = reinterpret_cast<const float2*>(p.o_accum + (s * p.accum_rows + row) * kHeadDim);
+  for (int s = 0; s < parts; ++s) {
+    const float w = empty ? 0.f : expf(lse_of(s) - lse);
+    const float2* o_s = reinterpret_cast<const float2*>(o_of(s));
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       const float2 x = o_s[32 * j + lane];
@@ -57,16 +55,30 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(cons
       acc[j].y += w * x.y;
     }
   }
-  const int q_row = static_cast<int>(row % p.seqlen_q);
-  const int64_t bh = row / p.seqlen_q;
-  const int head = static_cast<int>(bh % p.heads_q);
-  const int batch = static_cast<int>(bh / p.heads_q);
-  uint16_t* o_row = static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2] + q_row * p.o_stride[1];
+  uint16_t* o_row = o_row_of();
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     const int col = 2 * (32 * j + lane);
-    if (col < p.head_dim_v) *reinterpret_cast<uint32_t*>(o_row + col) = Element::pack(acc[j].x, acc[j].y);
+    if (col < head_dim_v) *reinterpret_cast<uint32_t*>(o_row + col) = Element::pack(acc[j].x, acc[j].y);
   }
+  return lse;
+}
+
+template <int kHeadDim, typename Element>
+__global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(const __grid_constant__ KernelParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+  if (row >= p.accum_rows) return;
+  auto o_row = [&] {
+    const int q_row = static_cast<int>(row % p.seqlen_q);
+    const int64_t bh = row / p.seqlen_q;
+    const int head = static_cast<int>(bh % p.heads_q);
+    const int batch = static_cast<int>(bh / p.heads_q);
+    return static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2] + q_row * p.o_stride[1];
+  };
+  const float lse = combine_row<kHeadDim, Element>(
+      p.num_splits, [&](int s) { return p.lse_accum[s * p.accum_rows + row]; },
+      [&](int s) { return p.o_accum + (s * p.accum_rows + row) * kHeadDim; }, o_row, p.head_dim_v, lane);
   if (p.lse != nullptr && lane == 0) p.lse[row] = lse;  // lse is [B, Hq, Sq] contiguous: index = row
 }
 

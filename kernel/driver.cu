@@ -4,7 +4,7 @@
 //       --head-dim 64 --dtype bf16|fp16|e4m3 [--causal] [--iters 1] [--seed 1] [--check] [--fault N] [--tol X]
 //       [--kernel wgmma|phase1]   (phase1: the mma.sync kernel of phase 1, for comparisons)
 //       [--splits N] [--sm-margin N] [--deterministic]   (split-KV: fc_params fields of the same names)
-//       [--block-n N] [--schedule 0|1|2] [--l2-pct N]      (tile configuration: fc_params fields, 0 = default)
+//       [--block-n N] [--schedule 0..3] [--l2-pct N]       (tile configuration: fc_params fields, 0 = default)
 //       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]
 //       [--window L,R] [--softcap X] [--head-dim-v N]         (serving layouts: harness/schema.py's Workload)
 //   varlen: packed sequences of seqlens-q queries and seqlens-k keys (seqlen-q/-k: the longest); kvcache: a cache
@@ -126,7 +126,7 @@ int usage(const char* msg) {
                "usage: flashcore_driver --batch B --heads-q H --heads-kv H --seqlen-q S --seqlen-k S --head-dim D\n"
                "       --dtype bf16|fp16|e4m3 [--causal] [--iters N] [--seed N] [--check] [--fault N] [--tol X]\n"
                "       [--kernel wgmma|phase1] [--splits N] [--sm-margin N] [--deterministic]\n"
-               "       [--block-n N] [--schedule 0|1|2] [--l2-pct N]\n"
+               "       [--block-n N] [--schedule 0..3] [--l2-pct N]\n"
                "       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]\n"
                "       [--window L,R] [--softcap X] [--head-dim-v N] [--fp8-v-transpose auto|pass|smem]\n", msg);
   std::printf("RESULT status=error reason=usage\n");
@@ -410,6 +410,7 @@ int main(int argc, char** argv) {
               "splits=%d ctas=%lld", status_ok ? "ok" : "fail", max_err, max_lse_err,
               static_cast<long long>(nonfinite), ms_per_iter, flops / (ms_per_iter * 1e-3) / 1e12, plan.num_splits,
               static_cast<long long>(plan.ctas));
+  if (plan.tail_tiles > 0) std::printf(" tail=%d/%d", plan.tail_tiles, plan.tail_pieces);  // tiles / pieces
   if (fp8) std::printf(" fp8_vt=%s", plan.fp8_v_transpose == FC_FP8_VT_SMEM ? "smem" : "pass");
   if (fp8 && a.check) std::printf(" fp8_baseline_err=%.6g", base_err);
   std::printf("\n");

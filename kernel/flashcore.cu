@@ -204,6 +204,8 @@ int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
   out->fp8_v_transpose = in->dtype != FC_E4M3 ? 0 : (point & kPointVtSmem) ? FC_FP8_VT_SMEM : FC_FP8_VT_PASS;
   out->dynamic = plan.dynamic ? 1 : 0;
   out->section_heads = plan.sections.heads;
+  out->tail_tiles = plan.tail.tiles;
+  out->tail_pieces = plan.tail.pieces;
   return FC_OK;
 }
 

@@ -54,11 +54,16 @@ typedef struct fc_params {
   int64_t workspace_bytes;
   // Tile configuration: the autotuner's knobs (harness/tune). 0 everywhere: the hand-tuned defaults. A value that
   // is not valid or not compiled is rejected with FC_ERR_INVALID_ARGUMENT; none of them changes the arithmetic of a
-  // tile except block_n (which keys share a tile: the last bits may differ between block_n values).
+  // tile except block_n (which keys share a tile: the last bits may differ between block_n values) and schedule (the
+  // stream-K tail, below).
   int32_t block_n;         // keys per K/V tile: 0 = kernel/tile_choice.h's choice; else one of
                            // fc_block_n_options(head_dim) (hdim 64: 128; 128: 128, 176; 256: 80)
   int32_t schedule;        // tile order: FC_SCHEDULE_DEFAULT (static for equal tiles, dynamic under causal
-                           // masking), FC_SCHEDULE_STATIC or FC_SCHEDULE_DYNAMIC (an atomic tile counter)
+                           // masking), FC_SCHEDULE_STATIC, FC_SCHEDULE_DYNAMIC (an atomic tile counter) or
+                           // FC_SCHEDULE_WHOLE (static, no stream-K tail). A static order of equal tiles (no causal
+                           // mask, window or per-sequence lengths) cuts the tiles of its last, partial wave into
+                           // pieces whose fp32 partials are added in a fixed order (kernel/stream_tail.h): those
+                           // tiles' last bits may differ from a whole tile's (FC_SCHEDULE_WHOLE, or dynamic)
   int32_t l2_section_pct;  // dynamic order: % of the L2 that the K/V of one section of (batch, head) pairs may
                            // take, 1..100; 0 = the default (a third; FP8 hdim 256: two thirds)
   int32_t point;           // compile-time point (kernel/tile_point.h: keys per tile, K/V stages, consumer
@@ -105,19 +110,21 @@ typedef struct fc_params {
   int64_t v_descale_stride[2];
   int32_t fp8_v_transpose;  // FP8: enum fc_fp8_v_transpose (0: by the shape); 0 for 16-bit dtypes
 } fc_params;
-enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2 };
+enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2, FC_SCHEDULE_WHOLE = 3 };
 
 // What a call with these params will launch (nothing is launched by fc_plan itself).
 typedef struct fc_plan_info {
   int32_t num_splits;       // K/V splits per tile (1: no split, no combine kernel)
   int32_t pack_gqa;         // 1: the query heads of a K/V head share one tile (short queries with GQA)
   int64_t ctas;             // CTAs of the attention kernel
-  int64_t workspace_bytes;  // fp32 partial O and LSE of every split (0 without split), and the tile counter
+  int64_t workspace_bytes;  // fp32 partials of every split and of the stream-K tail, the tile counter, FP8 V^T
   int32_t block_n;          // keys per K/V tile
   int32_t dynamic;          // 1: tiles taken from an atomic counter; 0: static order
   int32_t section_heads;    // (batch, head) pairs per section of the tile order (some sections take one more)
   int32_t point;            // the compile-time point launched (kernel/tile_point.h)
   int32_t fp8_v_transpose;  // FP8: FC_FP8_VT_PASS or FC_FP8_VT_SMEM, the way V is transposed; 0 for 16-bit dtypes
+  int32_t tail_tiles;       // stream-K tail: tiles of the last wave cut into pieces (0: none; kernel/stream_tail.h)
+  int32_t tail_pieces;      // ... the pieces they are cut into (the workspace holds their fp32 partials)
 } fc_plan_info;
 
 // Launches the forward kernel on `stream` (a cudaStream_t, NULL for the default stream).

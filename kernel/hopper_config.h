@@ -206,6 +206,10 @@ struct HopperTileConfig {
   // that block's S and P V GEMMs on its first kNarrowN keys only (0: never). Causal 128 x 128 tiles: the first
   // warpgroup's diagonal block is half the work.
   static constexpr int kNarrowN = FLASHCORE_NARROW_LAST && kBlockN >= 128 ? 64 : 0;
+  // The narrow block's softmax (mask, max, exponentials, sum, P packing) on its live keys only, at hdim 128. At hdim
+  // 64 and 256 the same code changed ptxas's schedule of kernels and cost 0.3-1 % on FP8 calls that never run a
+  // narrow block (docs/perf-notes.md 8.43), so they keep the full width.
+  static constexpr bool kNarrowSoftmax = kHeadDim == 128;
   static_assert(kQBytes % kAlign == 0 && kKVBytes % kAlign == 0, "tiles must keep 1024-byte alignment");
 };
 

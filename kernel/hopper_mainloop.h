@@ -11,6 +11,7 @@
 #include "params.h"
 #include "seqlens.h"
 #include "softmax.h"
+#include "stream_tail.h"
 #include "tile_choice.h"
 #include "tile_scheduler.h"
 #include "timeline.h"
@@ -27,7 +28,7 @@ namespace flashcore {
 // FP8 with V transposed in shared memory (Cfg::kVtSmem): V goes into the raw ring (v_smem is then that ring), with a
 // word for the transposing warps beside each stage (kernel/fp8_vt_smem.cuh): they, not this thread, wait for the V
 // stage and for kOEmpty, and they stop on kVtStop.
-template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged>
+template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged, bool kTail>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
                              uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, kElemBytes>;
@@ -51,9 +52,21 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     bool valid;
     TileCoord c;
     SeqLens seq;
+    // Stream-K tail items (kernel/stream_tail.h; kTail instantiations only) run part of a tail tile's blocks; empty
+    // ones are skipped too. The item is decoded again for its K/V range below rather than kept: kept across this
+    // loop, it made FP8 hdim 256's 24-register producer spill more (96/100 against 80/80 bytes, perf-notes 8.44).
     for (;;) {
       valid = tile < p.total_tiles;
-      c = tile_coord(p, valid ? tile : 0);
+      int at = valid ? tile : 0;
+      if (kTail && valid && tile >= p.tail_first) {
+        const int t = tail_item(p, tile).tile;
+        if (t < 0) {
+          tile = next_tile(p, tile);
+          continue;
+        }
+        at = p.tail_first + t;
+      }
+      c = tile_coord(p, at);
       seq = seq_lens(p, c.batch);
       if (!valid || tile_has_rows<Cfg::kBlockM>(p, c, seq)) break;
       tile = next_tile(p, tile);
@@ -66,7 +79,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         v_d = descale(p.v_descale, p.v_descale_stride, p, c);
       }
     }
-    const KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c, seq);
+    KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c, seq);
+    if (kTail && valid && tile >= p.tail_first) kv = tail_range(p, kv, tail_item(p, tile));
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = kv_head(p, c);
     bool vt_all = false;  // V^T copy (Cfg::kVtHeadCount): every block of this tile's head is stored

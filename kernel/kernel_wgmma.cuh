@@ -15,6 +15,7 @@
 #include "mask.h"
 #include "params.h"
 #include "seqlens.h"
+#include "stream_tail.h"
 #include "tile_scheduler.h"
 #include "timeline.h"
 
@@ -90,11 +91,14 @@ __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consume
 // kSoftcap: scores are soft-capped (tanh). A run-time branch on it inside the block loop made ptxas spill (hdim 256:
 // 20 bytes), and so did a second copy of the consumer in the same kernel (hdim 128 at 176 keys: 12 bytes), so it is
 // an instantiation of its own, compiled for the short default point of each head dim only (run_tiles.cuh).
+// kTail: the stream-K tail's items (kernel/stream_tail.h), launched only for a plan with a tail: compiled into every
+// kernel, its code moved ptxas's schedule of calls that never cut a tile (-0.3-0.6 % on causal S2K-S4K rows,
+// docs/perf-notes.md 8.44), so those run kernels without it.
 // Element E4m3: FP8 inputs, the per-(batch, K/V head) descale factors folded into the tile's softmax scale and O's
 // normalization, P offset by 2^8 (softmax.h), V read transposed (a copy in the workspace that warps 1-3 of the
 // producer warpgroup write during the call, kernel/fp8_vt_fused.cuh, or transposed in shared memory at kPointVtSmem
 // points, kernel/fp8_vt_smem.cuh), bf16 output; dense batches only.
-template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap>
+template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap, bool kTail = false>
 __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kBytes>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
@@ -145,13 +149,13 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
       if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true>(p, tma, q_smem, k_smem, v_smem, bars,
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail>(p, tma, q_smem, k_smem, v_smem, bars,
                                                                       tile_slots);
       }
     } else {
       setmaxnreg_dec<Cfg::Registers::kProducer>();
       if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false>(p, tma, q_smem, k_smem,
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail>(p, tma, q_smem, k_smem,
                                                                        Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
       } else if (Cfg::kVtSmem && threadIdx.x >= 32) {
         // Warps 1..3 transpose V from the raw ring into the V stages (kernel/fp8_vt_smem.cuh).
@@ -257,10 +261,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
     // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
     // hot one). Soft-capping comes first: a masked score must stay -inf (tanh would make it -1).
-    // A narrow block's scores past its keys are -inf from its GEMM: at hdim 128 no softcap, mask, max or exponential
-    // runs on them, and P V reads none of their P. At hdim 64 and 256 the same code changed ptxas's schedule of kernels
-    // and cost 0.3-1 % on FP8 calls that never run a narrow block (docs/perf-notes.md 8.43), so they keep the full width.
-    auto live_keys = [](auto keys) { return kHeadDim == 128 ? decltype(keys)::value : Cfg::kBlockN; };
+    // A narrow block's scores past its keys are -inf from its GEMM: where Cfg::kNarrowSoftmax (hdim 128) no softcap,
+    // mask, max or exponential runs on them, and P V reads none of their P; elsewhere they run at the full width.
+    auto live_keys = [](auto keys) { return Cfg::kNarrowSoftmax ? decltype(keys)::value : Cfg::kBlockN; };
     auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2], auto masked, auto keys) {
       constexpr int kLive = live_keys(keys) / 8;
       if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
@@ -274,7 +277,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     if (n_blocks == 0) q_done();
 
     // This warpgroup's share of the tile's last block: when its rows see at most kNarrowN of its keys, that block's
-    // GEMMs and softmax run on those keys only (packed GQA rows may be any query row: the last one bounds them).
+    // GEMMs run on those keys only, and its softmax too where Cfg::kNarrowSoftmax (packed GQA rows may be any query
+    // row: the last one bounds them).
     bool narrow_last = false;
     if constexpr (Cfg::kNarrowN > 0) {
       const int last_row = p.pack_gqa ? info.q_len - 1 : min(kv.row_first + consumer_wg * 64 + 63, info.q_len - 1);
@@ -426,6 +430,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;
     if constexpr (kSplit) {
       write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, c.batch, c.split, rows, lane, skip_first_row);
+    } else if (kTail && again.tile >= p.tail_first) {
+      // A stream-K tail item (kernel/stream_tail.h): partials; combine_tail_kernel writes O after the launch.
+      write_tail_partial<Cfg::kBlockM, kHeadDim>(p, consumer.o_reg, inv_l, lse, again.tile, rows, tile_row0, lane);
     } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow || (Cfg::kOAliasV && n_blocks < Cfg::kConsumerWGs) ||
                (p.cu_seqlens_q != nullptr && wg_row0 + 64 > again.q_len)) {
       // Packed rows span several heads (no single TMA box); the planted skip-row fault needs per-row stores; O over

@@ -47,6 +47,12 @@ struct KernelParams {
   int section_heads;
   int section_big;
   int* tile_counter;
+  // Stream-K tail (kernel/stream_tail.h; tail_tiles 0: none, tail_first INT32_MAX): items from tail_first on are
+  // pieces of the last tail_tiles tiles (tail_blocks K/V blocks each) cut into tail_pieces runs, item index
+  // tail_first + half * tail_stride + piece; total_tiles then counts items. tail_o (workspace): per slot, kBlockM
+  // rows of fp32 O partials [row][head_dim], then their LSEs.
+  int tail_first, tail_stride, tail_tiles, tail_pieces, tail_blocks;
+  float* tail_o;
   // Paged KV cache (nullptr: none): sequence b's key j is row j % page_size of page page_table[b * stride +
   // j / page_size] of k and v ([pages, page_size, Hkv, D]); the producer loads page_box rows per TMA box
   // (gcd(page_size, BLOCK_N), set by the launcher: a box never crosses a page).

@@ -15,6 +15,7 @@
 #include "kernel_wgmma.cuh"
 #include "launch.h"
 #include "params.h"
+#include "stream_tail.h"
 #include "tensor_maps.h"
 #include "tile_choice.h"
 #include "tile_scheduler.h"
@@ -45,6 +46,8 @@ struct LaunchPlan {
   int64_t vt_ready_offset; // FP8 V^T written by the kernel: bytes into the workspace of its claim counter and flags
   int vt_blocks;           // ... its K/V blocks per (batch, K/V head), and all of them; 0 otherwise
   int vt_items;
+  TailPlan tail;              // the stream-K tail (kernel/stream_tail.h); tail.tiles 0: none
+  int64_t tail_o_offset;      // bytes into the workspace of its partials
   int64_t workspace_bytes;
 };
 
@@ -152,6 +155,23 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
     plan->vt_items = static_cast<int>(items);
     plan->workspace_bytes = plan->vt_ready_offset + 4 * vt_ready_words(items, pairs);
   }
+  // The stream-K tail, for a static order of equal tiles: every tile sees every key (no causal mask or window,
+  // dense lengths) and runs whole (no split-KV). Deterministic mode plans it for the nominal SM count, as splits.
+  // FP8 with V transposed in shared memory (few query rows per K/V head) keeps whole tiles: the tail's decode made
+  // its 24-register producer spill past the build gate's allowance; so do soft-capped calls (their kernel is an
+  // instantiation of its own: no tail copy of it is compiled, kernel_wgmma.cuh).
+  const bool equal = p.causal == 0 && !ragged;
+  const bool whole = in->schedule == FC_SCHEDULE_WHOLE || (in->dtype == FC_E4M3 && TilePoint<kPoint>::kVtSmem) ||
+                     p.softcap_prescale > 0.f;
+  if (equal && !plan->dynamic && splits == 1 && !whole) {
+    const int64_t sms_for_plan = in->deterministic ? kNominalSms : usable_sms;
+    plan->tail = plan_tail(tiles, n_blocks, tiles < sms_for_plan ? tiles : sms_for_plan);
+  }
+  plan->tail_o_offset = (plan->workspace_bytes + 15) / 16 * 16;
+  if (plan->tail.tiles > 0) {
+    plan->tiles = plan->tail.first + 2 * int64_t{plan->tail.stride};  // items: whole tiles, then the tail's
+    plan->workspace_bytes = plan->tail_o_offset + tail_slots(plan->tail) * Cfg::kBlockM * (kHeadDim + 1) * 4;
+  }
   return FC_OK;
 }
 
@@ -177,11 +197,19 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   } else if (p.softcap_prescale > 0.f) {
     return cudaErrorInvalidValue;  // with_point (kernel/flashcore.cu) never picks another point with softcap
   }
+  if constexpr (!Cfg::kVtSmem) {  // make_plan cuts no tail on FP8 with V transposed in shared memory, nor softcap
+    if (plan.tail.tiles > 0) kernel = attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false, true>;
+  }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   if (plan.dynamic && (err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream)) != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(plan.ctas), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tma);
   err = cudaGetLastError();
+  if (err == cudaSuccess && plan.tail.tiles > 0) {  // the stream-K tail's partials (kernel/stream_tail.h)
+    const auto blocks = static_cast<unsigned>(int64_t{plan.tail.tiles} * Cfg::kBlockM / kCombineWarps);
+    combine_tail_kernel<kHeadDim, Cfg::kBlockM, typename Element::Out><<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
+    err = cudaGetLastError();
+  }
   if (err != cudaSuccess || plan.num_splits == 1) return err;
   const auto blocks = static_cast<unsigned>((p.accum_rows + kCombineWarps - 1) / kCombineWarps);
   combine_splits_kernel<kHeadDim, typename Element::Out><<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
@@ -222,6 +250,14 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   p.vt_items = plan.vt_items;
   p.vt_ready = plan.vt_blocks > 0 ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.vt_ready_offset)
                                   : nullptr;
+  if (plan.tail.tiles > 0) {
+    p.tail_first = static_cast<int>(plan.tail.first);
+    p.tail_stride = plan.tail.stride;
+    p.tail_tiles = plan.tail.tiles;
+    p.tail_pieces = plan.tail.pieces;
+    p.tail_blocks = plan.tail.blocks;
+    p.tail_o = reinterpret_cast<float*>(static_cast<uint8_t*>(in->workspace) + plan.tail_o_offset);
+  }
   // Packed rows (varlen) are one batch entry of total rows; a cache may hold more entries than the call's batch.
   const bool packed_q = in->cu_seqlens_q != nullptr, packed_k = in->cu_seqlens_k != nullptr;
   const int64_t q_rows = packed_q ? in->total_q : in->seqlen_q, q_batch = packed_q ? 1 : in->batch;

@@ -43,11 +43,18 @@ def test_kernel_builds_for_sm90a_without_spills(tmp_path: Path) -> None:
     # dtypes. FP8: wgmma (non-split and split-KV) x hdim 64, 128 and 256 x V^T from the kernel's copy or transposed in
     # shared memory (their combine is bf16's); no pre-pass kernel (docs/perf-notes.md step 8.17). Each point that
     # kernel/tuned_points.inc names (make tune's table) is one more translation unit: its 16-bit wgmma kernel
-    # (non-split and split-KV, 2 dtypes) and its head dim's combine kernels again (2 dtypes).
+    # (non-split and split-KV, 2 dtypes) and its head dim's combine kernels again (2 dtypes). The stream-K tail
+    # (kernel/stream_tail.h): a kTail copy of each non-split wgmma kernel but soft-capping's and FP8's with V
+    # transposed in shared memory (8 16-bit, 3 FP8; 2 more per point), and its combine kernel per head dim and output
+    # dtype (FP8's is bf16's; 2 more per point).
     points = len(TUNED_POINT.findall((REPO / "kernel" / "tuned_points.inc").read_text()))
-    assert len(report.entries) == 52 + 6 * points
-    assert sum("attention_forward_wgmma_kernel" in f.name for f in report.entries) == 40 + 4 * points
-    assert sum("E4m3" in f.name for f in report.entries) == 12
+    assert len(report.entries) == 69 + 10 * points
+    assert sum("combine_tail_kernel" in f.name for f in report.entries) == 6 + 2 * points
+    assert sum("attention_forward_wgmma_kernel" in f.name for f in report.entries) == 51 + 6 * points
+    tail = "ELb1EEEvNS_12KernelParamsENS_9TmaParamsE"  # kTail = true, the kernel's last template argument
+    assert sum("attention_forward_wgmma_kernel" in f.name and f.name.endswith(tail) for f in report.entries) == \
+        11 + 2 * points
+    assert sum("E4m3" in f.name for f in report.entries) == 15
     assert not any("transpose_v_fp8_kernel" in f.name for f in report.entries)
     assert sum("combine_splits_kernel" in f.name for f in report.entries) == 6 + 2 * points
     assert {f.arch for f in report.entries} == {"sm_90a"}

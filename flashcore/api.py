@@ -453,6 +453,8 @@ class Plan:
     point: str = ""  # the compile-time point launched (flashcore/points.py name)
     tile: tuning.TileConfig = tuning.DEFAULT  # the configuration asked for (the tuned table's or the caller's)
     v_transpose: str = ""  # FP8: where V is transposed, "pass" or "smem" (attention_fp8's v_transpose); "" 16-bit
+    tail_tiles: int = 0  # stream-K tail (kernel/stream_tail.h): last-wave tiles cut into pieces; 0: whole tiles
+    tail_pieces: int = 0  # ... the pieces they are cut into (fp32 partials, summed in piece order after the launch)
 
 
 def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, deterministic: bool = False,
@@ -488,7 +490,7 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
         info = _plan(lib, params)
     return Plan(info.num_splits, bool(info.pack_gqa), info.ctas, info.workspace_bytes, info.block_n,
                 bool(info.dynamic), info.section_heads, points.Point.from_code(info.point).name, config,
-                v_transpose_name(info.fp8_v_transpose))
+                v_transpose_name(info.fp8_v_transpose), info.tail_tiles, info.tail_pieces)
 
 
 def _params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,

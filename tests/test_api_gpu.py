@@ -108,3 +108,29 @@ def test_a_repeat_call_that_the_checks_refuse_is_still_refused():
     assert api.entry_calls() == calls
     with torch.no_grad():  # grad mode off: the same tensors are fine
         flashcore.attention(q, k, v.clone().requires_grad_())
+
+
+def test_plan_reports_the_stream_k_tail_and_its_result_matches_whole_tiles():
+    """B3 H7 S4097 hdim 128: 693 tiles of 128 rows. Where the last wave fills at most a quarter of the SMs
+    (kernel/stream_tail.h kTailMaxFill; 33 of 132 on an H100 SXM) flashcore.plan reports its tiles cut into more
+    pieces than tiles, at most one per CTA; schedule="whole" and causal calls run whole tiles. The cut run matches the
+    fp32 reference as the whole-tile run does, and repeats its bits."""
+    from flashcore.tuning import TileConfig
+
+    q, k, v = rand(3, 4097, 7, 128), rand(3, 4097, 7, 128), rand(3, 4097, 7, 128)
+    plan = flashcore.plan(q, k, v)
+    rest = (3 * 7 * 33) % plan.ctas
+    if not (0 < rest <= plan.ctas // 4):
+        pytest.skip(f"{plan.ctas} CTAs: a last wave of {rest} tiles is not cut")
+    assert plan.tail_tiles == rest and plan.tail_tiles < plan.tail_pieces <= plan.ctas
+    whole = TileConfig(schedule="whole")
+    assert flashcore.plan(q, k, v, tile=whole).tail_tiles == 0
+    assert flashcore.plan(q, k, v, causal=True).tail_tiles == 0
+    ref, ref_lse = reference(q, k, v, False)
+    for tile in (None, whole):
+        out, lse = flashcore.attention(q, k, v, tile=tile)
+        assert (out.float() - ref).abs().max().item() < 2e-2
+        assert (lse - ref_lse).abs().max().item() < 1e-3
+    out, lse = flashcore.attention(q, k, v)
+    again, again_lse = flashcore.attention(q, k, v)
+    assert torch.equal(out, again) and torch.equal(lse, again_lse)

@@ -2,7 +2,7 @@
 
 The kernel trusts three facts of this arithmetic: the items cover every K/V block of every tail tile exactly once, the
 (tile, piece) pairs number the partial slots without a collision, and tail_tile_pieces names exactly the pieces whose
-items a tile has (the last of them to finish adds the slots up, so a miscount loses or doubles a part of O)."""
+items a tile has (combine_tail_kernel adds those slots up, so a miscount loses or doubles a part of O)."""
 
 from __future__ import annotations
 

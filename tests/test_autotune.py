@@ -173,6 +173,35 @@ def test_make_tune_arguments_reach_the_tuner_and_a_cpu_host_is_refused(
     assert "no CUDA GPU" in capsys.readouterr().err
 
 
+def test_tune_build_only_needs_no_gpu_but_the_default_library(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--build-only (make tune-build) runs the compile step on a host without a GPU, and stops there; without the
+    default library (make build's) it says so and fails."""
+    import torch
+
+    from flashcore import _lib
+    from harness import cli
+    from harness.tune import runner
+    from harness.tune.build import PointBuild
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(_lib, "library_path", lambda: tmp_path / "missing.so")
+    assert cli.main(["tune", "--build-only"]) == 1
+    assert "make build first" in capsys.readouterr().err
+    lib = tmp_path / "libflashcore.so"
+    lib.write_bytes(b"")
+    monkeypatch.setattr(_lib, "library_path", lambda: lib)
+    calls: list[int] = []
+
+    def fake_build(config, settings) -> PointBuild:  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return PointBuild(library=tmp_path / "tune.so")
+
+    monkeypatch.setattr(runner, "_build_points", fake_build)
+    assert cli.main(["tune", "--build-only"]) == 0
+    assert calls == [1] and "--build-only: 0 points" in capsys.readouterr().out
+
+
 def test_autotune_gain_judges_only_buckets_the_table_changes(gates_dir: Path) -> None:
     from harness.gates.autotune_gain import same_launch_check, split_same_launch
 

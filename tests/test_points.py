@@ -109,6 +109,19 @@ def test_the_makefile_builds_one_object_per_points_file_line(tmp_path: Path) -> 
     assert f"-DFLASHCORE_POINTS_FILE='\"{points_file}\"'" in out.replace("'\\\"", "'\"")
 
 
+def test_an_unchanged_points_file_keeps_its_time_so_make_rebuilds_nothing(tmp_path: Path) -> None:
+    """The library's dispatch object depends on the points file (a ~100 s nvcc run): writing the same text again must
+    not touch the file, so a second make tune, or the relink after every candidate compiled clean, finds it current."""
+    pts = {128: [Point(128, 3, 2, True, False, 32)]}
+    path = tmp_path / "points.inc"
+    tune_build.write_points_file(path, pts, tune_build.SURVIVORS_HEADER)
+    os.utime(path, (1_000_000, 1_000_000))
+    tune_build.write_points_file(path, pts, tune_build.SURVIVORS_HEADER)
+    assert path.stat().st_mtime == 1_000_000
+    tune_build.write_points_file(path, {128: []}, tune_build.SURVIVORS_HEADER)
+    assert path.stat().st_mtime != 1_000_000 and "FC_POINT" not in path.read_text()
+
+
 def test_every_point_the_table_names_is_in_the_tuned_points_file() -> None:
     used = table_points(parse_tables((REPO / "flashcore/tuned.yaml").read_text()))
     listed = (REPO / "kernel/tuned_points.inc").read_text()
@@ -171,6 +184,38 @@ def test_the_compile_step_drops_points_that_fail_spill_or_break_a_rule(tmp_path:
     assert res.library == tmp_path / "build/tune/libflashcore.so"
     assert any("compiling p128_128_3_2_1_0_32" in s for s in said)
     assert (tmp_path / "build/tune/points.inc").read_text().count("FC_POINT(") == 1  # relinked without the failures
+
+
+def test_when_every_candidate_compiles_clean_the_relink_keeps_the_points_file(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier run (make tune-build's) left the same survivors: the link step finds the points file untouched,
+    so make compiles no dispatch object again. The fake make records each call's points file and its time."""
+    clean = (Point(128, 3, 2, True, False, 32), Point(128, 2, 2, False, False, 32))
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tmp_path / "clean.log").write_text(CLEAN_LOG)
+    script = ["#!/bin/sh", 'for a in "$@"; do case $a in BUILD_DIR=*) b=${a#BUILD_DIR=};; POINTS_FILE=*) '
+              'f=${a#POINTS_FILE=};; esac; done', 'mkdir -p "$b/points"',
+              'targets=$(for a in "$@"; do case $a in *.o|*.so) printf "%s," "$(basename "$a")";; esac; done)',
+              f'echo "$(basename "$f") $(stat -c %Y "$f") $targets" >> {tmp_path}/calls']
+    for p in clean:
+        stem = tune_build.object_stem(128, p)
+        script.append(f'cp {tmp_path}/clean.log "$b/points/{stem}.ptxas.log"; touch "$b/points/{stem}.o"')
+    script.append('touch "$b/libflashcore.so"')
+    (tools / "make").write_text("\n".join(script) + "\n")
+    (tools / "make").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    points_file = tmp_path / "build/tune/points.inc"
+    points_file.parent.mkdir(parents=True)
+    tune_build.write_points_file(points_file, {128: list(clean)}, tune_build.SURVIVORS_HEADER)
+    os.utime(points_file, (1_000_000, 1_000_000))  # as an earlier make tune (or make tune-build) left it
+    res = tune_build.build_points(tmp_path, {128: (DEFAULTS[128], *clean)}, {128: (DEFAULTS[128],)}, ("C7511",),
+                                  lambda _: None, jobs=2)
+    assert res.built == {128: list(clean)} and res.library == tmp_path / "build/tune/libflashcore.so"
+    calls = [c.split() for c in (tmp_path / "calls").read_text().splitlines()]
+    objects = sorted(f"{tune_build.object_stem(128, p)}.o" for p in clean)
+    assert calls[0][0] == "candidates.inc" and sorted(calls[0][2].rstrip(",").split(",")) == objects
+    assert calls[1] == ["points.inc", "1000000", "libflashcore.so,"]
 
 
 def test_the_tuner_holds_only_same_tile_shapes_to_bit_identity() -> None:

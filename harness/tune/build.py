@@ -1,8 +1,9 @@
 """make tune's compile step: the space's compile-time points checked (flashcore/points.py), the valid ones the
-default library lacks written to a points file and built in parallel into build/tune/ (kernel/kernel.mk: one object
-per point), then each judged by its ptxas report: a point that spills or serializes wgmma is dropped with the
-reason, and the library is relinked without it. The tuner then loads build/tune/libflashcore.so, which holds the
-defaults and every surviving candidate."""
+default library lacks built in parallel into build/tune/ (kernel/kernel.mk: one object per point), then each judged
+by its ptxas report: a point that spills or serializes wgmma is dropped with the reason, and the library is linked
+with the survivors. The tuner then loads build/tune/libflashcore.so, which holds the defaults and every surviving
+candidate. make's file times decide what is compiled: a second run over the same sources compiles nothing (make
+tune-build runs this step alone, on any host with nvcc)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from harness.support.ptxas import parse_ptxas
 
 TUNE_BUILD_DIR = Path("build/tune")
 POINTS_FILE = "points.inc"
+CANDIDATES_FILE = "candidates.inc"  # every point to compile (their objects only)
+CANDIDATES_HEADER = "make tune's candidates (harness/tune/build.py)"
+SURVIVORS_HEADER = "make tune's candidates that compiled clean (harness/tune/build.py): the library's points"
 
 
 @dataclass
@@ -46,9 +50,13 @@ def object_stem(head_dim: int, p: Point) -> str:
 
 
 def write_points_file(path: Path, points: Mapping[int, list[Point]], header: str) -> None:
+    """Write the points file; an existing file with the same text is left alone, so its time stays and make rebuilds
+    nothing that depends on it (the library's dispatch object: a single nvcc run of ~100 s)."""
     lines = [f"// {line}" for line in header.splitlines()]
     lines += [p.inc_line(hd) for hd in sorted(points) for p in points[hd]]
-    path.write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    if not (path.is_file() and path.read_text() == text):
+        path.write_text(text)
 
 
 def ptxas_problems(log: str, forbidden_codes: tuple[str, ...]) -> list[str]:
@@ -74,10 +82,10 @@ def plan_points(space: Mapping[int, tuple[Point, ...]], defaults: Mapping[int, t
     return result
 
 
-def _make(repo: Path, build_dir: Path, points_file: Path, jobs: int, say: Callable[[str], None],
+def _make(repo: Path, build_dir: Path, points_file: Path, targets: list[Path], jobs: int, say: Callable[[str], None],
           keep_going: bool) -> int:
     cmd = ["make", f"-j{jobs}", *(["-k"] if keep_going else []), f"BUILD_DIR={build_dir}",
-           f"POINTS_FILE={points_file}", str(build_dir / "libflashcore.so")]
+           f"POINTS_FILE={points_file}", *(str(t) for t in targets)]
     log = build_dir / "make.log"
     started = time.monotonic()
     with log.open("a") as f, subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -106,8 +114,13 @@ def build_points(repo: Path, space: Mapping[int, tuple[Point, ...]], defaults: M
     jobs = jobs or os.cpu_count() or 2
     n = sum(len(v) for v in result.built.values())
     say(f"building {n} points with make -j{jobs} into {TUNE_BUILD_DIR} (log: {TUNE_BUILD_DIR}/make.log)")
-    write_points_file(points_file, result.built, "make tune's candidates (harness/tune/build.py)")
-    _make(repo, build_dir, points_file, jobs, say, keep_going=True)
+    # The point objects first, on their own: the library's dispatch object (flashcore.o, one nvcc run of ~100 s)
+    # depends on the points file, so it is compiled once, for the survivors, and not at all when they are the
+    # survivors of the last run (make tune-build's, say) and every object is current.
+    candidates = build_dir / CANDIDATES_FILE
+    write_points_file(candidates, result.built, CANDIDATES_HEADER)
+    objects = [build_dir / "points" / f"{object_stem(hd, p)}.o" for hd, pts in result.built.items() for p in pts]
+    _make(repo, build_dir, candidates, objects, jobs, say, keep_going=True)
     survivors: dict[int, list[Point]] = {}
     for hd, pts in result.built.items():
         for p in pts:
@@ -125,8 +138,8 @@ def build_points(repo: Path, space: Mapping[int, tuple[Point, ...]], defaults: M
             say(f"rejected after the build: d{hd} {p.name}: {result.rejected[-1][2]}")
     result.built = survivors
     if survivors:
-        write_points_file(points_file, survivors, "make tune's candidates that compiled clean (harness/tune/build.py)")
-        if _make(repo, build_dir, points_file, jobs, say, keep_going=False) != 0:
+        write_points_file(points_file, survivors, SURVIVORS_HEADER)  # untouched when the survivors did not change
+        if _make(repo, build_dir, points_file, [build_dir / "libflashcore.so"], jobs, say, keep_going=False) != 0:
             print(f"[tune] relinking {TUNE_BUILD_DIR} failed: see {TUNE_BUILD_DIR}/make.log", file=sys.stderr)
         else:
             result.library = build_dir / "libflashcore.so"

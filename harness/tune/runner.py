@@ -1,8 +1,9 @@
 """`make tune` (GPU): time every candidate tile configuration of each tuning shape against the default, paired in
 interleaved rounds (the benchmark's timer, gates/bench.yaml), and write the table flashcore.attention reads.
 
-First the compile-time points of the space are checked and the valid ones built in parallel (harness/tune/build.py);
-the tuner then runs on build/tune/libflashcore.so, which holds the defaults and every point that built clean.
+First the compile-time points of the space are checked and the valid ones built in parallel (harness/tune/build.py;
+`--build-only`, make tune-build, stops there and needs no GPU); the tuner then runs on build/tune/libflashcore.so,
+which holds the defaults and every point that built clean.
 Per shape: the run-time candidates of harness/tune/space.py and the head dim's built points (at the default
 run-time knobs; one family at a time, no cross product), less those whose launch plan (fc_plan: point, BLOCK_N,
 static or dynamic order, section size) equals the default's or an earlier candidate's; each must reproduce the
@@ -30,7 +31,7 @@ from flashcore.points import Point
 from flashcore.tuning import DEFAULT, Entry, ShapeKey, Table, TableError, TileConfig, dump_tables, parse_tables
 from harness.bench import paired
 from harness.schema import Workload
-from harness.tune.build import PointBuild, build_points, write_tuned_points
+from harness.tune.build import TUNE_BUILD_DIR, PointBuild, build_points, write_tuned_points
 from harness.tune.settings import TuneSettings
 from harness.tune.space import bucket, candidates
 
@@ -163,6 +164,9 @@ def main(argv: list[str] | None) -> int:
     ap.add_argument("--no-write", action="store_true", help="measure and report, leave the table file alone")
     ap.add_argument("--no-points", action="store_true", help="skip the compile-time points (run-time knobs only)")
     ap.add_argument("--jobs", type=int, default=None, help="parallel compiles of the points (default: CPU count)")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build and judge the points into build/tune/ and stop (no GPU needed): a later make tune "
+                         "with the same kernel sources reuses them")
     args = ap.parse_args(argv)
     from harness import env
     from harness.bench.settings import load_bench_settings
@@ -179,6 +183,8 @@ def main(argv: list[str] | None) -> int:
     except ConfigError as e:
         print(f"flashcore tune: bad gate file: {e}", file=sys.stderr)
         return 2
+    if args.build_only:
+        return build_only(config, settings)
     if why := gpu.cuda_unavailable_reason():
         print(f"flashcore tune: {why}", file=sys.stderr)
         return 1
@@ -254,6 +260,23 @@ def table_points(tables: list[Table]) -> dict[int, list[Point]]:
                 if (p := Point.parse(e.config.point)) not in pts:
                     pts.append(p)
     return used
+
+
+def build_only(config: Any, settings: TuneSettings) -> int:
+    """--build-only: the compile step alone (nvcc, no GPU); 1 when the default library is missing or the relink
+    failed."""
+    from flashcore import _lib
+
+    if not _lib.library_path().is_file():
+        print(f"flashcore tune: {_lib.library_path()} is missing: run make build first (make tune-build does)",
+              file=sys.stderr)
+        return 1
+    built = _build_points(config, settings)
+    if built.built and built.library is None:
+        return 1
+    _say(f"--build-only: {sum(len(v) for v in built.built.values())} points in {TUNE_BUILD_DIR}; make tune reuses "
+         "them while the kernel sources and the space are unchanged")
+    return 0
 
 
 def _build_points(config: Any, settings: TuneSettings) -> PointBuild:

@@ -145,6 +145,18 @@ def test_ptxas_verdicts() -> None:
     assert "C7511" in tune_build.ptxas_problems(serial, ("C7511",))[0]
 
 
+def _fake_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: list[str]) -> None:
+    """A `make` first on PATH: a shell script that reads BUILD_DIR= ($b) and POINTS_FILE= ($f) from its arguments,
+    runs `body`, and touches the library."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    script = ["#!/bin/sh", 'for a in "$@"; do case $a in BUILD_DIR=*) b=${a#BUILD_DIR=};; POINTS_FILE=*) '
+              'f=${a#POINTS_FILE=};; esac; done', 'mkdir -p "$b/points"', *body, 'touch "$b/libflashcore.so"']
+    (tools / "make").write_text("\n".join(script) + "\n")
+    (tools / "make").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+
+
 def test_the_compile_step_drops_points_that_fail_spill_or_break_a_rule(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A fake make: per point object, a clean report, a spilling one, or no object (compile error)."""
@@ -152,21 +164,13 @@ def test_the_compile_step_drops_points_that_fail_spill_or_break_a_rule(tmp_path:
                              Point(128, 2, 2, False, False, 32))
     fates = {tune_build.object_stem(128, clean): "clean", tune_build.object_stem(128, spills): "spill",
              tune_build.object_stem(128, broken): "error"}
-    tools = tmp_path / "bin"
-    tools.mkdir()
     (tmp_path / "clean.log").write_text(CLEAN_LOG)
     (tmp_path / "spill.log").write_text(CLEAN_LOG.replace("0 bytes spill stores", "8 bytes spill stores"))
-    script = ["#!/bin/sh", 'for a in "$@"; do case $a in BUILD_DIR=*) b=${a#BUILD_DIR=};; POINTS_FILE=*) '
-              'f=${a#POINTS_FILE=};; esac; done', 'mkdir -p "$b/points"']
-    for stem, fate in fates.items():
-        script.append(f'if grep -q "{stem}" "$f.stems"; then echo "nvcc -o $b/points/{stem}.o"; '
-                      + (f'echo "error: boom" > "$b/points/{stem}.ptxas.log"; ' if fate == "error" else
-                         f'cp {tmp_path}/{fate}.log "$b/points/{stem}.ptxas.log"; touch "$b/points/{stem}.o"; ')
-                      + "fi")
-    script.append('touch "$b/libflashcore.so"')
-    (tools / "make").write_text("\n".join(script) + "\n")
-    (tools / "make").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    _fake_make(tmp_path, monkeypatch, [
+        f'if grep -q "{stem}" "$f.stems"; then echo "nvcc -o $b/points/{stem}.o"; '
+        + (f'echo "error: boom" > "$b/points/{stem}.ptxas.log"; ' if fate == "error" else
+           f'cp {tmp_path}/{fate}.log "$b/points/{stem}.ptxas.log"; touch "$b/points/{stem}.o"; ')
+        + "fi" for stem, fate in fates.items()])
     real_write = tune_build.write_points_file
 
     def write(path: Path, pts, header: str) -> None:  # type: ignore[no-untyped-def]
@@ -191,20 +195,12 @@ def test_when_every_candidate_compiles_clean_the_relink_keeps_the_points_file(tm
     """An earlier run (make tune-build's) left the same survivors: the link step finds the points file untouched,
     so make compiles no dispatch object again. The fake make records each call's points file and its time."""
     clean = (Point(128, 3, 2, True, False, 32), Point(128, 2, 2, False, False, 32))
-    tools = tmp_path / "bin"
-    tools.mkdir()
     (tmp_path / "clean.log").write_text(CLEAN_LOG)
-    script = ["#!/bin/sh", 'for a in "$@"; do case $a in BUILD_DIR=*) b=${a#BUILD_DIR=};; POINTS_FILE=*) '
-              'f=${a#POINTS_FILE=};; esac; done', 'mkdir -p "$b/points"',
-              'targets=$(for a in "$@"; do case $a in *.o|*.so) printf "%s," "$(basename "$a")";; esac; done)',
-              f'echo "$(basename "$f") $(stat -c %Y "$f") $targets" >> {tmp_path}/calls']
-    for p in clean:
-        stem = tune_build.object_stem(128, p)
-        script.append(f'cp {tmp_path}/clean.log "$b/points/{stem}.ptxas.log"; touch "$b/points/{stem}.o"')
-    script.append('touch "$b/libflashcore.so"')
-    (tools / "make").write_text("\n".join(script) + "\n")
-    (tools / "make").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    stems = [tune_build.object_stem(128, p) for p in clean]
+    _fake_make(tmp_path, monkeypatch, [
+        'targets=$(for a in "$@"; do case $a in *.o|*.so) printf "%s," "$(basename "$a")";; esac; done)',
+        f'echo "$(basename "$f") $(stat -c %Y "$f") $targets" >> {tmp_path}/calls',
+        *(f'cp {tmp_path}/clean.log "$b/points/{stem}.ptxas.log"; touch "$b/points/{stem}.o"' for stem in stems)])
     points_file = tmp_path / "build/tune/points.inc"
     points_file.parent.mkdir(parents=True)
     tune_build.write_points_file(points_file, {128: list(clean)}, tune_build.SURVIVORS_HEADER)

@@ -74,6 +74,19 @@ __device__ __forceinline__ void write_output(const KernelParams& p, float (&o_re
   write_lse(p, lse, batch, q_off, rows, lane);
 }
 
+// One fp32 partial row's O (split-KV's and the stream-K tail's): the thread's columns of row `r` of its fragment,
+// normalized by inv_l, as float2s. The caller writes the row's LSE (keeping its address inside the caller's
+// lane test keeps ptxas's schedule of every kernel as it was).
+template <int kDTiles>
+__device__ __forceinline__ void store_partial_row(float* o_row, const float (&o_reg)[kDTiles][4], int r, float inv_l,
+                                                  int lane) {
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) {
+    *reinterpret_cast<float2*>(o_row + dt * 8 + 2 * (lane % 4)) =
+        make_float2(o_reg[dt][2 * r] * inv_l, o_reg[dt][2 * r + 1] * inv_l);
+  }
+}
+
 // Split-KV epilogue: this split's O rows normalized by its own softmax sum, fp32, and its LSE (-inf for a row
 // that sees no key in this split; its O is then 0). combine_splits_kernel weighs them by exp(lse_s - lse).
 template <int kHeadDim, int kDTiles>
@@ -86,12 +99,7 @@ __device__ __forceinline__ void write_partial(const KernelParams& p, float (&o_r
     if (skip_first_row && r == 0 && lane / 4 == 0) continue;
     const int64_t row = split * p.accum_rows +
                         (static_cast<int64_t>(batch) * p.heads_q + rows.head[r]) * p.seqlen_q + rows.row[r];
-    float* o_row = p.o_accum + row * kHeadDim;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      const int col = dt * 8 + 2 * (lane % 4);
-      *reinterpret_cast<float2*>(o_row + col) = make_float2(o_reg[dt][2 * r] * inv_l[r], o_reg[dt][2 * r + 1] * inv_l[r]);
-    }
+    store_partial_row(p.o_accum + row * kHeadDim, o_reg, r, inv_l[r], lane);
     if (lane % 4 == 0) p.lse_accum[row] = lse[r];
   }
 }

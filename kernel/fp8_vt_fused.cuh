@@ -61,8 +61,9 @@ struct VtItem {
 };
 template <int kBlockN>
 __device__ __forceinline__ VtItem vt_item(const KernelParams& p, int item) {
-  const int bh = item / p.vt_blocks;
-  return VtItem{(item - bh * p.vt_blocks) * kBlockN, bh % p.heads_kv, bh / p.heads_kv};
+  const int bh = p.div_vt_blocks(item);
+  const int batch = p.div_heads_kv(bh);
+  return VtItem{(item - bh * p.vt_blocks) * kBlockN, bh - batch * p.heads_kv, batch};
 }
 
 // Warps 1..3 of the producer warpgroup (warp 0..2 here): claim, load, transpose, store and publish V^T blocks until

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "fast_div.h"
+
 namespace flashcore {
 
 struct KernelParams {
@@ -47,6 +49,11 @@ struct KernelParams {
   int section_heads;
   int section_big;
   int* tile_counter;
+  // The tile decode's runtime divisors as multiply-shift constants (kernel/fast_div.h; the launcher sets them): the
+  // tiles of a section of section_heads + 1 and of section_heads (batch, head) pairs, those two head counts,
+  // num_splits, grid_heads and group; the V^T copy's vt_blocks and heads_kv.
+  FastDiv div_section_big, div_section, div_heads_big, div_heads, div_splits, div_grid_heads, div_group;
+  FastDiv div_vt_blocks, div_heads_kv;
   // Stream-K tail (kernel/stream_tail.h; tail_tiles 0: none, tail_first INT32_MAX): items from tail_first on are
   // pieces of the last tail_tiles tiles (tail_blocks K/V blocks each) cut into tail_pieces runs, item index
   // tail_first + half * tail_stride + piece; total_tiles then counts items. tail_o (workspace): per slot, kBlockM

@@ -165,7 +165,7 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
                      p.softcap_prescale > 0.f;
   if (equal && !plan->dynamic && splits == 1 && !whole) {
     const int64_t sms_for_plan = in->deterministic ? kNominalSms : usable_sms;
-    plan->tail = plan_tail(tiles, n_blocks, tiles < sms_for_plan ? tiles : sms_for_plan);
+    plan->tail = plan_tail(tiles, n_blocks, sms_for_plan);
   }
   plan->tail_o_offset = (plan->workspace_bytes + 15) / 16 * 16;
   if (plan->tail.tiles > 0) {
@@ -242,11 +242,21 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   p.total_tiles = static_cast<int>(plan.tiles);
   p.section_heads = plan.sections.heads;
   p.section_big = plan.sections.big;
+  const int tiles_per_head = plan.m_tiles * plan.num_splits;
+  p.div_section_big = make_fast_div((plan.sections.heads + 1) * tiles_per_head);
+  p.div_section = make_fast_div(plan.sections.heads * tiles_per_head);
+  p.div_heads_big = make_fast_div(plan.sections.heads + 1);
+  p.div_heads = make_fast_div(plan.sections.heads);
+  p.div_splits = make_fast_div(plan.num_splits);
+  p.div_grid_heads = make_fast_div(plan.grid_heads);
+  p.div_group = make_fast_div(p.group);
   p.tile_counter =
       plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.counter_offset) : nullptr;
   p.vt = plan.vt_keys > 0 ? static_cast<uint8_t*>(in->workspace) + plan.vt_offset : nullptr;
   p.vt_keys = plan.vt_keys;
   p.vt_blocks = plan.vt_blocks;
+  p.div_vt_blocks = make_fast_div(plan.vt_blocks);
+  p.div_heads_kv = make_fast_div(p.heads_kv);
   p.vt_items = plan.vt_items;
   p.vt_ready = plan.vt_blocks > 0 ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.vt_ready_offset)
                                   : nullptr;

@@ -90,10 +90,9 @@ FC_TAIL_FN void tail_tile_pieces(int tile, int tiles, int pieces, int blocks, in
 }  // namespace flashcore
 
 #ifdef __CUDACC__
-#include <cmath>
-
 #include "combine.cuh"
 #include "common.h"
+#include "epilogue.h"
 #include "tile_scheduler.h"
 
 namespace flashcore {
@@ -125,12 +124,7 @@ __device__ __forceinline__ void write_tail_partial(const KernelParams& p, const 
   for (int r = 0; r < 2; ++r) {
     if (!rows.valid[r]) continue;
     const int row = warp_row0 + lane / 4 + 8 * r;
-    float* o_row = slot + row * kHeadDim;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      *reinterpret_cast<float2*>(o_row + dt * 8 + 2 * (lane % 4)) =
-          make_float2(o[dt][2 * r] * inv_l[r], o[dt][2 * r + 1] * inv_l[r]);
-    }
+    store_partial_row(slot + row * kHeadDim, o, r, inv_l[r], lane);
     if (lane % 4 == 0) slot[kBlockM * kHeadDim + row] = lse[r];
   }
 }

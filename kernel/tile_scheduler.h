@@ -114,7 +114,7 @@ struct TileCoord {
 
 // The K/V head tile `c` reads.
 __device__ __forceinline__ int kv_head(const KernelParams& p, const TileCoord& c) {
-  return p.pack_gqa ? c.head : c.head / p.group;
+  return p.pack_gqa ? c.head : p.div_group(c.head);
 }
 
 // FP8 descale factors ([batch, K/V head] fp32 with strides; nullptr: 1) of tile `c`'s batch and K/V head.
@@ -133,16 +133,18 @@ __device__ __forceinline__ TileCoord tile_coord(const KernelParams& p, int tile)
   const int heads_here = p.section_heads + (big ? 1 : 0);
   const int t = big ? tile : tile - big_tiles;
   const int per_section = heads_here * tiles_per_head;
-  const int section = t / per_section;
+  // Divisions by multiply-shift constants (kernel/fast_div.h): no MUFU work on the producer's path to the Q load.
+  const int section = (big ? p.div_section_big : p.div_section)(t);
   const int in_section = t - section * per_section;
   const int head_first = (big ? 0 : p.section_big * (p.section_heads + 1)) + section * heads_here;
-  const int rank = in_section / heads_here;  // longest-first rank of the (query tile, split) inside its head
-  const int bh = head_first + (in_section - rank * heads_here);
+  const int rank = (big ? p.div_heads_big : p.div_heads)(in_section);  // longest-first rank of the (query tile,
+  const int bh = head_first + (in_section - rank * heads_here);         // split) inside its head
+  const int m_rank = p.div_splits(rank);
   TileCoord c;
-  c.m_block = p.m_tiles - 1 - rank / p.num_splits;
-  c.split = rank % p.num_splits;
-  c.head = bh % p.grid_heads;
-  c.batch = bh / p.grid_heads;
+  c.m_block = p.m_tiles - 1 - m_rank;
+  c.split = rank - m_rank * p.num_splits;
+  c.batch = p.div_grid_heads(bh);
+  c.head = bh - c.batch * p.grid_heads;
   return c;
 }
 

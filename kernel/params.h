@@ -60,6 +60,7 @@ struct KernelParams {
   // rows of fp32 O partials [row][head_dim], then their LSEs.
   int tail_first, tail_stride, tail_tiles, tail_pieces, tail_blocks;
   float* tail_o;
+  FastDiv div_tail_pieces, div_tail_blocks;  // the producer's item decode (kernel/fast_div.h)
   // Paged KV cache (nullptr: none): sequence b's key j is row j % page_size of page page_table[b * stride +
   // j / page_size] of k and v ([pages, page_size, Hkv, D]); the producer loads page_box rows per TMA box
   // (gcd(page_size, BLOCK_N), set by the launcher: a box never crosses a page).

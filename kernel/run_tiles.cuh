@@ -266,6 +266,8 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
     p.tail_tiles = plan.tail.tiles;
     p.tail_pieces = plan.tail.pieces;
     p.tail_blocks = plan.tail.blocks;
+    p.div_tail_pieces = make_fast_div(plan.tail.pieces);
+    p.div_tail_blocks = make_fast_div(plan.tail.blocks);
     p.tail_o = reinterpret_cast<float*>(static_cast<uint8_t*>(in->workspace) + plan.tail_o_offset);
   }
   // Packed rows (varlen) are one batch entry of total rows; a cache may hold more entries than the call's batch.

@@ -65,19 +65,25 @@ struct TailItem {
   int tile, piece, begin, end;
 };
 
-FC_TAIL_FN TailItem tail_item(int j, int stride, int tiles, int pieces, int blocks) {
+// div_pieces and div_blocks divide by pieces and blocks (kernel/fast_div.h: the producer decodes items with them).
+FC_TAIL_FN TailItem tail_item(int j, int stride, int tiles, int pieces, int blocks, FastDiv div_pieces,
+                              FastDiv div_blocks) {
   const int half = j >= stride ? 1 : 0;
   TailItem it{-1, j - half * stride, 0, 0};
   if (it.piece >= pieces) return it;
-  const int units = tiles * blocks;
-  const int start = it.piece * units / pieces, end = (it.piece + 1) * units / pieces;
-  const int tile = start / blocks + half;
+  const int units = tiles * blocks;  // plan_tail keeps pieces x units within 2^31 - 1
+  const int start = div_pieces(it.piece * units), end = div_pieces((it.piece + 1) * units);
+  const int tile = div_blocks(start) + half;
   const int lo = tile * blocks;
   if (half == 1 && end <= lo) return it;
   it.tile = tile;
   it.begin = (start > lo ? start : lo) - lo;
   it.end = (end < lo + blocks ? end : lo + blocks) - lo;
   return it;
+}
+
+inline TailItem tail_item(int j, int stride, int tiles, int pieces, int blocks) {
+  return tail_item(j, stride, tiles, pieces, blocks, make_fast_div(pieces), make_fast_div(blocks));
 }
 
 // The pieces [first, last] that cover tail tile `tile`: the piece holding unit u is ((u + 1) P - 1) / U.
@@ -98,7 +104,8 @@ FC_TAIL_FN void tail_tile_pieces(int tile, int tiles, int pieces, int blocks, in
 namespace flashcore {
 
 __device__ __forceinline__ TailItem tail_item(const KernelParams& p, int item) {
-  return tail_item(item - p.tail_first, p.tail_stride, p.tail_tiles, p.tail_pieces, p.tail_blocks);
+  return tail_item(item - p.tail_first, p.tail_stride, p.tail_tiles, p.tail_pieces, p.tail_blocks, p.div_tail_pieces,
+                   p.div_tail_blocks);
 }
 
 // The K/V range of a tail item of a tile whose whole range is `kv`. The last item of a tile takes any block past

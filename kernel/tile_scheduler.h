@@ -126,19 +126,29 @@ __device__ __forceinline__ float qk_descale(const KernelParams& p, const TileCoo
   return descale(p.q_descale, p.q_descale_stride, p, c) * descale(p.k_descale, p.k_descale_stride, p, c);
 }
 
+// (batch, head) pair and rank of offset t in a section of `heads` pairs, the section's first pair being `base`.
+__device__ __forceinline__ void section_coord(int t, int heads, int per_section, int base, const FastDiv& div_section,
+                                              const FastDiv& div_heads, int& bh, int& rank) {
+  const int section = div_section(t);
+  const int in_section = t - section * per_section;
+  rank = div_heads(in_section);  // longest-first rank of the (query tile, split) inside its head
+  bh = base + section * heads + (in_section - rank * heads);
+}
+
 __device__ __forceinline__ TileCoord tile_coord(const KernelParams& p, int tile) {
   const int tiles_per_head = p.m_tiles * p.num_splits;
-  const int big_tiles = p.section_big * (p.section_heads + 1) * tiles_per_head;  // the sections of one more head
-  const bool big = tile < big_tiles;
-  const int heads_here = p.section_heads + (big ? 1 : 0);
-  const int t = big ? tile : tile - big_tiles;
-  const int per_section = heads_here * tiles_per_head;
+  const int big_heads = p.section_big * (p.section_heads + 1);  // the sections of one more head come first
+  const int big_tiles = big_heads * tiles_per_head;
   // Divisions by multiply-shift constants (kernel/fast_div.h): no MUFU work on the producer's path to the Q load.
-  const int section = (big ? p.div_section_big : p.div_section)(t);
-  const int in_section = t - section * per_section;
-  const int head_first = (big ? 0 : p.section_big * (p.section_heads + 1)) + section * heads_here;
-  const int rank = (big ? p.div_heads_big : p.div_heads)(in_section);  // longest-first rank of the (query tile,
-  const int bh = head_first + (in_section - rank * heads_here);         // split) inside its head
+  // Each branch reads its own constants (a select of the two sets made the 24-register producers spill).
+  int bh, rank;
+  if (tile < big_tiles) {
+    section_coord(tile, p.section_heads + 1, (p.section_heads + 1) * tiles_per_head, 0, p.div_section_big,
+                  p.div_heads_big, bh, rank);
+  } else {
+    section_coord(tile - big_tiles, p.section_heads, p.section_heads * tiles_per_head, big_heads, p.div_section,
+                  p.div_heads, bh, rank);
+  }
   const int m_rank = p.div_splits(rank);
   TileCoord c;
   c.m_block = p.m_tiles - 1 - m_rank;

@@ -1,0 +1,12 @@
+# step 8.45 second call: fd4 (fd + tile_coord's per-section branch, the kTail item decode by fast div, the fold) vs fd vs head 365065b
+source .ab/setup.sh || exit 1
+export PYTHONPATH=$PYTHONPATH:$PWD
+L=$PWD/.ab/libs
+for b in fd4; do D=$L/$b/flashcore_driver
+for a in "1 134 134 64 1100 64 bf16" "1 136 17 64 1100 256 e4m3" "4 16 16 8192 8192 128 e4m3" "3 7 7 4097 4097 128 bf16" "2 8 8 1 5000 128 bf16" "2 32 8 4096 4096 128 e4m3 --causal" "3 33 11 777 3001 128 e4m3 --causal" "2 12 4 1000 5000 256 bf16 --causal" "1 16 16 8192 8192 128 e4m3 --deterministic --sm-margin 20" "4 16 16 8192 8192 256 e4m3" "4 16 16 8192 8192 128 bf16" "1 32 8 1 65536 128 bf16" "1 17 17 1024 5000 128 e4m3" "3 7 7 4097 4097 64 fp16"; do set -- $a
+  timeout 60 $D --batch $1 --heads-q $2 --heads-kv $3 --seqlen-q $4 --seqlen-k $5 --head-dim $6 --dtype $7 ${@:8} --check --iters 1 2>&1 | grep -E "RESULT|rror" | cut -c1-150 | sed "s/^/$b $a: /"
+done; done > $OUT/checks.txt 2>&1; cat $OUT/checks.txt | cut -c1-110
+S=fp8-s4k,fp8-s4k-causal,fp8-s8k,fp8-s8k-causal,fp8-gqa-causal,fp8-s4k-d256-causal,fp8-s8k-d256,odd-heads,d128,decode,decode-b1-gqa
+for r in 1 2; do
+python3 bench/ab_kernels.py head=$L/head365/libflashcore.so fd=$L/fd/libflashcore.so fd4=$L/fd4/libflashcore.so --shapes $S --rounds 20 --flush-mib 256 > $OUT/ab$r.txt 2>&1
+sed -n '/^speed vs fa3/,/geomean/p' $OUT/ab$r.txt; grep -E "FAIL|check failures|differ" $OUT/ab$r.txt | cut -c1-120 | head -6; done

@@ -37,6 +37,18 @@ def load_bench(name: str) -> types.ModuleType:
     return module
 
 
+def build_host_program(directory: Path, name: str, source: str) -> Path:
+    """`source` (a C++17 program that includes kernel/ headers' host halves) built with the system C++ compiler into
+    directory/name; skips the test when there is no c++, g++ or clang++."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("needs a host C++ compiler (c++, g++ or clang++)")
+    (directory / f"{name}.cpp").write_text(source)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{REPO / 'kernel'}", str(directory / f"{name}.cpp"), "-o",
+                    str(directory / name)], check=True)
+    return directory / name
+
+
 def run_driver(args: list[str]) -> subprocess.CompletedProcess[str]:
     """build/flashcore_driver with `args` (skips the test when it is not built)."""
     if not DRIVER.is_file():

@@ -6,13 +6,11 @@ to the wrong (batch, head, query block): it must equal `/` for every divisor and
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import build_host_program
 
 # argv: mode, then divisors. Mode "check": for each divisor, n / d over edge dividends (0, d - 1, d, d + 1, around
 # each multiple near 2^31, 2^31 - 1) and 20,000 pseudo-random ones; prints the count of wrong quotients.
@@ -53,14 +51,7 @@ int main(int argc, char** argv) {
 
 @pytest.fixture(scope="module")
 def fast_div(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    d = tmp_path_factory.mktemp("fast_div")
-    (d / "main.cpp").write_text(PROGRAM)
-    exe = d / "fast_div"
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernel'}", str(d / "main.cpp"), "-o", str(exe)],
-                   check=True)
+    exe = build_host_program(tmp_path_factory.mktemp("fast_div"), "fast_div", PROGRAM)
 
     def run(mode: str, divisors: list[int]) -> tuple[int, int]:
         out = subprocess.run([str(exe), mode, *map(str, divisors)], capture_output=True, text=True, check=True)

@@ -5,13 +5,12 @@ host-only inline function) and asked about every shape of the H100 sweep in repo
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, build_host_program
 
 SWEEP = REPO / "reports" / "evidence" / "ab" / "fp8-vt-copy-sweep.txt"
 ROW = re.compile(r"^D(\d+) B\d+ H(\d+)/(\d+) Sq(\d+) Sk(\d+)( causal)?\s.*\bfaster (pass|smem)\b", re.M)
@@ -34,14 +33,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def rule(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("needs a C++ compiler (c++, g++ or clang++)")
-    tmp = tmp_path_factory.mktemp("rule")
-    (tmp / "rule.cpp").write_text(PROGRAM)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{REPO / 'kernel'}", str(tmp / "rule.cpp"), "-o", str(tmp / "rule")],
-                   check=True, capture_output=True, text=True)
-    return tmp / "rule"
+    return build_host_program(tmp_path_factory.mktemp("rule"), "rule", PROGRAM)
 
 
 def ask(rule: Path, shapes: list[tuple[int, int, int, int, bool]]) -> list[str]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import build_host_program
+
 PROGRAM = r"""
 #include <cstdio>
 #include <cstdlib>
@@ -27,18 +27,6 @@ int main(int argc, char** argv) {
 """
 
 
-def _compile(tmp_path_factory: pytest.TempPathFactory, name: str, program: str) -> Path:
-    """The host program `program` (which includes kernel/tile_scheduler.h), built with the system C++ compiler."""
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    d = tmp_path_factory.mktemp(name)
-    (d / "main.cpp").write_text(program)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernel'}", str(d / "main.cpp"), "-o", str(d / name)],
-                   check=True)
-    return d / name
-
-
 def _run(exe: Path, *args: object) -> list[int]:
     return [int(x) for x in subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True,
                                            check=True).stdout.split()]
@@ -46,7 +34,7 @@ def _run(exe: Path, *args: object) -> list[int]:
 
 @pytest.fixture(scope="module")
 def choose(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    exe = _compile(tmp_path_factory, "split_plan", PROGRAM)
+    exe = build_host_program(tmp_path_factory.mktemp("split_plan"), "split_plan", PROGRAM)
 
     def run(*cases: tuple[int, int, int]) -> list[int]:
         return _run(exe, *(x for case in cases for x in case))
@@ -106,7 +94,7 @@ int main(int argc, char** argv) {
 
 @pytest.fixture(scope="module")
 def sections(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    exe = _compile(tmp_path_factory, "sections", SECTIONS_PROGRAM)
+    exe = build_host_program(tmp_path_factory.mktemp("sections"), "sections", SECTIONS_PROGRAM)
 
     def run(bh: int, kv_bytes: int, budget: int, dynamic: bool) -> tuple[int, int]:
         heads, big = _run(exe, bh, kv_bytes, budget, int(dynamic))

@@ -6,13 +6,12 @@ items a tile has (combine_tail_kernel adds those slots up, so a miscount loses o
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import build_host_program
+
 PROGRAM = r"""
 #include <cstdio>
 #include <cstdlib>
@@ -40,16 +39,10 @@ int main(int argc, char** argv) {
 
 @pytest.fixture(scope="module")
 def tail(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    d = tmp_path_factory.mktemp("stream_tail")
-    (d / "main.cpp").write_text(PROGRAM)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernel'}", str(d / "main.cpp"), "-o", str(d / "tail")],
-                   check=True)
+    exe = build_host_program(tmp_path_factory.mktemp("stream_tail"), "tail", PROGRAM)
 
     def run(tiles: int, blocks: int, ctas: int) -> dict:
-        out = subprocess.run([str(d / "tail"), str(tiles), str(blocks), str(ctas)], capture_output=True, text=True,
+        out = subprocess.run([str(exe), str(tiles), str(blocks), str(ctas)], capture_output=True, text=True,
                              check=True).stdout.split("\n")
         plan = [int(x) for x in out[0].split()[1:]]
         items = [tuple(int(x) for x in line.split()[1:]) for line in out if line.startswith("item ")]

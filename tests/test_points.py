@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from flashcore.points import Point
 from flashcore.tuning import parse_tables
 from harness.tune import build as tune_build
 from harness.tune.runner import table_points
+from tests.conftest import build_host_program
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULTS = {64: Point(128, 2, 3, True, False, 32), 128: Point(176, 2, 2, True, False, 32),
@@ -34,15 +34,12 @@ def test_name_code_and_back() -> None:
         Point.from_code(128)
 
 
-@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler for kernel/tile_point.h")
 def test_the_code_matches_kernel_tile_point_h(tmp_path: Path) -> None:
     pts = [Point(176, 2, 2, True, False, 32), Point(64, 8, 3, False, True, 248)]
     body = "".join(f'  std::printf("%d\\n", flashcore::point_code({p.block_n}, {p.stages}, {p.consumer_wgs}, '
                    f'{int(p.pingpong)}, {int(p.rescale_early)}, {p.producer_regs}));\n' for p in pts)
-    src = tmp_path / "t.cpp"
-    src.write_text(f'#include <cstdio>\n#include "tile_point.h"\nint main() {{\n{body}}}\n')
-    subprocess.run(["c++", "-std=c++17", f"-I{REPO / 'kernel'}", str(src), "-o", str(tmp_path / "t")], check=True)
-    out = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True, check=True).stdout.split()
+    exe = build_host_program(tmp_path, "t", f'#include <cstdio>\n#include "tile_point.h"\nint main() {{\n{body}}}\n')
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
     assert [int(x) for x in out] == [p.code for p in pts]
 
 

@@ -29,9 +29,10 @@ __device__ __forceinline__ ThreadRows thread_rows(const KernelParams& p, const T
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int tile_row = tile_row0 + lane / 4 + 8 * r;
-    if (p.pack_gqa) {  // tile row = (query head in the group) * seqlen_q + query row (the Q box's row count)
-      rows.head[r] = c.head * p.group + tile_row / p.seqlen_q;
-      rows.row[r] = tile_row % p.seqlen_q;
+    if (p.pack_gqa) {  // the Q box's rows run through the group's heads
+      const PackedRow packed = packed_row(p, c.head, tile_row);
+      rows.head[r] = packed.head;
+      rows.row[r] = packed.row;
       rows.valid[r] = tile_row < p.group * p.seqlen_q && rows.row[r] < q_len;
     } else {
       rows.head[r] = c.head;
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       constexpr int kLive = live_keys(keys) / 8;
       if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
       if constexpr (decltype(masked)::value) {
-        mask_scores<Consumer::kNTiles, kLive>(s, p, seq, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
+        mask_scores<Consumer::kNTiles, kLive, Cfg::kFp8>(s, p, seq, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
       }
       consumer.softmax.template update<kPOffset, kLive>(s, scale_log2, alpha);
     };

@@ -6,6 +6,7 @@
 // 16-row slab (mma.sync C fragments and wgmma accumulators share it).
 #pragma once
 #include <cmath>
+#include <cstdint>
 
 #include "common.h"
 #include "params.h"
@@ -25,11 +26,33 @@ __device__ __forceinline__ int key_end(const KernelParams& p, const SeqMask& m) 
   return p.fault == kFaultTailMaskOffByOne ? m.k_len + 1 : m.k_len;
 }
 
+// Scores of columns 8 nt and 8 nt + 1 (past the thread's first column) of one row: each keeps its value where the
+// row's half (both halves of row_h2) >= its column's half, else becomes -inf. Integers 1024..2047 are exact in f16,
+// so the row's half is 1025 + hi (f16 bits 0x6401 + hi, hi clamped to [-1, 1022]) and the columns' are 1025 + 8 nt
+// and 1026 + 8 nt: one setp.f16x2 (HSETP2) sets a predicate for each score, where two ISETPs did.
+__device__ __forceinline__ void mask_pair(float& s0, float& s1, uint32_t row_h2, int nt) {
+  const uint32_t cols = (0x6401u + 8 * nt) | (0x6402u + 8 * nt) << 16;
+  asm("{\n\t.reg .pred lo, hi;\n\t"
+      "setp.ge.f16x2 lo|hi, %2, %3;\n\t"
+      "selp.f32 %0, %0, 0fFF800000, lo;\n\t"
+      "selp.f32 %1, %1, 0fFF800000, hi;\n\t}"
+      : "+f"(s0), "+f"(s1)
+      : "r"(row_h2), "r"(cols));
+}
+
+// Without a left window bound (causal and tail blocks of dense calls), kPairs tests the first kPairTiles column tiles
+// of a row two scores at a time (mask_pair), the rest one at a time. FP8 kernels take it: with every tile paired,
+// ptxas moved FP8 hdim 128's unmasked loop (its turn's BAR.SYNC after 83 of 98 exponentials, not 5) and that cost
+// 1.3-2.7 % (docs/perf-notes.md 8.49); at 16 paired tiles the loop is head's, instruction for instruction. The 16-bit
+// kernels keep one compare per score: pairs moved the unmasked loops of 16-bit hdim 64 and 256.
+constexpr int kPairTiles = 16;
+static_assert(kPairTiles * 8 <= 1022, "paired columns must stay below hi's clamp, exact in f16");
+
 // `rows.row` are the query indices of the thread's two fragment rows; `key0` the block's first key.
 // Row i sees keys [lo(i), hi(i)]: a score costs a compare of its compile-time column offset against hi(i) minus this
-// thread's first column and a select; a left window bound adds a compare against lo(i).
+// thread's first column and a select (kPairs: half a compare); a left window bound adds a compare against lo(i).
 // kLive: the tiles past it are not read again (a narrow last block), so they take no mask.
-template <int kNTiles, int kLive = kNTiles>
+template <int kNTiles, int kLive = kNTiles, bool kPairs = false>
 __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const KernelParams& p, const SeqMask& m,
                                             const ThreadRows& rows, int key0, int lane) {
   const int end = key_end(p, m);
@@ -40,9 +63,20 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
     const int limit = p.causal ? min(end - 1, rows.row[r] + m.diag + p.window_right) : end - 1;
     hi[r] = limit - first_col;
   }
-  if (p.window_left < 0) {  // no left bound: one compare per score (causal and tail blocks of dense calls)
+  if (p.window_left < 0) {  // no left bound: one compare per score, or per two (kPairs)
+    uint32_t row_h2[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t h = 0x6401u + static_cast<uint32_t>(min(max(hi[r], -1), 1022));
+      row_h2[r] = h | h << 16;
+    }
 #pragma unroll
     for (int nt = 0; nt < kLive; ++nt) {
+      if (kPairs && nt < kPairTiles) {
+        mask_pair(s[nt][0], s[nt][1], row_h2[0], nt);
+        mask_pair(s[nt][2], s[nt][3], row_h2[1], nt);
+        continue;
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (nt * 8 + (e % 2) > hi[e / 2]) s[nt][e] = -INFINITY;

@@ -170,7 +170,7 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   plan->tail_o_offset = (plan->workspace_bytes + 15) / 16 * 16;
   if (plan->tail.tiles > 0) {
     plan->tiles = plan->tail.first + 2 * int64_t{plan->tail.stride};  // items: whole tiles, then the tail's
-    plan->workspace_bytes = plan->tail_o_offset + tail_slots(plan->tail) * Cfg::kBlockM * (kHeadDim + 1) * 4;
+    plan->workspace_bytes = plan->tail_o_offset + tail_slots(plan->tail) * kTailSlotFloats<Cfg::kBlockM, kHeadDim> * 4;
   }
   return FC_OK;
 }

@@ -58,6 +58,9 @@ inline TailPlan plan_tail(int64_t tiles, int blocks, int64_t ctas) {
 // Partial slots: one per (tile, piece) pair. Pairs in block order step either to the next piece or to the next
 // tile, so tile + piece numbers them 0 .. tiles + pieces - 2. Each holds kBlockM rows of O, then their LSEs.
 inline int64_t tail_slots(const TailPlan& t) { return t.tiles > 0 ? int64_t{t.tiles} + t.pieces - 1 : 0; }
+// The floats of one slot: kBlockM rows of kHeadDim, then their kBlockM LSEs.
+template <int kBlockM, int kHeadDim>
+constexpr int64_t kTailSlotFloats = int64_t{kBlockM} * (kHeadDim + 1);
 
 // Tail item `j` (its index minus `first`): tail tile `tile`, its blocks [begin, end), run by piece `piece`.
 // tile < 0: no work (a piece past `pieces`, or the second half of a piece that ends inside its first tile).
@@ -126,7 +129,7 @@ __device__ __forceinline__ void write_tail_partial(const KernelParams& p, const 
                                                    const float (&inv_l)[2], const float (&lse)[2], int item,
                                                    const ThreadRows& rows, int warp_row0, int lane) {
   const TailItem it = tail_item(p, item);
-  float* slot = p.tail_o + static_cast<int64_t>(it.tile + it.piece) * (kBlockM * (kHeadDim + 1));
+  float* slot = p.tail_o + (it.tile + it.piece) * kTailSlotFloats<kBlockM, kHeadDim>;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (!rows.valid[r]) continue;
@@ -146,13 +149,14 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_tail_kernel(const 
   const int tile = index / kBlockM, r = index % kBlockM;
   if (tile >= p.tail_tiles || (p.fault == kFaultSkipFirstRow && r == 0)) return;
   const TileCoord c = tile_coord(p, p.tail_first + tile);
-  const int head = p.pack_gqa ? c.head * p.group + r / p.seqlen_q : c.head;
-  const int row = p.pack_gqa ? r % p.seqlen_q : c.m_block * kBlockM + r;
+  const PackedRow packed = packed_row(p, c.head, r);
+  const int head = p.pack_gqa ? packed.head : c.head;
+  const int row = p.pack_gqa ? packed.row : c.m_block * kBlockM + r;
   if (row >= p.seqlen_q || (p.pack_gqa && r >= p.group * p.seqlen_q)) return;
   int first, last;
   tail_tile_pieces(tile, p.tail_tiles, p.tail_pieces, p.tail_blocks, first, last);
-  const float* slots = p.tail_o + static_cast<int64_t>(tile + first) * (kBlockM * (kHeadDim + 1));
-  auto slot = [&](int s) { return slots + static_cast<int64_t>(s) * (kBlockM * (kHeadDim + 1)); };
+  const float* slots = p.tail_o + (tile + first) * kTailSlotFloats<kBlockM, kHeadDim>;
+  auto slot = [&](int s) { return slots + s * kTailSlotFloats<kBlockM, kHeadDim>; };
   auto o_row = [&] {
     return static_cast<uint16_t*>(p.o) + c.batch * p.o_stride[0] + head * p.o_stride[2] +
            static_cast<int64_t>(row) * p.o_stride[1];

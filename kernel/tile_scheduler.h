@@ -117,6 +117,15 @@ __device__ __forceinline__ int kv_head(const KernelParams& p, const TileCoord& c
   return p.pack_gqa ? c.head : p.div_group(c.head);
 }
 
+// Packed GQA: row `tile_row` of a tile of K/V head `kv_head` is query row `row` of query head `head` (the tile's rows
+// run through the group's heads, seqlen_q rows each).
+struct PackedRow {
+  int head, row;
+};
+__device__ __forceinline__ PackedRow packed_row(const KernelParams& p, int kv_head, int tile_row) {
+  return PackedRow{kv_head * p.group + tile_row / p.seqlen_q, tile_row % p.seqlen_q};
+}
+
 // FP8 descale factors ([batch, K/V head] fp32 with strides; nullptr: 1) of tile `c`'s batch and K/V head.
 __device__ __forceinline__ float descale(const float* f, const int64_t (&stride)[2], const KernelParams& p,
                                          const TileCoord& c) {

@@ -18,6 +18,7 @@
 #include "stream_tail.h"
 #include "tile_scheduler.h"
 #include "timeline.h"
+#include "zero_words.cuh"
 
 namespace flashcore {
 
@@ -149,12 +150,14 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     // FP8 takes dense batches only (api.cu check_fp8): no paged copy.
     if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
+      grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
       if (threadIdx.x == 0) {
         tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail>(p, tma, q_smem, k_smem, v_smem, bars,
                                                                       tile_slots);
       }
     } else {
       setmaxnreg_dec<Cfg::Registers::kProducer>();
+      grid_dependency_wait();  // the tile counter and the V^T flags (kernel/zero_words.cuh)
       if (threadIdx.x == 0) {
         tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail>(p, tma, q_smem, k_smem,
                                                                        Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 
@@ -41,6 +42,8 @@ struct LaunchPlan {
   Sections sections;
   bool dynamic;    // tile order from an atomic counter (causal: uneven tiles)
   int64_t counter_offset;  // bytes into the workspace of the counter
+  int64_t zero_offset;     // the words the launch zeroes, side by side (kernel/zero_words.cuh): the tile counter,
+  int64_t zero_bytes;      // then the V^T copy's claim counter and flags
   int64_t vt_offset;       // FP8: bytes into the workspace of V's transposed copy (kernel/fp8_vt_fused.cuh)
   int64_t vt_keys;         // FP8: its row length (seqlen_k rounded up to kVtKeys); 0 otherwise
   int64_t vt_ready_offset; // FP8 V^T written by the kernel: bytes into the workspace of its claim counter and flags
@@ -62,7 +65,7 @@ inline int64_t l2_budget_bytes(int device, int pct) {
 
 // Words of the FP8 V^T copy's ready area (kernel/fp8_vt_fused.cuh): the claim counter, a flag per block, then a
 // count of stored blocks per (batch, K/V head). The plan bounds it and sizes the workspace with it; the launch
-// zeroes it.
+// zeroes it (kernel/zero_words.cuh).
 inline int64_t vt_ready_words(int64_t items, int64_t pairs) { return 1 + items + pairs; }
 
 // The tile shape a plan needs (not HopperTileConfig: the plan is the same for 16-bit and FP8 inputs at one point).
@@ -133,17 +136,17 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
                                              : 0;
   plan->sections = plan_sections(bh, kv_bytes, l2_budget_bytes(device, l2_pct), plan->dynamic);
   const int64_t partial_bytes = splits > 1 ? int64_t{splits} * p.accum_rows * (kHeadDim + 1) * 4 : 0;
-  plan->counter_offset = partial_bytes;
-  plan->workspace_bytes = partial_bytes + (plan->dynamic ? 16 : 0);
-  plan->vt_offset = (plan->workspace_bytes + 127) / 128 * 128;  // TMA wants 16-byte aligned bases
+  // Layout: the split-KV partials, the zeroed words (tile counter, V^T claim counter and flags), V^T's copy, the
+  // stream-K tail's partials.
+  plan->zero_offset = (partial_bytes + 15) / 16 * 16;
+  plan->counter_offset = plan->zero_offset;
+  plan->vt_ready_offset = plan->zero_offset + (plan->dynamic ? 16 : 0);
+  plan->workspace_bytes = plan->dynamic ? plan->vt_ready_offset : partial_bytes;
   const bool vt_pass = in->dtype == FC_E4M3 && !TilePoint<kPoint>::kVtSmem;  // V^T copy (kernel/fp8_vt_fused.cuh)
-  plan->vt_keys = vt_pass ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
-  if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
   // The kernel writes the copy itself (kernel/fp8_vt_fused.cuh): a claim counter, a flag per block after it, then a
   // count of stored blocks per (batch, K/V head).
   plan->vt_blocks = vt_pass ? n_blocks : 0;
   plan->vt_items = 0;
-  plan->vt_ready_offset = (plan->workspace_bytes + 15) / 16 * 16;
   if (plan->vt_blocks > 0) {
     const int64_t pairs = int64_t{p.batch} * p.heads_kv;
     const int64_t items = int64_t{plan->vt_blocks} * pairs;
@@ -155,6 +158,10 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
     plan->vt_items = static_cast<int>(items);
     plan->workspace_bytes = plan->vt_ready_offset + 4 * vt_ready_words(items, pairs);
   }
+  plan->zero_bytes = plan->workspace_bytes > plan->zero_offset ? plan->workspace_bytes - plan->zero_offset : 0;
+  plan->vt_offset = (plan->workspace_bytes + 127) / 128 * 128;  // TMA wants 16-byte aligned bases
+  plan->vt_keys = vt_pass ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
+  if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
   // The stream-K tail, for a static order of equal tiles: every tile sees every key (no causal mask or window,
   // dense lengths) and runs whole (no split-KV). Deterministic mode plans it for the nominal SM count, as splits.
   // FP8 with V transposed in shared memory (few query rows per K/V head) keeps whole tiles: the tail's decode made
@@ -177,18 +184,13 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
 
 
 template <int kHeadDim, int kPoint, typename Element>
-cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, cudaStream_t stream) {
+cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, void* workspace,
+                         cudaStream_t stream) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false>
                                     : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
   if constexpr (Cfg::kFp8) {
     if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
-    if constexpr (Cfg::kVtFused) {
-      // The kernel writes V's transposed copy (kernel/fp8_vt_fused.cuh): its claim counter and flags start at 0.
-      cudaError_t e =
-          cudaMemsetAsync(p.vt_ready, 0, 4 * vt_ready_words(p.vt_items, int64_t{p.batch} * p.heads_kv), stream);
-      if (e != cudaSuccess) return e;
-    }
   } else if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {
     if (p.softcap_prescale > 0.f) {
       kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, true>
@@ -202,9 +204,25 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  if (plan.dynamic && (err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream)) != cudaSuccess) return err;
-  kernel<<<static_cast<unsigned>(plan.ctas), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tma);
-  err = cudaGetLastError();
+  // The tile counter (dynamic order) and the V^T copy's claim counter and flags (kernel/fp8_vt_fused.cuh) start at 0:
+  // zero_words_kernel clears them, and the attention kernel launches as its blocks exit (kernel/zero_words.cuh).
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(plan.ctas));
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.stream = stream;
+  if (plan.zero_bytes > 0) {
+    const int words = static_cast<int>(plan.zero_bytes / 4);
+    zero_words_kernel<<<std::min((words + kZeroThreads - 1) / kZeroThreads, 64), kZeroThreads, 0, stream>>>(
+        reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + plan.zero_offset), words);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  err = cudaLaunchKernelEx(&config, kernel, p, tma);
   if (err == cudaSuccess && plan.tail.tiles > 0) {  // the stream-K tail's partials (kernel/stream_tail.h)
     const auto blocks = static_cast<unsigned>(int64_t{plan.tail.tiles} * Cfg::kBlockM / kCombineWarps);
     combine_tail_kernel<kHeadDim, Cfg::kBlockM, typename Element::Out><<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
@@ -313,7 +331,7 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
                                   vt_stride, kHeadDim, 1, 1, 64)) != FC_OK) {
     return status;
   }
-  return report_cuda(launch_wgmma<kHeadDim, kPoint, Element>(p, plan, tma, stream), "attention kernel");
+  return report_cuda(launch_wgmma<kHeadDim, kPoint, Element>(p, plan, tma, in->workspace, stream), "attention kernel");
 }
 
 

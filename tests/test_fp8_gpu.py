@@ -185,3 +185,28 @@ def test_fp8_hdim256_causal_sections_take_two_thirds_of_the_l2(monkeypatch: pyte
     monkeypatch.setattr(tuning, "DEFAULT", tuning.TileConfig(l2_section_pct=33))
     third = flashcore.plan(q256, q256, q256, causal=True)
     assert third.section_heads < plan256.section_heads
+
+
+def test_fp8_cuda_graph_replays_clear_the_launch_words_each_time() -> None:
+    """A causal call's tile counter and V^T flags are cleared by a kernel of their own that the attention kernel follows
+    as a programmatic dependent launch (kernel/zero_words.cuh): captured in a CUDA graph, both replay, so every replay
+    on fresh inputs gives the eager call's bits (a counter left at its last value would skip tiles: NaN poison)."""
+    torch.manual_seed(5)
+    b, s, h, d = 2, 2000, 12, 128  # 384 tiles of 128 rows: more than the SMs, so the order is dynamic
+    q, k, v = fp8(b, s, h, d), fp8(b, s, h, d), fp8(b, s, h, d)
+    qd, kd, vd = descales(b, h)
+    out = torch.full((b, s, h, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    kw = {"q_descale": qd, "k_descale": kd, "v_descale": vd, "causal": True, "v_transpose": "pass"}
+    attention_fp8(q, k, v, out=out, **kw)  # warm-up outside the capture (plan cache, module load)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention_fp8(q, k, v, out=out, **kw)
+    for _ in range(3):
+        for t in (q, k, v):
+            t.copy_(fp8(*t.shape))
+        out.fill_(float("nan"))
+        graph.replay()
+        want, _ = attention_fp8(q, k, v, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)

@@ -8,10 +8,12 @@
 
 namespace flashcore {
 
+// Functions of this header and of kernel/stream_tail.h's host half: host and device under nvcc, plain inline C++ for
+// the system compiler (tests).
 #ifdef __CUDACC__
-#define FC_HOST_DEVICE __host__ __device__
+#define FC_HOST_DEVICE __host__ __device__ __forceinline__
 #else
-#define FC_HOST_DEVICE
+#define FC_HOST_DEVICE inline
 #endif
 
 // n / d for 0 <= n < 2^31 and 1 <= d < 2^31: with l = ceil(log2 d) and mul = floor(2^32 (2^l - d) / d) + 1

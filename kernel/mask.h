@@ -64,11 +64,13 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
     hi[r] = limit - first_col;
   }
   if (p.window_left < 0) {  // no left bound: one compare per score, or per two (kPairs)
-    uint32_t row_h2[2];
+    uint32_t row_h2[2] = {0, 0};
+    if constexpr (kPairs) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t h = 0x6401u + static_cast<uint32_t>(min(max(hi[r], -1), 1022));
-      row_h2[r] = h | h << 16;
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t h = 0x6401u + static_cast<uint32_t>(min(max(hi[r], -1), 1022));
+        row_h2[r] = h | h << 16;
+      }
     }
 #pragma unroll
     for (int nt = 0; nt < kLive; ++nt) {

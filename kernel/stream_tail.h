@@ -14,12 +14,6 @@
 
 #include "params.h"
 
-#ifdef __CUDACC__
-#define FC_TAIL_FN __host__ __device__ __forceinline__
-#else
-#define FC_TAIL_FN inline
-#endif
-
 namespace flashcore {
 
 // A tail filling more than kTailMaxFill of a wave runs whole: measured on the H100 (8.44), B4 H16 S4K's 68 tiles of 132
@@ -69,7 +63,7 @@ struct TailItem {
 };
 
 // div_pieces and div_blocks divide by pieces and blocks (kernel/fast_div.h: the producer decodes items with them).
-FC_TAIL_FN TailItem tail_item(int j, int stride, int tiles, int pieces, int blocks, FastDiv div_pieces,
+FC_HOST_DEVICE TailItem tail_item(int j, int stride, int tiles, int pieces, int blocks, FastDiv div_pieces,
                               FastDiv div_blocks) {
   const int half = j >= stride ? 1 : 0;
   TailItem it{-1, j - half * stride, 0, 0};
@@ -90,7 +84,7 @@ inline TailItem tail_item(int j, int stride, int tiles, int pieces, int blocks) 
 }
 
 // The pieces [first, last] that cover tail tile `tile`: the piece holding unit u is ((u + 1) P - 1) / U.
-FC_TAIL_FN void tail_tile_pieces(int tile, int tiles, int pieces, int blocks, int& first, int& last) {
+FC_HOST_DEVICE void tail_tile_pieces(int tile, int tiles, int pieces, int blocks, int& first, int& last) {
   const int units = tiles * blocks;
   first = ((tile * blocks + 1) * pieces - 1) / units;
   last = ((tile + 1) * blocks * pieces - 1) / units;
@@ -149,10 +143,14 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_tail_kernel(const 
   const int tile = index / kBlockM, r = index % kBlockM;
   if (tile >= p.tail_tiles || (p.fault == kFaultSkipFirstRow && r == 0)) return;
   const TileCoord c = tile_coord(p, p.tail_first + tile);
-  const PackedRow packed = packed_row(p, c.head, r);
-  const int head = p.pack_gqa ? packed.head : c.head;
-  const int row = p.pack_gqa ? packed.row : c.m_block * kBlockM + r;
-  if (row >= p.seqlen_q || (p.pack_gqa && r >= p.group * p.seqlen_q)) return;
+  int head = c.head, row = c.m_block * kBlockM + r;
+  if (p.pack_gqa) {
+    if (r >= p.group * p.seqlen_q) return;  // past the group's last head
+    const PackedRow packed = packed_row(p, c.head, r);
+    head = packed.head;
+    row = packed.row;
+  }
+  if (row >= p.seqlen_q) return;
   int first, last;
   tail_tile_pieces(tile, p.tail_tiles, p.tail_pieces, p.tail_blocks, first, last);
   const float* slots = p.tail_o + (tile + first) * kTailSlotFloats<kBlockM, kHeadDim>;

@@ -118,7 +118,7 @@ __device__ __forceinline__ int kv_head(const KernelParams& p, const TileCoord& c
 }
 
 // Packed GQA: row `tile_row` of a tile of K/V head `kv_head` is query row `row` of query head `head` (the tile's rows
-// run through the group's heads, seqlen_q rows each).
+// run through the group's heads, seqlen_q rows each; rows from p.group * p.seqlen_q on do not exist).
 struct PackedRow {
   int head, row;
 };

@@ -1,5 +1,8 @@
 """What one extra stream operation (a 4-byte fill kernel, as FA3's semaphore zeroing) costs inside a timed call:
 FlashCore's library call and FA3's, each alone and after 1 or 2 fills, flushed rounds as bench/ab_kernels.py."""
+import ctypes
+import glob
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -15,7 +18,6 @@ rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 flush = ab.L2Flusher(256)
 fa3, dtypes = ab.load_fa3()
 buf = torch.empty(4, dtype=torch.uint8, device="cuda")
-import ctypes, glob, os  # noqa: E401,E402
 _cands = [p for d in sys.path for p in glob.glob(os.path.join(d, "nvidia", "**", "libcudart.so*"), recursive=True)]
 cudart = ctypes.CDLL(_cands[0]) if _cands else None
 print("cudart:", _cands[:1])

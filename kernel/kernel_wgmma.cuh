@@ -272,7 +272,11 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       constexpr int kLive = live_keys(keys) / 8;
       if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
       if constexpr (decltype(masked)::value) {
-        mask_scores<Consumer::kNTiles, kLive, Cfg::kFp8>(s, p, seq, mask_rows, (kv.n_begin + n) * Cfg::kBlockN, lane);
+        // FP8 calls take no window (api.cu), so FP8 kernels compile no left bound: behind the window's branch, ptxas
+        // kept the mask and the row max inside the softmax ring's turn (docs/perf-notes.md 8.54).
+        constexpr bool kLeftBound = !Cfg::kFp8;
+        mask_scores<Consumer::kNTiles, kLive, Cfg::kFp8, kLeftBound>(s, p, seq, mask_rows,
+                                                                     (kv.n_begin + n) * Cfg::kBlockN, lane);
       }
       consumer.softmax.template update<kPOffset, kLive>(s, scale_log2, alpha);
     };

@@ -51,8 +51,9 @@ static_assert(kPairTiles * 8 <= 1022, "paired columns must stay below hi's clamp
 // `rows.row` are the query indices of the thread's two fragment rows; `key0` the block's first key.
 // Row i sees keys [lo(i), hi(i)]: a score costs a compare of its compile-time column offset against hi(i) minus this
 // thread's first column and a select (kPairs: half a compare); a left window bound adds a compare against lo(i).
-// kLive: the tiles past it are not read again (a narrow last block), so they take no mask.
-template <int kNTiles, int kLive = kNTiles, bool kPairs = false>
+// kLive: the tiles past it are not read again (a narrow last block), so they take no mask. kLeftBound false: the
+// kernel never runs with a left window bound (p.window_left < 0 on every call), so its branch is compiled out.
+template <int kNTiles, int kLive = kNTiles, bool kPairs = false, bool kLeftBound = true>
 __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const KernelParams& p, const SeqMask& m,
                                             const ThreadRows& rows, int key0, int lane) {
   const int end = key_end(p, m);
@@ -63,7 +64,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
     const int limit = p.causal ? min(end - 1, rows.row[r] + m.diag + p.window_right) : end - 1;
     hi[r] = limit - first_col;
   }
-  if (p.window_left < 0) {  // no left bound: one compare per score, or per two (kPairs)
+  if (!kLeftBound || p.window_left < 0) {  // no left bound: one compare per score, or per two (kPairs)
     uint32_t row_h2[2] = {0, 0};
     if constexpr (kPairs) {
 #pragma unroll

@@ -127,8 +127,11 @@ typedef struct fc_plan_info {
   int32_t tail_pieces;      // ... the pieces they are cut into (the workspace holds their fp32 partials)
 } fc_plan_info;
 
-// Launches the forward kernel on `stream` (a cudaStream_t, NULL for the default stream).
-// Validates everything first: nothing is launched when the status is not FC_OK.
+// Launches the forward kernel on `stream` (a cudaStream_t, NULL for the default stream), with what it needs there:
+// a small kernel that zeroes the workspace's counters and flags first, where the plan has any (the forward kernel is
+// then a programmatic dependent launch: it starts as that kernel's blocks exit), and the kernels that sum split-KV or
+// stream-K tail partials after it (docs/design.md). Validates everything first: nothing is launched when the status
+// is not FC_OK.
 int fc_attention_forward(const fc_params* params, void* stream);
 
 // Validates `params` (except workspace) and fills `plan`. Call it to size the workspace before

@@ -41,9 +41,8 @@ struct LaunchPlan {
   int64_t ctas;    // persistent CTAs: min(tiles, SMs - sm_margin)
   Sections sections;
   bool dynamic;    // tile order from an atomic counter (causal: uneven tiles)
-  int64_t counter_offset;  // bytes into the workspace of the counter
-  int64_t zero_offset;     // the words the launch zeroes, side by side (kernel/zero_words.cuh): the tile counter,
-  int64_t zero_bytes;      // then the V^T copy's claim counter and flags
+  int64_t zero_offset;     // the words the launch zeroes, side by side (kernel/zero_words.cuh): the tile counter
+  int64_t zero_bytes;      // (dynamic order: the first 16 bytes), then the V^T copy's claim counter and flags
   int64_t vt_offset;       // FP8: bytes into the workspace of V's transposed copy (kernel/fp8_vt_fused.cuh)
   int64_t vt_keys;         // FP8: its row length (seqlen_k rounded up to kVtKeys); 0 otherwise
   int64_t vt_ready_offset; // FP8 V^T written by the kernel: bytes into the workspace of its claim counter and flags
@@ -139,9 +138,8 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   // Layout: the split-KV partials, the zeroed words (tile counter, V^T claim counter and flags), V^T's copy, the
   // stream-K tail's partials.
   plan->zero_offset = (partial_bytes + 15) / 16 * 16;
-  plan->counter_offset = plan->zero_offset;
   plan->vt_ready_offset = plan->zero_offset + (plan->dynamic ? 16 : 0);
-  plan->workspace_bytes = plan->dynamic ? plan->vt_ready_offset : partial_bytes;
+  int64_t vt_ready_bytes = 0;
   const bool vt_pass = in->dtype == FC_E4M3 && !TilePoint<kPoint>::kVtSmem;  // V^T copy (kernel/fp8_vt_fused.cuh)
   // The kernel writes the copy itself (kernel/fp8_vt_fused.cuh): a claim counter, a flag per block after it, then a
   // count of stored blocks per (batch, K/V head).
@@ -156,9 +154,10 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
                           static_cast<long long>(INT32_MAX - vt_ready_words(0, pairs)), static_cast<long long>(pairs));
     }
     plan->vt_items = static_cast<int>(items);
-    plan->workspace_bytes = plan->vt_ready_offset + 4 * vt_ready_words(items, pairs);
+    vt_ready_bytes = 4 * vt_ready_words(items, pairs);
   }
-  plan->zero_bytes = plan->workspace_bytes > plan->zero_offset ? plan->workspace_bytes - plan->zero_offset : 0;
+  plan->zero_bytes = plan->vt_ready_offset - plan->zero_offset + vt_ready_bytes;
+  plan->workspace_bytes = plan->zero_bytes > 0 ? plan->zero_offset + plan->zero_bytes : partial_bytes;
   plan->vt_offset = (plan->workspace_bytes + 127) / 128 * 128;  // TMA wants 16-byte aligned bases
   plan->vt_keys = vt_pass ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
   if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
@@ -204,17 +203,17 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   }
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  // The tile counter (dynamic order) and the V^T copy's claim counter and flags (kernel/fp8_vt_fused.cuh) start at 0:
-  // zero_words_kernel clears them, and the attention kernel launches as its blocks exit (kernel/zero_words.cuh).
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(plan.ctas));
   config.blockDim = dim3(Cfg::kThreads);
   config.dynamicSmemBytes = Cfg::kSmemBytes;
   config.stream = stream;
+  // The tile counter (dynamic order) and the V^T copy's claim counter and flags (kernel/fp8_vt_fused.cuh) start at 0:
+  // zero_words_kernel clears them, and the attention kernel launches as its blocks exit (kernel/zero_words.cuh).
+  cudaLaunchAttribute overlap{};
   if (plan.zero_bytes > 0) {
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
     const int words = static_cast<int>(plan.zero_bytes / 4);
     zero_words_kernel<<<std::min((words + kZeroThreads - 1) / kZeroThreads, 64), kZeroThreads, 0, stream>>>(
         reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + plan.zero_offset), words);
@@ -269,7 +268,7 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   p.div_grid_heads = make_fast_div(plan.grid_heads);
   p.div_group = make_fast_div(p.group);
   p.tile_counter =
-      plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.counter_offset) : nullptr;
+      plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.zero_offset) : nullptr;
   p.vt = plan.vt_keys > 0 ? static_cast<uint8_t*>(in->workspace) + plan.vt_offset : nullptr;
   p.vt_keys = plan.vt_keys;
   p.vt_blocks = plan.vt_blocks;

@@ -110,7 +110,7 @@ def gate_rows(gate: GateResult) -> list[Row]:
             continue
         speed = [c for c in gate.checks if c.metric == f"speed_vs_{backend}"]
         geo = [c for c in gate.checks if c.metric == f"geomean_speed_vs_{backend}"]
-        measured = sorted(((c.measured, c.workload) for c in speed if c.measured is not None))
+        measured = sorted((c.measured, c.workload) for c in speed if c.measured is not None)
         bar = _bar(speed, geo)
         rows.append(Row(gate=gate.name, against=_label(gate, str(backend)), workloads=len(speed),
                         geomean=geo[0].measured if geo else None,

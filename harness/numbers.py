@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from harness.schema import ConfigError
 
 BEGIN = "<!-- numbers: begin (python -m harness numbers --write README.md writes this block) -->"
 END = "<!-- numbers: end -->"
+WIDTH = 116  # README's prose width (its tables' rows are as wide as they need)
 EXIT_STALE = 1
 EXIT_UNUSABLE = 2
 # Baselines named after FlashCore itself (autotune-gain's "flashcore-default") time FlashCore against its own
@@ -152,8 +154,9 @@ def render_block(run: RunResult, shown_path: str, gate_names: Iterable[str]) -> 
     if run.environment.get("git_dirty"):
         commit += " (dirty tree)"
     day = run.started_at[:10] or "undated"
-    lines = [f"`make gate-phase{run.phase}` at {commit} on {_gpu(run, gates)}, {day}: {run.status.value} "
-             f"({_counts(run)}; `{shown_path}`). FlashCore's speed / the baseline's, paired per workload:", "",
+    header = (f"`make gate-phase{run.phase}` at {commit} on {_gpu(run, gates)}, {day}: {run.status.value} "
+              f"({_counts(run)}; `{shown_path}`). FlashCore's speed / the baseline's, paired per workload:")
+    lines = [*textwrap.wrap(header, WIDTH, break_long_words=False, break_on_hyphens=False), "",
              "| gate | against | workloads | geomean | worst | best | bar | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     for gate in gates:

@@ -96,7 +96,8 @@ def test_flashcore_against_its_own_default_tiles_is_not_a_baseline_row() -> None
 def test_the_block_names_commit_gpu_verdict_and_file() -> None:
     run = _run("2026-03-01T12:00:00Z", [_fa3(a=0.95, b=1.04)], commit="2222222aaaa")
     block = numbers.render_block(run, "reports/evidence/x.json.xz", ["perf-fa3"])
-    first = block.splitlines()[0]
+    first = " ".join(block.split("\n\n")[0].splitlines())  # the header, wrapped to README's width
+    assert all(len(line) <= numbers.WIDTH for line in block.split("\n\n")[0].splitlines())
     for part in ("2222222", "NVIDIA H200", "2026-03-01", "pass", "1 pass", "`reports/evidence/x.json.xz`"):
         assert part in first
     assert "| `perf-fa3` | FA3 | 2 | 0.970x of 2 | 0.950x a | 1.040x b | >= 0.90x each, >= 0.95x geomean | pass |" \

@@ -294,6 +294,10 @@ def _main(argv: list[str] | None = None) -> int:
         from harness.tune.runner import main as tune_main
 
         return tune_main(argv[1:])
+    if argv[:1] == ["numbers"]:  # README's table of current numbers (harness/numbers.py parses its own arguments)
+        from harness.numbers import main as numbers_main
+
+        return numbers_main(argv[1:])
     args = parser().parse_args(argv)
     if args.command == "parse":
         return cmd_parse(args)

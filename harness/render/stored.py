@@ -105,7 +105,7 @@ def _whole(path: Path, summary: dict[str, Any]) -> tuple[Any, str]:
     said = [(g.get("name"), g.get("status")) for g in summary.get("gates") or [] if isinstance(g, dict)]
     whole = [(g.get("name"), g.get("status")) for g in data.get("gates") or [] if isinstance(g, dict)]
     if said != whole or data.get("run_id") != summary.get("run_id"):
-        raise StoredRunError(f"{path}: its gates or run id differ from {side.name}'s: the summary was edited")
+        raise StoredRunError(f"{path}: its gates or run id differ from {side.name}'s: one of the two was edited")
     return data, f"{path} (whole run: {side.name})"
 
 

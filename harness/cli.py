@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from flashcore.faults import BY_NAME
 from harness.config import load_config
 from harness.results import RunResult
+from harness.run_files import compress_logs
 from harness.schema import PHASES, Config, ConfigError
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
                         repo_root=repo_root, seed=seed, fault=fault, only=only)
     else:
         run = _run_sharded(args, config, gpus, run_id, run_dir, environment, repo_root, seed)
+    run = compress_logs(run, run_dir)
     history_line, trends = "", None
     if not args.no_history:  # first, so the report's trend section shows this run too
         from harness.history.cli import record_run, run_trends

@@ -72,3 +72,13 @@ def test_nothing_in_the_evidence_report_is_wider_than_the_window() -> None:
     assert re.search(r"svg, img, figure \{ max-width: 100%", style)
     assert max(int(re.sub(r"\D", "", w)) for w in tables.px_widths) <= 300  # the ncu bars; bounded below
     assert ".ncu-bar { max-width: 30vw; }" in style
+
+
+def test_the_terminal_groups_identical_messages_too() -> None:
+    from harness.render.terminal import render
+
+    checks = tuple(Check(f"prefill-{i}", "slowdown_vs_stored", None, None, Status.ERROR, message=OTHER_GPU)
+                   for i in range(17))
+    text = render(RunResult("r", 4, (GateResult("perf-fa2", 4, Status.ERROR, checks),), {}, "", 1.0), width=400)
+    lines = [ln for ln in text.splitlines() if ln.startswith("    - ")]
+    assert lines == [f"    - prefill-0 slowdown_vs_stored and 16 more (x17): ERROR: {OTHER_GPU}"]

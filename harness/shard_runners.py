@@ -89,18 +89,18 @@ def check_shares(runs: Sequence[RunResult], sources: Sequence[str], first: Colle
 
 def exit_code_entries(runs: Sequence[RunResult], sources: Sequence[str], codes: Sequence[int | None],
                       phase: int) -> list[GateResult]:
-    """One ERROR per share whose `gate` command's exit code (None: none recorded) is not the one its results give
-    (0 for a pass, 1 otherwise): a share that wrote a passing results.json and then failed (a renderer error) must
-    not turn green in the merge."""
+    """One ERROR per share whose `gate` command's exit code (None: none recorded) its results contradict: 0 for a
+    pass, anything else otherwise (make reports a failed recipe as 2). A share that wrote a passing results.json and
+    then failed (a renderer error) must not turn green in the merge."""
     out = []
     for run, source, code in zip(runs, sources, codes, strict=True):
-        if code == run.exit_code:
+        if code is not None and (code == 0) == (run.exit_code == 0):
             continue
         i, n = share_of(run, source)
         said = "no exit code was recorded" if code is None else f"the gate command exited {code}"
         out.append(GateResult(f"share{i}of{n}-exit-code", phase, Status.ERROR, message=(
-            f"{source}: {said}, but its results say {run.status.value} (exit code {run.exit_code}): the share did "
-            "not finish as its report says; see its gate.log")))
+            f"{source}: {said}, but its results say {run.status.value}: the share did not finish as its report "
+            "says; see its gate.log")))
     return out
 
 

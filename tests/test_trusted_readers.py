@@ -174,6 +174,17 @@ def test_merge_joins_the_shares_of_one_run_and_reads_their_exit_codes(tmp_path: 
     assert _merge(tmp_path, *files, extra=("--exit-codes",)) == 1
     merged = read_run(tmp_path / "merged/results.json")
     assert [g.name for g in merged.gates if g.status is not Status.PASS] == ["share1of2-exit-code"]
+    failing = _share(1, 2)  # a failing share whose make exited 2 (a failed recipe): consistent, no extra entry
+    failing["gates"][-1]["checks"][0] |= {"status": "fail", "measured": 0.5}
+    failing["gates"][-1]["status"] = failing["status"] = "fail"
+    files[0] = _write(tmp_path, "f1", failing)
+    (Path(files[0]).parent / "exit-code").write_text("2\n")
+    assert _merge(tmp_path, *files, extra=("--exit-codes",)) == 1
+    merged = read_run(tmp_path / "merged/results.json")
+    assert [g.name for g in merged.gates if g.status is not Status.PASS] == [failing["gates"][-1]["name"]]
+    (Path(files[0]).parent / "exit-code").write_text("0\n")  # and a failing share that exited 0 is one too
+    assert _merge(tmp_path, *files, extra=("--exit-codes",)) == 1
+    assert "share1of2-exit-code" in [g.name for g in read_run(tmp_path / "merged/results.json").gates]
 
 
 # ---- a large run: a small results.json, the whole run in its sidecar --------------------------------------------

@@ -10,6 +10,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import sys
 import zlib
@@ -102,6 +103,9 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
               f"({', '.join(names)})", file=sys.stderr)
         return EXIT_CONFIG
     try:
+        if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", args.run_id):
+            raise ValueError(f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only (it names the run "
+                             "directory)")
         only, shard_of, gpus = _placement(args, names, only)
     except (ValueError, ConfigError) as e:
         print(f"flashcore harness: {e}", file=sys.stderr)

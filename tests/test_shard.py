@@ -271,6 +271,8 @@ def test_shards_run_by_two_runners_merge_into_one_report(tmp_path: Path, monkeyp
     assert "choose one" in capsys.readouterr().err
     assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--out", str(tmp_path / "x")]) == 2
     assert "--shard needs --run-id" in capsys.readouterr().err
+    assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--run-id", "../up", "--out", str(tmp_path / "x")]) == 2
+    assert "letters, digits" in capsys.readouterr().err
 
 
 def test_the_balance_reads_each_gates_latest_wall_time_from_the_history(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@
 # $GITHUB_STEP_SUMMARY (outside Actions: $ARTIFACTS/step-summary.md). Exits with the gate's exit code, or 1
 # when the gate exited 0 without writing its report. GATE_PHASE overrides ci/gate-phase for manual runs only.
 # SHARD=I/N (the workflow's matrix, ci/gate-shards): run share I of N of the phase (`--shard I/N`); the merge job
-# joins the shares' reports. Unset or 1/1: the whole phase.
+# joins the shares' reports. Unset or 1/1: the whole phase. Every share of one run gets one run id (--run-id: RUN_ID,
+# else the Actions run and attempt), which also gives them one seed: the merge refuses shares of different runs.
+# The exit code is also written beside report/results.json: the merge (--exit-codes) makes a share whose command
+# failed after writing a passing report an ERROR.
 # The run history (harness/history) lives outside the checkout, which actions/checkout cleans:
 # $FLASHCORE_HISTORY (default ~/.cache/flashcore/history.sqlite on the runner); a copy goes into $ARTIFACTS.
 set -uo pipefail
@@ -26,7 +29,15 @@ if ! [[ $SHARD =~ ^([1-9][0-9]*)/([1-9][0-9]*)$ ]] || (( BASH_REMATCH[1] > BASH_
   exit 2
 fi
 shard_args=""
-[[ $SHARD == 1/1 ]] || shard_args=" --shard $SHARD"
+if [[ $SHARD != 1/1 ]]; then
+  run_id=${RUN_ID:-${GITHUB_RUN_ID:+gh$GITHUB_RUN_ID-${GITHUB_RUN_ATTEMPT:-1}-phase$PHASE}}
+  if ! [[ $run_id =~ ^[A-Za-z0-9._-]+$ ]]; then
+    echo "ci/gpu_job.sh: SHARD=$SHARD needs RUN_ID, one id for every share of the run (letters, digits, . _ -;" \
+      "in GitHub Actions it is the run's id); got '$run_id'" >&2
+    exit 2
+  fi
+  shard_args=" --shard $SHARD --run-id $run_id"
+fi
 
 export FLASHCORE_HISTORY=${FLASHCORE_HISTORY:-$HOME/.cache/flashcore/history.sqlite}
 report="$ARTIFACTS/report"
@@ -47,5 +58,6 @@ else
 fi
 [[ -f $FLASHCORE_HISTORY ]] && cp "$FLASHCORE_HISTORY" "$ARTIFACTS/history.sqlite"
 echo "$rc" >"$ARTIFACTS/exit-code"
+[[ -d $report ]] && echo "$rc" >"$report/exit-code"  # beside results.json, where `harness merge --exit-codes` reads it
 echo "ci/gpu_job.sh: gate-phase$PHASE exit code $rc"
 exit "$rc"

@@ -10,7 +10,10 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
+import secrets
 import sys
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from flashcore.faults import BY_NAME
 from harness.config import load_config
 from harness.results import RunResult
+from harness.run_files import compress_logs
 from harness.schema import PHASES, Config, ConfigError
 
 if TYPE_CHECKING:
@@ -74,6 +78,9 @@ def _placement(args: argparse.Namespace, names: list[str], only: list[str] | Non
         raise ValueError(f"{'--shard' if args.shard else '--gpus'} picks the gates itself (no --only, no "
                          "--plant-fault)")
     if args.shard:
+        if not args.run_id:
+            raise ValueError("--shard needs --run-id ID, one id every share of the run is given (python -m harness "
+                             "merge joins only shares of one run)")
         shard_of = shard_runners.parse_shard(args.shard)
         return shard_runners.shard_gates(names, *shard_of, settings), shard_of, None
     return None, None, shard.gpu_list(args.gpus, visible_gpu_count)
@@ -96,23 +103,31 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
               f"({', '.join(names)})", file=sys.stderr)
         return EXIT_CONFIG
     try:
+        if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", args.run_id):
+            raise ValueError(f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only (it names the run "
+                             "directory)")
         only, shard_of, gpus = _placement(args, names, only)
     except (ValueError, ConfigError) as e:
         print(f"flashcore harness: {e}", file=sys.stderr)
         return EXIT_CONFIG
     repo_root = Path.cwd()
     environment = env.collect(repo_root)
-    if shard_of is not None:
-        environment["shard"] = f"{shard_of[0]}/{shard_of[1]}"
-    run_id = make_run_id(args.phase, environment)
+    run_id = args.run_id or make_run_id(args.phase, environment)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    if shard_of is not None:  # every share of the run: one run id and one seed (merge checks both)
+        environment.update(shard=f"{shard_of[0]}/{shard_of[1]}", shard_run=args.run_id)
+        run_id = f"{args.run_id}-{shard_of[0]}of{shard_of[1]}"
+        seed = args.seed if args.seed is not None else zlib.crc32(args.run_id.encode()) % 2**31
+    environment["seed"] = seed
     run_dir = Path(args.out) if args.out else Path("reports") / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     fault = FAULTS[args.plant_fault] if args.plant_fault else 0
     if gpus is None:
         run = run_phase(config, args.phase, run_id=run_id, run_dir=run_dir, environment=environment,
-                        repo_root=repo_root, seed=args.seed, fault=fault, only=only)
+                        repo_root=repo_root, seed=seed, fault=fault, only=only)
     else:
-        run = _run_sharded(args, config, gpus, run_id, run_dir, environment, repo_root)
+        run = _run_sharded(args, config, gpus, run_id, run_dir, environment, repo_root, seed)
+    run = compress_logs(run, run_dir)
     history_line, trends = "", None
     if not args.no_history:  # first, so the report's trend section shows this run too
         from harness.history.cli import record_run, run_trends
@@ -132,16 +147,13 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run_sharded(args: argparse.Namespace, config: Config, gpus: list[int], run_id: str, run_dir: Path,
-                 environment: dict[str, Any], repo_root: Path) -> RunResult:
+                 environment: dict[str, Any], repo_root: Path, seed: int) -> RunResult:
     """The phase over several GPUs (harness/shard.py), the gates balanced by their last wall times in the history."""
-    import secrets
-
     from harness import shard
     from harness.engine import run_phase
     from harness.history.cli import history_path
     from harness.history.trends import load_history_settings
 
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     try:
         seconds = shard.last_gate_seconds(history_path(load_history_settings(args.gates_dir)))
     except ConfigError:
@@ -186,13 +198,18 @@ def parser() -> argparse.ArgumentParser:
     gate.add_argument("--gpus", metavar="all|I,J", help="spread the gates over these GPUs, one worker each "
                       "(harness/shard.py, gates/shard.yaml); one merged report")
     gate.add_argument("--shard", metavar="I/N", help="run share I of N (the build gate on every share): one runner "
-                      "of several; `python -m harness merge` joins their results.json")
+                      "of several, each given the same --run-id; `python -m harness merge` joins their results.json")
+    gate.add_argument("--run-id", metavar="ID", help="the run's id (default: UTC time, phase, commit); with --shard, "
+                      "the id every share shares (each share's is ID-IofN; its seed, unless --seed, comes from ID)")
     mrg = sub.add_parser("merge", help="join the results.json of the shards of one phase (gate --shard I/N) into one "
                          "report and exit code")
     mrg.add_argument("results", type=Path, nargs="+", help="each shard's results.json")
     mrg.add_argument("--phase", type=int, required=True, choices=list(PHASES), metavar="N")
     mrg.add_argument("--out", type=Path, required=True, help="directory for the merged report")
     mrg.add_argument("--gates-dir", type=Path, default=Path("gates"))
+    mrg.add_argument("--exit-codes", action="store_true", help="each share's `gate` exit code is in the file "
+                     "exit-code beside its results.json (ci/gpu_job.sh): one that its results contradict, or none, "
+                     "is an ERROR")
     gate.add_argument("--no-history", action="store_true",
                       help="do not append the run to the history (gates/history.yaml, $FLASHCORE_HISTORY)")
     prs = sub.add_parser("parse", help="re-judge a saved tool output offline and print JSON")
@@ -243,21 +260,22 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace, config: Config) -> int:
     """The shards of one phase as one report: exit 0 when every gate passed, 1 otherwise, EXIT_CONFIG when a file
-    is unusable."""
+    is unusable or the files are not the distinct shares of one run."""
     from harness import shard_runners
     from harness.render.stored import StoredRunError, read_run
+    from harness.shard import load_shard_settings
 
-    runs = []
-    for f in args.results:
-        try:
-            runs.append(read_run(f))
-        except StoredRunError as e:
-            print(f"flashcore harness: {e}", file=sys.stderr)
-            return EXIT_CONFIG
-    if wrong := [str(f) for f, r in zip(args.results, runs, strict=True) if r.phase != args.phase]:
-        print(f"flashcore harness: not a phase-{args.phase} run: {', '.join(wrong)}", file=sys.stderr)
+    sources = [str(f) for f in args.results]
+    try:
+        runs = [read_run(f) for f in args.results]
+        if wrong := [s for s, r in zip(sources, runs, strict=True) if r.phase != args.phase]:
+            raise StoredRunError(f"not a phase-{args.phase} run: {', '.join(wrong)}")
+        shard_runners.check_shares(runs, sources, load_shard_settings(args.gates_dir).first)
+    except (StoredRunError, shard_runners.MergeRefused, ConfigError) as e:
+        print(f"flashcore harness: merge refused: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    run = shard_runners.merge_runs(config, args.phase, runs, [str(f) for f in args.results])
+    codes = [recorded_exit_code(f.parent / "exit-code") for f in args.results] if args.exit_codes else None
+    run = shard_runners.merge_runs(config, args.phase, runs, sources, codes)
     args.out.mkdir(parents=True, exist_ok=True)
     paths, error = write_reports(run, args.out)
     from harness.render.terminal import render
@@ -268,6 +286,14 @@ def cmd_merge(args: argparse.Namespace, config: Config) -> int:
         print(f"flashcore harness: {error}", file=sys.stderr)
         return 1
     return run.exit_code
+
+
+def recorded_exit_code(path: Path) -> int | None:
+    """The exit code a share's job wrote (one integer), None when the file is absent or holds anything else."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def cmd_parse(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from harness.gates import registry
 from harness.gates.base import GateContext
 from harness.progress import Progress
-from harness.results import GateResult, RunResult, Status
+from harness.results import GateResult, RunResult, Status, unchecked_status
 from harness.schema import Config, GateSpec
 from harness.shard import GPU_INDEX_ENV, gpu_state
 from harness.support.gpu import cuda_unavailable_reason, nvtx_range
@@ -41,7 +41,7 @@ def run_gate(spec: GateSpec, ctx: GateContext, gpu_reason: str | None) -> GateRe
     except Exception as e:  # noqa: BLE001 - a crashing gate is an ERROR, never an abort
         ctx.log(f"gate {spec.name} raised:\n{traceback.format_exc()}")
         return ctx.verdict_only(Status.ERROR, f"gate crashed: {type(e).__name__}: {e}")
-    if result.status is Status.PASS and not result.checks:
+    if not result.checks and unchecked_status(result.status) is not result.status:
         return dataclasses.replace(result, status=Status.ERROR, message="gate reported PASS without any check")
     return result
 

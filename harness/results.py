@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,6 +40,53 @@ def combine(statuses: list[Status]) -> Status:
         if worst in statuses:
             return worst
     return Status.PASS
+
+
+def unchecked_status(status: Status) -> Status:
+    """No pass without checks: a gate that made no check cannot pass (ERROR); any other status stands (a gate that
+    could not run says why in its message)."""
+    return Status.ERROR if status is Status.PASS else status
+
+
+def gate_status(status: Status, checks: Sequence[Check]) -> Status:
+    """The status a gate may carry, by the engine's rules: the worst of its checks (combine), or, without checks, its
+    own unless that is a pass (unchecked_status)."""
+    return combine([c.status for c in checks]) if checks else unchecked_status(status)
+
+
+_HOLDS = {"<=": lambda m, t: m <= t, ">=": lambda m, t: m >= t, "==": lambda m, t: m == t}
+
+
+def check_contradiction(check: Check) -> str:
+    """Why a check's own numbers contradict its pass ("" when they do not): a pass whose measured value is outside
+    its threshold. A fail inside it may have other reasons (its message says), so only the pass is judged."""
+    holds = _HOLDS.get(check.comparison)
+    if check.status is not Status.PASS or holds is None or check.measured is None or check.threshold is None:
+        return ""
+    if holds(check.measured, check.threshold):
+        return ""
+    return (f"{check.workload} {check.metric}: stored pass, but {check.measured:g} {check.comparison} "
+            f"{check.threshold:g} does not hold")
+
+
+def status_contradictions(gates: Sequence[GateResult]) -> list[str]:
+    """Every stored status the data under it contradicts, one line each (empty: the statuses are what the engine
+    would have given): a check's pass outside its threshold, a gate's status that is not gate_status of its
+    checks (a pass over a failing check, a pass without any check). A phase's and the run's status are always
+    recomputed from the gates (phase_statuses, RunResult.status), so a trusted gate list makes them right."""
+    out = []
+    for g in gates:
+        out += [f"gate {g.name}: {why}" for c in g.checks if (why := check_contradiction(c))]
+        want = gate_status(g.status, g.checks)
+        if want is not g.status:
+            given = f"{len(g.checks)} checks give {want.value}" if g.checks else f"no checks: {want.value}"
+            out.append(f"gate {g.name}: stored {g.status.value}, its {given}")
+    return out
+
+
+def phase_statuses(gates: Sequence[GateResult]) -> dict[int, Status]:
+    """Each phase's status, the worst of its gates, in phase order."""
+    return {n: combine([g.status for g in gates if g.phase == n]) for n in sorted({g.phase for g in gates})}
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,8 @@ def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Se
     except (OSError, StoredRunError, ValueError) as e:
         why = f"the worker on GPU {gpu} wrote no results (exit code {code}; {type(e).__name__}): see {log}"
         return [GateResult(name=n, phase=0, status=Status.ERROR, message=why, logs=(log,)) for n in gate_names]
+    for view in ("index.html", "summary.md"):  # the merged report shows these gates: no second copy
+        (out / view).unlink(missing_ok=True)
     missing = [n for n in gate_names if n not in got]
     lost = [GateResult(name=n, phase=0, status=Status.ERROR, logs=(log,),
                        message=f"the worker on GPU {gpu} stopped before this gate (exit code {code}): see {log}")

@@ -259,12 +259,16 @@ def test_the_gate_fails_an_api_that_lets_a_bad_input_through(tmp_path: Path, tab
     assert check.status is Status.FAIL and words in check.message and result.status is not Status.PASS
 
 
-def test_a_case_needing_two_gpus_is_listed_as_skipped(tmp_path: Path, table: CaseTable,
-                                                      judge: correctness.CorrectnessParams) -> None:
+def test_a_case_needing_two_gpus_is_not_applicable_on_one_with_its_reason(
+        tmp_path: Path, table: CaseTable, judge: correctness.CorrectnessParams) -> None:
+    """On a host with one GPU the `k-on-another-gpu` case is a NOT_APPLICABLE check saying why, not a silent skip;
+    it leaves the gate's verdict to the cases that ran."""
     small = dataclasses.replace(table, cases=(one_case(table, "k-on-another-gpu"), one_case(table, "s1")))
     result = run_gate(tmp_path, small, judge)
-    assert "k-on-another-gpu" in result.details["skipped"]
-    assert "k-on-another-gpu" not in {c.workload for c in result.checks}
+    check = next(c for c in result.checks if c.workload == "k-on-another-gpu")
+    assert check.status is Status.NOT_APPLICABLE and check.message == "needs 2 GPUs, this host has 1"
+    assert result.details["cases"]["k-on-another-gpu"]["message"] == check.message
+    assert result.status is Status.PASS  # s1 and the plain call after the suite passed
 
 
 # ---- on the H100 ----------------------------------------------------------------------------------

@@ -25,10 +25,12 @@ def run(run_id: str, started: str, ratio: float, spread: float = 0.005, gpu: str
         status: str = "pass") -> dict[str, Any]:
     checks = [{"workload": "prefill-d128", "metric": "rel_std[speed_vs_fa3]", "measured": spread, "threshold": 0.02,
                "status": "pass"},
-              {"workload": "prefill-d128", "metric": "speed_vs_fa3", "measured": ratio, "threshold": 0.95,
-               "status": status},
-              {"workload": "prefill-d128", "metric": "err", "measured": "inf", "threshold": 1.0, "status": "fail"}]
-    return {"run_id": run_id, "started_at": started, "phase": 4, "status": status, "elapsed_s": 100.0,
+              {"workload": "prefill-d128", "metric": "speed_vs_fa3", "measured": ratio, "threshold": 0.85,
+               "comparison": ">=", "status": status},
+              {"workload": "prefill-d128", "metric": "err", "measured": "inf", "threshold": 1.0,
+               "status": "not_applicable"}]
+    return {"schema": "flashcore.run/1", "run_id": run_id, "started_at": started, "phase": 4, "status": status,
+            "elapsed_s": 100.0,
             "environment": {"gpu": gpu, "git_commit": commit, "driver": "580", "torch": "2.11"},
             "gates": [{"name": "perf-fa3", "phase": 4, "status": status, "elapsed_s": 9.0, "checks": checks}]}
 
@@ -120,7 +122,7 @@ def test_history_command_imports_stored_runs_and_prints_the_trend(tmp_path: Path
     db = tmp_path / "h.sqlite"
     assert cli.main(["history", "--db", str(db), "--import", *files, str(bad), "--flagged"]) == 0
     out, err = capsys.readouterr()
-    assert out.count("imported:") == 3 and "skipped" in err and "no `run_id`" in err
+    assert out.count("imported:") == 3 and "skipped" in err and "expected 'flashcore.run/1'" in err
     assert "perf-fa3 prefill-d128 speed_vs_fa3" in out and "CHANGED -10.31% since aaaaaaa" in out
     assert "1 series, 1 flagged" in out
     assert cli.main(["history", "--db", str(tmp_path / "none.sqlite")]) == 1
@@ -136,7 +138,7 @@ def test_the_evidence_runs_import(tmp_path: Path) -> None:
         try:
             imported += store.import_file(db, f)
         except store.HistoryError as e:  # a gate-only extract (phase5-gates-*.json) is not a run
-            assert "no `run_id`" in str(e)
+            assert "expected 'flashcore.run/1'" in str(e)
     assert imported >= 5 and len(store.runs(db, 100)) == imported
     assert store.series_keys(db, ("geomean_speed_vs_fa3",))
 
@@ -209,5 +211,27 @@ def test_a_broken_compressed_run_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "run.json.xz"
     bad.write_bytes(b"not xz at all")
     db = store.open_db(tmp_path / "h.sqlite")
-    with pytest.raises(store.HistoryError, match="run.json.xz: cannot read it as JSON"):
+    with pytest.raises(store.HistoryError, match="run.json.xz: not xz data"):
         store.import_file(db, bad)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda g: g.update(status="pass") or g["checks"][1].update(status="fail"), "stored pass, its 3 checks give fail"),
+    (lambda g: g.update(status="pass", checks=[]), "stored pass, its no checks: error"),
+    (lambda g: g["checks"][1].update(measured=0.5), "speed_vs_fa3: stored pass, but 0.5 >= 0.85 does not hold"),
+])  # fmt: skip
+def test_an_import_whose_statuses_its_checks_contradict_is_refused(tmp_path: Path, edit: Any, says: str) -> None:
+    """History import reads a stored run as render and merge do: a gate stored pass over a failing check, a pass
+    without checks or a check's pass outside its threshold is refused naming the file and the gate, and nothing
+    is recorded."""
+    import json
+
+    data = run("r1", "2026-01-01T00:00:00Z", 0.97)
+    edit(data["gates"][0])
+    f = tmp_path / "edited.json"
+    f.write_text(json.dumps(data))
+    db = store.open_db(tmp_path / "h.sqlite")
+    with pytest.raises(store.HistoryError, match=re.escape("edited.json")) as e:
+        store.import_file(db, f)
+    assert "gate perf-fa3" in str(e.value) and says in str(e.value)
+    assert store.runs(db, 10) == []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.render.json_out import FULL_FILE, RESULTS_MAX_BYTES
 from harness.render.stored import StoredRunError, read_run, run_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,8 +25,9 @@ def test_a_stored_run_reads_back_to_the_same_json() -> None:
 def test_render_writes_the_report_of_the_committed_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", str(EVIDENCE), "--out", str(tmp_path / "report")]) == 0
     out = tmp_path / "report"
-    assert {"index.html", "summary.md", "results.json"} <= {p.name for p in out.iterdir()}
-    assert json.loads((out / "results.json").read_text()) == json.loads(EVIDENCE.read_text())
+    assert {"index.html", "summary.md", "results.json", FULL_FILE} <= {p.name for p in out.iterdir()}
+    assert read_run(out / "results.json").to_dict() == json.loads(EVIDENCE.read_text())  # through the sidecar
+    assert (out / "results.json").stat().st_size <= RESULTS_MAX_BYTES < EVIDENCE.stat().st_size
     html = (out / "index.html").read_text()
     assert json.loads(EVIDENCE.read_text())["run_id"] in html and "scaling" in html
     assert f"{len(json.loads(EVIDENCE.read_text())['gates'])} gates" in capsys.readouterr().out
@@ -49,7 +51,7 @@ def test_an_unusable_file_is_refused_with_where_and_why(tmp_path: Path, capsys: 
 
 def test_a_status_that_its_gates_contradict_is_refused(tmp_path: Path) -> None:
     data = json.loads(EVIDENCE.read_text())
-    data["gates"][0]["status"] = "fail"  # the run still says pass
+    data["gates"][0]["checks"][0]["status"] = data["gates"][0]["status"] = "fail"  # the run still says pass
     f = tmp_path / "results.json"
     f.write_text(json.dumps(data))
     with pytest.raises(StoredRunError, match="edited or is damaged"):
@@ -71,7 +73,7 @@ def test_an_xz_compressed_run_reads_and_renders_as_the_plain_one(tmp_path: Path)
     packed.write_bytes(lzma.compress(EVIDENCE.read_bytes()))
     assert read_run(packed).to_dict() == read_run(EVIDENCE).to_dict()
     assert main(["render", str(packed), "--out", str(tmp_path / "report")]) == 0
-    assert json.loads((tmp_path / "report" / "results.json").read_text()) == json.loads(EVIDENCE.read_text())
+    assert read_run(tmp_path / "report" / "results.json").to_dict() == json.loads(EVIDENCE.read_text())
     bad = tmp_path / "bad.json.xz"
     bad.write_bytes(b"plain text")
     with pytest.raises(StoredRunError, match="bad.json.xz: not xz data"):

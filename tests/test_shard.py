@@ -238,15 +238,18 @@ def test_shards_run_by_two_runners_merge_into_one_report(tmp_path: Path, monkeyp
     monkeypatch.chdir(REPO)
     _stand_in_all(monkeypatch, 7)
     for i in (1, 2):
-        assert cli.main(["gate", "--phase", "7", "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"),
-                         "--no-history"]) == 0
-    one = json.loads((tmp_path / "s1/results.json").read_text())
+        assert cli.main(["gate", "--phase", "7", "--shard", f"{i}/2", "--run-id", "ci-7", "--out",
+                         str(tmp_path / f"s{i}"), "--no-history"]) == 0
+    one, two = (json.loads((tmp_path / f"s{i}/results.json").read_text()) for i in (1, 2))
     assert one["environment"]["shard"] == "1/2" and len(one["gates"]) < 21
+    assert (one["run_id"], two["run_id"]) == ("ci-7-1of2", "ci-7-2of2")  # one run, two shares, one seed
+    assert one["environment"]["shard_run"] == "ci-7" and one["environment"]["seed"] == two["environment"]["seed"]
     files = [str(tmp_path / f"s{i}/results.json") for i in (1, 2)]
     assert cli.main(["merge", "--phase", "7", "--out", str(tmp_path / "m"), *files]) == 0
     merged = json.loads((tmp_path / "m/results.json").read_text())
     names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
     assert [g["name"] for g in merged["gates"]] == names and merged["status"] == "pass"
+    assert merged["run_id"] == "ci-7" and "shard" not in merged["environment"]
     build = merged["gates"][0]
     assert build["details"]["ran_on"] == 2 and {g["details"]["shard"] for g in merged["gates"]} == {"1/2", "2/2"}
     assert "<th>GPU</th>" in (tmp_path / "m/index.html").read_text()
@@ -256,7 +259,7 @@ def test_shards_run_by_two_runners_merge_into_one_report(tmp_path: Path, monkeyp
     assert lost and all("no shard ran this gate" in g["message"] for g in lost)
     # a failing build on one runner is the merged build's verdict
     bad = json.loads(Path(files[1]).read_text())
-    bad["gates"][0]["status"], bad["status"] = "fail", "fail"
+    bad["gates"][0]["checks"][0]["status"] = bad["gates"][0]["status"] = bad["status"] = "fail"
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     assert cli.main(["merge", "--phase", "7", "--out", str(tmp_path / "m2"), files[0], str(tmp_path / "bad.json")]) == 1
     assert json.loads((tmp_path / "m2/results.json").read_text())["gates"][0]["status"] == "fail"
@@ -266,6 +269,10 @@ def test_shards_run_by_two_runners_merge_into_one_report(tmp_path: Path, monkeyp
     assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--only", "build", "--out", str(tmp_path / "x")]) == 2
     assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--gpus", "0", "--out", str(tmp_path / "x")]) == 2
     assert "choose one" in capsys.readouterr().err
+    assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--out", str(tmp_path / "x")]) == 2
+    assert "--shard needs --run-id" in capsys.readouterr().err
+    assert cli.main(["gate", "--phase", "7", "--shard", "1/2", "--run-id", "../up", "--out", str(tmp_path / "x")]) == 2
+    assert "letters, digits" in capsys.readouterr().err
 
 
 def test_the_balance_reads_each_gates_latest_wall_time_from_the_history(tmp_path: Path) -> None:

@@ -184,9 +184,16 @@ def test_required_check(tmp_path: Path, cpu: str, gpu: str, fork: str, rc: int, 
     assert words in (tmp_path / "summary.md").read_text()
 
 
-@pytest.mark.parametrize("shard, args", [("2/3", "--shard 2/3"), ("1/1", None), (None, None)])
-def test_gpu_job_runs_its_share(tmp_path: Path, shard: str | None, args: str | None) -> None:
-    env = fake_make(tmp_path, 0, True)
+@pytest.mark.parametrize("shard, ids, args", [
+    ("2/3", {"GITHUB_RUN_ID": "77", "GITHUB_RUN_ATTEMPT": "2"}, "--shard 2/3 --run-id gh77-2-phase"),
+    ("2/3", {"GITHUB_RUN_ID": "77", "RUN_ID": "by-hand"}, "--shard 2/3 --run-id by-hand"),
+    ("1/1", {}, None),
+    (None, {}, None),
+])  # fmt: skip
+def test_gpu_job_runs_its_share_under_the_runs_id(tmp_path: Path, shard: str | None, ids: dict[str, str],
+                                                  args: str | None) -> None:
+    env = {k: v for k, v in fake_make(tmp_path, 0, True).items() if k not in ("GITHUB_RUN_ID", "RUN_ID")}
+    env.update(ids)
     if shard:
         env["SHARD"] = shard
     proc = subprocess.run([str(REPO / "ci/gpu_job.sh")], env=env, capture_output=True, text=True, check=False)
@@ -194,6 +201,16 @@ def test_gpu_job_runs_its_share(tmp_path: Path, shard: str | None, args: str | N
     made = (tmp_path / "make-args").read_text()
     assert (args in made) if args else ("--shard" not in made)
     assert (tmp_path / "artifacts/report/index.html").is_file()
+    assert (tmp_path / "artifacts/report/exit-code").read_text().strip() == "0"  # beside results.json, for merge
+
+
+def test_a_share_without_a_run_id_is_refused(tmp_path: Path) -> None:
+    """Outside Actions a share needs RUN_ID: shares with ids of their own would not merge."""
+    env = {k: v for k, v in fake_make(tmp_path, 0, True).items() if k not in ("GITHUB_RUN_ID", "RUN_ID")}
+    for bad in ({}, {"RUN_ID": "two words"}):
+        proc = subprocess.run([str(REPO / "ci/gpu_job.sh")], env={**env, **bad, "SHARD": "1/2"}, capture_output=True,
+                              text=True, check=False)
+        assert proc.returncode == 2 and "needs RUN_ID" in proc.stderr and not (tmp_path / "make-args").exists()
 
 
 @pytest.mark.parametrize("shard", ["3/2", "0/1", "x"])
@@ -209,40 +226,75 @@ def test_the_plan_job_reads_the_number_of_runners() -> None:
     assert proc.stdout.splitlines() == [f"count={n}", f"shards=[{','.join(str(i) for i in range(1, n + 1))}]"]
 
 
-def _shard_run(tmp_path: Path, name: str, gates: list[str], status: str = "pass") -> None:
+def _shard_run(tmp_path: Path, name: str, gates: list[str], share: str, status: str = "pass", exit_code: int = 0,
+               commit: str = "abc") -> None:
     from harness.results import Check, GateResult, RunResult, Status
 
     phase = int(gate_phase())
+    env = {"git_commit": commit, "git_dirty": False, "shard": share, "shard_run": "gh1-1", "seed": 5}
     run = RunResult(name, phase, tuple(GateResult(g, 1, Status(status), (Check("w", "m", None, None, Status(status)),))
-                                       for g in gates), {"git_commit": "abc"}, "", 1.0)
+                                       for g in gates), env, "", 1.0)
     out = tmp_path / "shards" / name / "report"
     out.mkdir(parents=True)
     (out / "results.json").write_text(json.dumps(run.to_dict()))
+    (out / "exit-code").write_text(f"{exit_code}\n")
 
 
-def test_merge_job_joins_the_shards_and_exits_with_the_verdict(tmp_path: Path) -> None:
+def _merge_job(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ARTIFACTS": str(tmp_path / "merged"), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+           "PYTHON": sys.executable}
+    return subprocess.run([str(REPO / "ci/merge_job.sh"), str(tmp_path / "shards")], env=env, capture_output=True,
+                          text=True, check=False)
+
+
+def _shares(n: int) -> list[list[str]]:
     from harness.config import load_config
     from harness.shard import load_shard_settings
     from harness.shard_runners import shard_gates
 
     names = [g.name for g in load_config(REPO / "gates").gates_through(int(gate_phase()))]
-    settings = load_shard_settings(REPO / "gates")
+    return [shard_gates(names, i, n, load_shard_settings(REPO / "gates")) for i in range(1, n + 1)]
+
+
+def test_merge_job_joins_the_shards_and_exits_with_the_verdict(tmp_path: Path) -> None:
+    shares = _shares(2)
     for i in (1, 2):
-        _shard_run(tmp_path, f"s{i}", shard_gates(names, i, 2, settings))
-    env = {**os.environ, "ARTIFACTS": str(tmp_path / "merged"), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
-           "PYTHON": sys.executable}
-    proc = subprocess.run([str(REPO / "ci/merge_job.sh"), str(tmp_path / "shards")], env=env, capture_output=True,
-                          text=True, check=False)
+        _shard_run(tmp_path, f"s{i}", shares[i - 1], f"{i}/2")
+    proc = _merge_job(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     merged = json.loads((tmp_path / "merged/report/results.json").read_text())
-    assert [g["name"] for g in merged["gates"]] == names
+    assert sorted(g["name"] for g in merged["gates"]) == sorted(set(shares[0] + shares[1]))
     assert (tmp_path / "merged/exit-code").read_text().strip() == "0"
     assert "PASS" in (tmp_path / "summary.md").read_text()
     (tmp_path / "shards/s2/report/results.json").unlink()  # a share that left no report: its gates are missing
-    proc = subprocess.run([str(REPO / "ci/merge_job.sh"), str(tmp_path / "shards")], env=env, capture_output=True,
-                          text=True, check=False)
+    proc = _merge_job(tmp_path)
     assert proc.returncode == 1 and "no shard ran this gate" in (tmp_path / "merged/report/results.json").read_text()
     (tmp_path / "shards/s1/report/results.json").unlink()
-    proc = subprocess.run([str(REPO / "ci/merge_job.sh"), str(tmp_path / "shards")], env=env, capture_output=True,
-                          text=True, check=False)
+    proc = _merge_job(tmp_path)
     assert proc.returncode == 1 and "no shard left a report" in proc.stdout
+
+
+def test_a_share_that_failed_after_a_passing_report_fails_the_merge(tmp_path: Path) -> None:
+    """Share 2's gate command exited 1 (a renderer error) after writing a passing results.json: the merged verdict
+    is an ERROR naming that share, not green; a share with no exit code recorded is one too."""
+    shares = _shares(2)
+    _shard_run(tmp_path, "s1", shares[0], "1/2")
+    _shard_run(tmp_path, "s2", shares[1], "2/2", exit_code=1)
+    proc = _merge_job(tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    merged = json.loads((tmp_path / "merged/report/results.json").read_text())
+    bad = [g for g in merged["gates"] if g["status"] != "pass"]
+    assert [g["name"] for g in bad] == ["share2of2-exit-code"] and "exited 1" in bad[0]["message"]
+    (tmp_path / "shards/s2/report/exit-code").unlink()
+    assert _merge_job(tmp_path).returncode == 1
+    assert "no exit code was recorded" in (tmp_path / "merged/report/results.json").read_text()
+
+
+def test_merge_job_refuses_shares_of_two_commits(tmp_path: Path) -> None:
+    shares = _shares(2)
+    _shard_run(tmp_path, "s1", shares[0], "1/2")
+    _shard_run(tmp_path, "s2", shares[1], "2/2", commit="def")
+    proc = _merge_job(tmp_path)
+    assert proc.returncode == 2 and (tmp_path / "merged/exit-code").read_text().strip() == "2"
+    summary = (tmp_path / "summary.md").read_text()
+    assert "not merged" in summary and "environment.git_commit differs" in summary

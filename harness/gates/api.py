@@ -213,11 +213,15 @@ def check_cases(ctx: GateContext, fc: ModuleType, api: ModuleType, table: CaseTa
                 p: correctness.CorrectnessParams, devices: int, device: str = "cuda") -> GateResult:
     """Every case in order (rejects, accepts), then the plain call; one case's crash is that case's ERROR."""
     checks: list[Check] = []
-    details: dict[str, Any] = {"cases": {}, "skipped": {}}
+    details: dict[str, Any] = {"cases": {}}
     suite = [*table.cases, after_suite_case(table.defaults)]
     for i, case in enumerate(suite):
-        if case.min_devices > devices:
-            details["skipped"][case.name] = f"needs {case.min_devices} GPUs, this host has {devices}"
+        if case.min_devices > devices:  # the question does not arise here: shown with why, never a silent skip
+            why = f"needs {case.min_devices} GPUs, this host has {devices}"
+            checks.append(Check(case.name, "devices", float(case.min_devices), float(devices),
+                                Status.NOT_APPLICABLE, comparison=">=", message=why))
+            details["cases"][case.name] = {"kind": case.kind, "why": case.why, "verdicts": {"devices": "n/a"},
+                                           "message": why}
             continue
         ctx.step(f"{case.kind} {case.name} ({i + 1}/{len(suite)})")
         seed = gpu.workload_seed(ctx.seed, ctx.spec.name, case.name)

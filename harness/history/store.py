@@ -9,15 +9,12 @@ to it, so `python -m harness history` can tell a change from run-to-run noise.
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from harness.stored_file import XzError, stored_text
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -119,14 +116,16 @@ def record(db: sqlite3.Connection, results: Mapping[str, Any], source: str) -> b
 
 
 def import_file(db: sqlite3.Connection, path: Path) -> bool:
-    """Append the run of a results.json, or of an xz-compressed one (`.json.xz`, as reports/evidence/ keeps them)."""
+    """Append the run of a results.json, or of an xz-compressed one (`.json.xz`, as reports/evidence/ keeps them),
+    read as every reader reads a stored run: its statuses recomputed from its checks, a file they contradict refused
+    (harness/render/stored.py), a summary's whole run read from its sidecar."""
+    from harness.render.stored import StoredRunError, read_run  # late: the renderers import the history's report
+
     try:
-        data = json.loads(stored_text(path))
-    except (OSError, ValueError, *XzError) as e:
-        raise HistoryError(f"{path}: cannot read it as JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise HistoryError(f"{path}: not a results.json of make gate-phaseN")
-    return record(db, data, str(path))
+        run = read_run(path)
+    except StoredRunError as e:
+        raise HistoryError(str(e)) from None
+    return record(db, run.to_dict(), str(path))
 
 
 def series(db: sqlite3.Connection, gate: str, workload: str, metric: str, last: int) -> list[Point]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.results import Check, RunResult, Status, combine
+from harness.results import Check, RunResult, Status, phase_statuses
 
 if TYPE_CHECKING:
     from harness.history.report import TrendReport
@@ -128,32 +128,40 @@ class PhaseSummary:
 def phase_summaries(run: RunResult) -> list[PhaseSummary]:
     """One line per phase that has results, in phase order: how many of its gates passed, and which did not."""
     out = []
-    for number in sorted({g.phase for g in run.gates}):
+    for number, status in phase_statuses(run.gates).items():
         gates = [g for g in run.gates if g.phase == number]
         name = run.phase_names.get(number)
         passed = sum(g.status is Status.PASS for g in gates)
         text = f"phase {number}" + (f" ({name})" if name else "") + f": {passed}/{len(gates)} pass"
         bad = [f"{g.name} {VERDICT_WORD[g.status]}" for g in gates if g.status is not Status.PASS]
         text += "; " + ", ".join(bad) if bad else ""
-        out.append(PhaseSummary(number, combine([g.status for g in gates]), text))
+        out.append(PhaseSummary(number, status, text))
     return out
 
 
 def write_all(run: RunResult, run_dir: Path, trends: TrendReport | None = None) -> dict[str, Path]:
-    """Write index.html, results.json and summary.md into run_dir; return their paths by format. `trends`: the
-    history's trend section of the HTML report (None: none)."""
+    """Write index.html, results.json (and, for a large run, its sidecar: harness/render/json_out.py) and summary.md
+    into run_dir; return their paths by format. `trends`: the history's trend section of the HTML report (None:
+    none)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    texts = {"html": render_html(run, trends), "json": render_json(run), "markdown": render_markdown(run)}
+    texts = {"html": render_html(run, trends), "markdown": render_markdown(run)}
     paths: dict[str, Path] = {}
     for kind, text in texts.items():
         paths[kind] = run_dir / OUTPUT_FILES[kind]
         paths[kind].write_text(text, encoding="utf-8")
+    results = results_files(run)
+    (run_dir / FULL_FILE).unlink(missing_ok=True)  # a sidecar of an earlier run would no longer match
+    for name, data in results.items():
+        (run_dir / name).write_bytes(data)
+    paths["json"] = run_dir / OUTPUT_FILES["json"]
+    if FULL_FILE in results:
+        paths["full"] = run_dir / FULL_FILE
     return paths
 
 
 # Imported last: these modules use the helpers above.
 from harness.render.html import render_html  # noqa: E402
-from harness.render.json_out import render_json  # noqa: E402
+from harness.render.json_out import FULL_FILE, render_json, results_files  # noqa: E402
 from harness.render.markdown import render_markdown  # noqa: E402
 
 __all__ = ["render_html", "render_json", "render_markdown", "write_all"]

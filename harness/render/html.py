@@ -22,6 +22,7 @@ from harness.render import (
     verdict_counts,
 )
 from harness.results import GateResult, RunResult
+from harness.run_files import SUFFIX
 
 TEMPLATE = "report.html.j2"
 
@@ -61,6 +62,8 @@ def _gate_view(gate: GateResult) -> dict[str, Any]:
         "short_message": summary.short_text(gate.message),
         "checks": checks,
         "logs": [{"path": p, "linked": is_relative_link(p)} for p in gate.logs],
+        # a raw log compressed after the run (harness/run_files.py): its name on disk, for the sections' own links
+        "log_names": {p.removesuffix(SUFFIX): p for p in gate.logs},
         "details": json.dumps(gate.details, indent=2, default=str) if gate.details else "",
         "data": gate.details,
         "section": _section_template(gate.name),

@@ -9,7 +9,7 @@ from typing import Any
 from harness.render import VERDICT_WORD, fmt_number
 from harness.results import RunResult, Status
 
-MAX_ATTENTION = 40  # failing checks listed on the first screen; the rest are counted
+MAX_ATTENTION = 40  # failing causes listed on the first screen; the rest are counted
 SHORT_MESSAGE = 180  # characters of a message shown before the rest is folded
 
 
@@ -50,24 +50,37 @@ def short_name(name: str) -> str:
     return s
 
 
-def attention(run: RunResult) -> tuple[list[dict[str, str]], int]:
-    """Failing and erroring checks (and gates that failed without any), worst first; (shown, how many more)."""
-    rows = []
+def attention(run: RunResult) -> tuple[list[dict[str, Any]], int]:
+    """Each failing cause once, errors first; (shown, how many more). A cause is a message shared by failing and
+    erroring checks (and gates that failed without any): 17 checks of two gates that all say "the stored run was
+    measured on another GPU" are one row naming both gates, x17, and the first check; a check without a message is a
+    cause of its own."""
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def add(gate: str, status: Status, what: str, message: str) -> None:
+        text = short_text(message)
+        key = (status.value, text) if text else (status.value, gate, what)
+        row = rows.setdefault(key, {"gates": [], "status": status.value, "word": VERDICT_WORD[status], "what": what,
+                                    "message": text, "count": 0})
+        row["count"] += 1
+        if gate not in row["gates"]:
+            row["gates"].append(gate)
+
     for g in run.gates:
         bad = [c for c in g.checks if c.status in (Status.FAIL, Status.ERROR)]
         if g.status in (Status.FAIL, Status.ERROR) and not bad:
-            rows.append({"gate": g.name, "status": g.status.value, "word": VERDICT_WORD[g.status], "what": "",
-                         "message": short_text(g.message)})
+            add(g.name, g.status, "", g.message)
         for c in bad:
             what = f"{short_name(c.workload)} · {c.metric}"
             if c.measured is not None:
                 what += f": {fmt_number(c.measured)}"
                 if c.threshold is not None:
                     what += f" (needs {c.comparison} {fmt_number(c.threshold)})"
-            rows.append({"gate": g.name, "status": c.status.value, "word": VERDICT_WORD[c.status], "what": what,
-                         "message": short_text(c.message)})
-    rows.sort(key=lambda r: r["status"] != "error")  # errors (no verdict at all) first; stable otherwise
-    return rows[:MAX_ATTENTION], max(0, len(rows) - MAX_ATTENTION)
+            add(g.name, c.status, what, c.message)
+    out = [{**r, "gate": r["gates"][0], "what": r["what"] + (f" and {r['count'] - 1} more" if r["count"] > 1 else "")}
+           for r in rows.values()]
+    out.sort(key=lambda r: r["status"] != "error")  # errors (no verdict at all) first; stable otherwise
+    return out[:MAX_ATTENTION], max(0, len(out) - MAX_ATTENTION)
 
 
 def speed(run: RunResult) -> tuple[list[dict[str, Any]], str | None]:

@@ -4,12 +4,12 @@ message) with the checks that did not pass, then the verdict."""
 from __future__ import annotations
 
 from harness.render import phase_summaries
-from harness.results import GateResult, RunResult, Status
+from harness.results import Check, GateResult, RunResult, Status
 
 WORDS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.NOT_RUN: "NOT RUN",
          Status.NOT_APPLICABLE: "N/A"}
 _COLORS = {Status.PASS: "32", Status.FAIL: "31", Status.ERROR: "35", Status.NOT_RUN: "33", Status.NOT_APPLICABLE: "36"}
-MAX_FAILED_CHECKS = 5  # per gate, under its row
+MAX_FAILED_CHECKS = 5  # causes per gate, under its row
 
 
 def _cut(text: str, width: int) -> str:
@@ -23,11 +23,19 @@ def _status(s: Status, color: bool, width: int) -> str:
 
 
 def _failed_checks(g: GateResult, width: int) -> list[str]:
-    bad = [c for c in g.checks if c.status is not Status.PASS]
-    lines = ["    - " + _cut(f"{c.workload} {c.metric}: {WORDS[c.status]}: {c.message}", width - 6)
-             for c in bad[:MAX_FAILED_CHECKS]]
-    if len(bad) > MAX_FAILED_CHECKS:
-        lines.append(f"    ... {len(bad) - MAX_FAILED_CHECKS} more (see the report)")
+    """The checks that did not pass, those with one status and message as one line with their count (17 checks
+    saying the stored run is of another GPU are one cause)."""
+    causes: dict[tuple[Status, str], list[Check]] = {}
+    for c in g.checks:
+        if c.status is not Status.PASS:
+            causes.setdefault((c.status, c.message or f"{c.workload} {c.metric}"), []).append(c)
+    lines = []
+    for (status, _), group in list(causes.items())[:MAX_FAILED_CHECKS]:
+        c, n = group[0], len(group)
+        subject = f"{c.workload} {c.metric}" + (f" and {n - 1} more (x{n})" if n > 1 else "")
+        lines.append("    - " + _cut(f"{subject}: {WORDS[status]}: {c.message}", width - 6))
+    if len(causes) > MAX_FAILED_CHECKS:
+        lines.append(f"    ... {len(causes) - MAX_FAILED_CHECKS} more causes (see the report)")
     return lines
 
 

@@ -80,7 +80,7 @@ class Case:
     error: str = ""  # reject: expected exception class (flashcore.<error>)
     match: str = ""  # reject: regex the message must contain
     expect: str = "result"  # accept: "result" (vs the fp32 reference) or "empty" (defined result, no launch)
-    min_devices: int = 1  # GPUs the case needs; skipped (and listed) on a host with fewer
+    min_devices: int = 1  # GPUs the case needs; NOT_APPLICABLE, with the reason, on a host with fewer
     entry: str = "attention"  # reject: which entry point (ENTRIES) the case calls
 
 

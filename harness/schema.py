@@ -7,9 +7,10 @@ import this module, and the loader (harness/config.py) imports both.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,18 +53,23 @@ def param(
     default: Any = _MISSING,
     gt: float | None = None,
     ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
     choices: tuple[Any, ...] | None = None,
+    check: Callable[[Any], str | None] | None = None,
     workloads: bool = False,
     serving: bool = False,
     fp8: bool = False,
 ) -> Any:
-    """Declare one field of a gate's `Params` dataclass with its bounds (checked by the loader).
+    """Declare one field of a gate's `Params` dataclass with its bounds (checked by the loader; a list's bounds
+    apply to each item). `check(value)` returns why a value is refused, or None.
 
     `workloads=True` marks a list of workload or set names; the loader expands sets and checks every name.
     Such a list holds dense workloads only unless `serving=True` (the gate runs varlen, kvcache and paged ones);
     `fp8=True` admits FP8 (e4m3) dense workloads besides the plain ones.
     """
-    meta = {"gt": gt, "ge": ge, "choices": choices, "workloads": workloads, "serving": serving, "fp8": fp8}
+    meta = {"gt": gt, "ge": ge, "lt": lt, "le": le, "choices": choices, "check": check, "workloads": workloads,
+            "serving": serving, "fp8": fp8}
     if default is _MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -263,14 +269,64 @@ def _coerce(file: Path, key: str, tp: Any, value: Any) -> Any:
     raise ConfigError(file, key, value, why)
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a kind of threshold can physically take."""
+
+    why: str
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+
+# The physical range of a threshold by its key's name, applied to every dataclass the gate files are parsed into,
+# on top of the field's own `param()` bounds: a percentage of peak of 0 (or 1e9) would pass anything, a spread
+# limit of 1 (100 %) judges nothing, a regression margin of 1 lets a run twice as slow pass. A numeric key whose
+# name is not here declares its own bounds (tests/test_config.py checks that every gate key has one).
+RANGES = (
+    (re.compile(r"(^|_)pct$"), Range("a percentage of peak: (0, 100]", gt=0, le=100)),
+    (re.compile(r"(^|_)max_rel_std$"), Range("a relative standard deviation: (0, 1); omit the key for the default",
+                                             gt=0, lt=1)),
+    (re.compile(r"(^|_)regression_margin$"), Range("a relative slowdown: [0, 1)", ge=0, lt=1)),
+    (re.compile(r"^min_(ratio|geomean)$"), Range("a speed ratio: > 0; omit the key to judge none", gt=0)),
+    (re.compile(r"(^|_)(seeds|repeats|draws|launch_count)$"), Range("a count: >= 1", ge=1)),
+    (re.compile(r"(^|_)(timeout_s|budget_s)$"), Range("a time limit in seconds: > 0", gt=0)),
+)
+
+
+def range_of(key: str) -> Range | None:
+    """The physical range of the threshold named `key` (its last part), or None when the name has none."""
+    name = key.rsplit(".", 1)[-1].split("[", 1)[0]
+    return next((r for rx, r in RANGES if rx.search(name)), None)
+
+
+def _bound_problem(value: Any, gt: Any, ge: Any, lt: Any, le: Any) -> str | None:
+    for limit, ok, word in ((gt, lambda v, x: v > x, ">"), (ge, lambda v, x: v >= x, ">="),
+                            (lt, lambda v, x: v < x, "<"), (le, lambda v, x: v <= x, "<=")):
+        if limit is not None and not ok(value, limit):
+            return f"must be {word} {limit}"
+    return None
+
+
 def _check_bounds(file: Path, key: str, value: Any, meta: Mapping[str, Any]) -> None:
-    if meta.get("gt") is not None and not value > meta["gt"]:
-        raise ConfigError(file, key, value, f"must be > {meta['gt']}")
-    if meta.get("ge") is not None and not value >= meta["ge"]:
-        raise ConfigError(file, key, value, f"must be >= {meta['ge']}")
+    if isinstance(value, tuple):
+        for i, item in enumerate(value):
+            _check_bounds(file, f"{key}[{i}]", item, meta)
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(file, key, value, "must be a finite number (an infinite or NaN threshold judges nothing)")
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if numeric and (why := _bound_problem(value, meta.get("gt"), meta.get("ge"), meta.get("lt"), meta.get("le"))):
+        raise ConfigError(file, key, value, why)
+    physical = range_of(key) if numeric else None
+    if physical and _bound_problem(value, physical.gt, physical.ge, physical.lt, physical.le):
+        raise ConfigError(file, key, value, f"must be {physical.why}")
     if meta.get("choices") is not None and value not in meta["choices"]:
         allowed = ", ".join(str(c) for c in meta["choices"])
         raise ConfigError(file, key, value, f"must be one of {{{allowed}}}")
+    if meta.get("check") is not None and (why := meta["check"](value)):
+        raise ConfigError(file, key, value, why)
 
 
 def mapping(file: Path, key: str, value: Any) -> Mapping[Any, Any]:

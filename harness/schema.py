@@ -292,6 +292,8 @@ RANGES = (
     (re.compile(r"^min_(ratio|geomean)$"), Range("a speed ratio: > 0; omit the key to judge none", gt=0)),
     (re.compile(r"(^|_)(seeds|repeats|draws|launch_count)$"), Range("a count: >= 1", ge=1)),
     (re.compile(r"(^|_)(timeout_s|budget_s)$"), Range("a time limit in seconds: > 0", gt=0)),
+    (re.compile(r"(^|_)seqlens$"), Range("a sequence length: > 0", gt=0)),
+    (re.compile(r"(^|_)sm_margins$"), Range("a number of SMs left idle: >= 0", ge=0)),
 )
 
 
@@ -317,11 +319,11 @@ def _check_bounds(file: Path, key: str, value: Any, meta: Mapping[str, Any]) -> 
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(file, key, value, "must be a finite number (an infinite or NaN threshold judges nothing)")
     numeric = isinstance(value, int | float) and not isinstance(value, bool)
-    if numeric and (why := _bound_problem(value, meta.get("gt"), meta.get("ge"), meta.get("lt"), meta.get("le"))):
-        raise ConfigError(file, key, value, why)
     physical = range_of(key) if numeric else None
     if physical and _bound_problem(value, physical.gt, physical.ge, physical.lt, physical.le):
         raise ConfigError(file, key, value, f"must be {physical.why}")
+    if numeric and (why := _bound_problem(value, meta.get("gt"), meta.get("ge"), meta.get("lt"), meta.get("le"))):
+        raise ConfigError(file, key, value, why)
     if meta.get("choices") is not None and value not in meta["choices"]:
         allowed = ", ".join(str(c) for c in meta["choices"])
         raise ConfigError(file, key, value, f"must be one of {{{allowed}}}")

@@ -29,7 +29,7 @@ from harness.schema import KINDS, param
 @dataclass(frozen=True, kw_only=True)
 class NcuThroughputParams(runner.NcuParams):
     metric: str = param(check=not_percent)  # the gated metric, a percentage of peak (also collected)
-    min_pct: float = param(gt=0, le=100)  # the median over launches must be >= this
+    min_pct: float = param()  # the median over launches must be >= this (schema.RANGES: a percentage, (0, 100])
     applies_to: str = param(choices=KINDS)  # workloads of this kind are judged; others are only shown
 
 

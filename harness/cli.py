@@ -58,7 +58,7 @@ def _write_json(run: RunResult, run_dir: Path) -> Path:
     return path
 
 
-def _placement(args: argparse.Namespace, names: list[str], only: list[str] | None) -> tuple[
+def _placement(args: argparse.Namespace, config: Config, names: list[str], only: list[str] | None) -> tuple[
         list[str] | None, tuple[int, int] | None, list[int] | None]:
     """(the gates this process runs, --shard's (I, N), --gpus' list); ValueError / ConfigError when they clash or
     are malformed (harness/shard.py)."""
@@ -67,7 +67,7 @@ def _placement(args: argparse.Namespace, names: list[str], only: list[str] | Non
     from harness import shard, shard_runners
     from harness.support.gpu import visible_gpu_count
 
-    settings = shard.load_shard_settings(args.gates_dir)
+    settings = config.once(shard.SHARD_FILE, shard.load_shard_settings)
     if args.shard and args.gpus:
         raise ValueError("--shard and --gpus: choose one (a runner's share, or this host's GPUs)")
     if only is not None or args.plant_fault:
@@ -96,7 +96,7 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
               f"({', '.join(names)})", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        only, shard_of, gpus = _placement(args, names, only)
+        only, shard_of, gpus = _placement(args, config, names, only)
     except (ValueError, ConfigError) as e:
         print(f"flashcore harness: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -117,8 +117,8 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
     if not args.no_history:  # first, so the report's trend section shows this run too
         from harness.history.cli import record_run, run_trends
 
-        history_line = record_run(run.to_dict(), args.gates_dir, str(run_dir / "results.json"))
-        trends = run_trends(args.gates_dir, run.run_id, str(environment.get("gpu") or ""))
+        history_line = record_run(run.to_dict(), config, str(run_dir / "results.json"))
+        trends = run_trends(config, run.run_id, str(environment.get("gpu") or ""))
     paths, render_error = write_reports(run, run_dir, trends)
     print(render(run, color=sys.stdout.isatty()))
     main_file = paths.get("html") or paths.get("json") or next(iter(paths.values()), run_dir)
@@ -139,11 +139,11 @@ def _run_sharded(args: argparse.Namespace, config: Config, gpus: list[int], run_
     from harness import shard
     from harness.engine import run_phase
     from harness.history.cli import history_path
-    from harness.history.trends import load_history_settings
+    from harness.history.trends import HISTORY_FILE, load_history_settings
 
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     try:
-        seconds = shard.last_gate_seconds(history_path(load_history_settings(args.gates_dir)))
+        seconds = shard.last_gate_seconds(history_path(config.once(HISTORY_FILE, load_history_settings)))
     except ConfigError:
         seconds = {}
 

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -35,6 +35,7 @@ WORKLOADS_FILE = "workloads.yaml"
 PHASES_FILE = "phases.yaml"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _MISSING: Any = object()
+T = TypeVar("T")
 
 
 class ConfigError(Exception):
@@ -221,10 +222,21 @@ class PhaseSpec:
 
 @dataclass(frozen=True)
 class Config:
+    """One run's gate files: workloads.yaml and phases.yaml parsed at load, every other gates/*.yaml on first use
+    (`once`) and kept for the rest of the run, so each file is read once and every reader sees the same settings."""
+
     gates_dir: Path
     workloads: Mapping[str, Workload]
     sets: Mapping[str, tuple[str, ...]]
     phases: tuple[PhaseSpec, ...]
+    _loaded: dict[str, Any] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def once(self, file: str, load: Callable[[Path], T]) -> T:
+        """What `load(gates_dir)` parses from `file`, parsed on the first call and shared by every later one. A file
+        that fails to parse is not kept: each caller gets the ConfigError."""
+        if file not in self._loaded:
+            self._loaded[file] = load(self.gates_dir)
+        return typing.cast(T, self._loaded[file])
 
     def phase(self, number: int) -> PhaseSpec:
         for p in self.phases:
@@ -283,17 +295,18 @@ class Range:
 # The physical range of a threshold by its key's name, applied to every dataclass the gate files are parsed into,
 # on top of the field's own `param()` bounds: a percentage of peak of 0 (or 1e9) would pass anything, a spread
 # limit of 1 (100 %) judges nothing, a regression margin of 1 lets a run twice as slow pass. A numeric key whose
-# name is not here declares its own bounds (tests/test_config.py checks that every gate key has one).
+# name is not here declares its own bounds (tests/test_config_bounds.py checks that every gate key has one).
 RANGES = (
-    (re.compile(r"(^|_)pct$"), Range("a percentage of peak: (0, 100]", gt=0, le=100)),
-    (re.compile(r"(^|_)max_rel_std$"), Range("a relative standard deviation: (0, 1); omit the key for the default",
-                                             gt=0, lt=1)),
-    (re.compile(r"(^|_)regression_margin$"), Range("a relative slowdown: [0, 1)", ge=0, lt=1)),
-    (re.compile(r"^min_(ratio|geomean)$"), Range("a speed ratio: > 0; omit the key to judge none", gt=0)),
-    (re.compile(r"(^|_)(seeds|repeats|draws|launch_count)$"), Range("a count: >= 1", ge=1)),
-    (re.compile(r"(^|_)(timeout_s|budget_s)$"), Range("a time limit in seconds: > 0", gt=0)),
-    (re.compile(r"(^|_)seqlens$"), Range("a sequence length: > 0", gt=0)),
-    (re.compile(r"(^|_)sm_margins$"), Range("a number of SMs left idle: >= 0", ge=0)),
+    (re.compile(r"(^|_)pct$"), Range("in (0, 100]: a percentage of peak", gt=0, le=100)),
+    (re.compile(r"(^|_)max_rel_std$"), Range("in (0, 1): a relative standard deviation (a long-context limit "
+                                             "left out falls back to max_rel_std)", gt=0, lt=1)),
+    (re.compile(r"(^|_)regression_margin$"), Range("in [0, 1): a relative slowdown", ge=0, lt=1)),
+    (re.compile(r"^min_(ratio|geomean)$"), Range("> 0: a speed ratio (a 0 floor judges nothing; "
+                                                "min_geomean left out is off)", gt=0)),
+    (re.compile(r"(^|_)(seeds|repeats|draws|launch_count)$"), Range(">= 1: a count", ge=1)),
+    (re.compile(r"(^|_)(timeout_s|budget_s)$"), Range("> 0: a time limit in seconds", gt=0)),
+    (re.compile(r"(^|_)seqlens$"), Range("> 0: a sequence length", gt=0)),
+    (re.compile(r"(^|_)sm_margins$"), Range(">= 0: a number of SMs left idle", ge=0)),
 )
 
 

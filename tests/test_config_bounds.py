@@ -53,9 +53,9 @@ CASES = [
     ("perf-fp8", "regression_margin", -0.1, "[0, 1)"),
     ("perf-fa3", "min_ratio", 0.0, "> 0"),
     ("perf-fa3", "min_geomean", 0.0, "> 0"),
-    ("scaling", "min_ratio", -1.0, "a speed ratio: > 0"),
+    ("scaling", "min_ratio", -1.0, "> 0: a speed ratio"),
     ("correctness", "seeds", 0, ">= 1"),
-    ("determinism", "repeats", 0, "a count: >= 1"),
+    ("determinism", "repeats", 0, ">= 1: a count"),
     ("determinism", "repeats", 1, ">= 2"),  # the gate's own bound: one call has nothing to compare with
     ("random-shapes", "serving_draws", 0, ">= 1"),
     ("random-shapes", "dense_draws", 0, ">= 1"),

@@ -12,7 +12,7 @@ from test_ncu_gates import DECODE, PREFILL, fake_ncu
 from test_ncu_stalls import TENSOR, params, stalls_csv
 
 from harness.gates.ncu import verdict_profile
-from harness.gates.ncu_stalls import NcuStallsGate
+from harness.gates.ncu_stalls import NcuStallsGate, verdict_stalls
 from harness.ncu.checks import function_name, named_by
 from harness.ncu.parse import parse_csv
 from harness.ncu.units import expected_unit, not_percent, unknown_metric
@@ -132,3 +132,16 @@ def test_stalls_with_more_launches_than_configured_is_an_error(tmp_path: Path,
     checks = _stalls(tmp_path, monkeypatch, stalls_csv(tmp_path), "two", launch_count=2)
     errors = [c for c in checks if c.status is Status.ERROR]
     assert errors and "1 launch profiled, launch_count is 2" in errors[0].message
+
+
+def test_stalls_profile_with_a_foreign_kernel_is_an_error(tmp_path: Path) -> None:
+    lines = stalls_csv(tmp_path).read_text().splitlines()
+    row = lines[2]
+    foreign = row.replace('"0",', '"9",', 1).replace("attention_forward_kernel", "fill_random")
+    csv = parse_csv("\n".join([*lines, foreign]) + "\n")
+    clean_checks, _ = verdict_stalls("prefill-d128", parse_csv("\n".join(lines) + "\n"), params(Path("ncu")), None)
+    assert {c.status for c in clean_checks} == {Status.PASS}
+    checks, data = verdict_stalls("prefill-d128", csv, params(Path("ncu")), None)
+    errors = [c for c in checks if c.status is Status.ERROR]
+    assert [c.metric for c in errors] == ["kernel_filter"] and "fill_random" in errors[0].message
+    assert "attention_forward_kernel" in data["kernel"]["name"]  # the table is still the named kernel's

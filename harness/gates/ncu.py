@@ -19,7 +19,7 @@ from typing import Any
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.ncu import runner
-from harness.ncu.checks import foreign_check, kernel_problems, named_by, subject_of
+from harness.ncu.checks import screen
 from harness.ncu.parse import Kernel, NcuCsv, group_kernels, short_name
 from harness.ncu.units import not_percent
 from harness.results import Check, GateResult, Status
@@ -68,19 +68,15 @@ def verdict_profile(subject: str, csv: NcuCsv, metrics: Sequence[str], metric: s
         return [Check(subject, m, minimum if m == metric else None, None, Status.ERROR, ">=",
                       message=f"metric {m} is missing from the ncu output (is the name right for this ncu? "
                       "`ncu --query-metrics`)") for m in missing]
-    kernels = group_kernels(csv.launches)
     checks: list[Check] = []
-    for k in kernels:
-        where = subject_of(subject, k, kernels)
-        if not named_by(k.name, kernel_filter):
-            checks.append(foreign_check(where, k, kernel_filter))
-            continue
-        problems = kernel_problems(k, metrics, (metric,), launch_count, csv.units)
-        if problems:
-            checks.append(Check(where, metric, minimum, None, Status.ERROR, ">=",
-                                message="; ".join(why for _, why in problems)))
+    for s in screen(subject, csv, metrics, (metric,), kernel_filter, launch_count):
+        if s.foreign:
+            checks.append(s.foreign)
+        elif s.problems:
+            checks.append(Check(s.subject, metric, minimum, None, Status.ERROR, ">=",
+                                message="; ".join(why for _, why in s.problems)))
         else:
-            checks.append(verdict_kernel(where, k, metric, minimum))
+            checks.append(verdict_kernel(s.subject, s.kernel, metric, minimum))
     return checks
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from harness.ncu.parse import Kernel, NcuCsv, group_kernels, short_name
 from harness.ncu.units import unit_problem, value_problem
@@ -80,16 +81,35 @@ def foreign_check(subject: str, kernel: Kernel, kernel_filter: str) -> Check:
                  f"regex:{kernel_filter} does not name: the profile is not of the kernel under test")
 
 
-def profile_checks(subject: str, csv: NcuCsv, metrics: Sequence[str], exact: Sequence[str], kernel_filter: str,
-                   launch_count: int) -> list[Check]:
-    """One ERROR check per problem of every kernel in the CSV; [] when it is the profile the gate asked for."""
+@dataclass(frozen=True)
+class Screened:
+    """One kernel of the CSV, its check subject, and why it cannot be judged (neither set: it can)."""
+
+    subject: str
+    kernel: Kernel
+    foreign: Check | None  # the ERROR for a kernel the filter does not name
+    problems: tuple[tuple[str, str], ...]  # (metric, why) of a named kernel
+
+
+def screen(subject: str, csv: NcuCsv, metrics: Sequence[str], exact: Sequence[str], kernel_filter: str,
+           launch_count: int) -> list[Screened]:
+    """Every kernel of the CSV, screened against the profile the gate asked for."""
     kernels = group_kernels(csv.launches)
-    out: list[Check] = []
+    out: list[Screened] = []
     for k in kernels:
         where = subject_of(subject, k, kernels)
         if not named_by(k.name, kernel_filter):
-            out.append(foreign_check(where, k, kernel_filter))
-            continue
-        out += [Check(where, metric, None, None, Status.ERROR, message=why)
-                for metric, why in kernel_problems(k, metrics, exact, launch_count, csv.units)]
+            out.append(Screened(where, k, foreign_check(where, k, kernel_filter), ()))
+        else:
+            out.append(Screened(where, k, None, tuple(kernel_problems(k, metrics, exact, launch_count, csv.units))))
+    return out
+
+
+def profile_checks(subject: str, csv: NcuCsv, metrics: Sequence[str], exact: Sequence[str], kernel_filter: str,
+                   launch_count: int) -> list[Check]:
+    """One ERROR check per problem of every kernel in the CSV; [] when it is the profile the gate asked for."""
+    out: list[Check] = []
+    for s in screen(subject, csv, metrics, exact, kernel_filter, launch_count):
+        out += [s.foreign] if s.foreign else [Check(s.subject, metric, None, None, Status.ERROR, message=why)
+                                              for metric, why in s.problems]
     return out

@@ -42,6 +42,8 @@ CASES = [
     ("ncu-dram", "metric", "gpu__time_duration.sum", "not a percentage-of-peak metric"),
     ("ncu-dram", "metric", "dram__bytes_read.sum.per_second", "not a percentage-of-peak metric"),
     ("ncu-stalls", "tensor_metric", "smsp__inst_executed.sum", "not a percentage-of-peak metric"),
+    ("ncu-dram", "metrics", ["dram__throughput.avg.pct_of_peak_sustained_elapsed", "made__up.metric"],
+     "no known unit for this metric"),
     ("ncu-dram", "launch_count", 0, ">= 1"),
     ("ncu-stalls", "timeout_s", 0, "> 0"),
     ("perf-fa2", "max_rel_std", 0.0, "(0, 1)"),

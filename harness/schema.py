@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from harness.ranges import bound_problem, range_of
+
 HEAD_DIMS = (64, 128, 256)  # head dims the kernel is built for (kernel/hopper_config.h HeadDimTraits)
 WORKLOAD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (flashcore.api)
 DTYPES = ("bf16", "fp16", "e4m3")  # e4m3: FP8 inputs with descales, bf16 out (flashcore.attention_fp8)
@@ -281,49 +283,6 @@ def _coerce(file: Path, key: str, tp: Any, value: Any) -> Any:
     raise ConfigError(file, key, value, why)
 
 
-@dataclass(frozen=True)
-class Range:
-    """The values a kind of threshold can physically take."""
-
-    why: str
-    gt: float | None = None
-    ge: float | None = None
-    lt: float | None = None
-    le: float | None = None
-
-
-# The physical range of a threshold by its key's name, applied to every dataclass the gate files are parsed into,
-# on top of the field's own `param()` bounds: a percentage of peak of 0 (or 1e9) would pass anything, a spread
-# limit of 1 (100 %) judges nothing, a regression margin of 1 lets a run twice as slow pass. A numeric key whose
-# name is not here declares its own bounds (tests/test_config_bounds.py checks that every gate key has one).
-RANGES = (
-    (re.compile(r"(^|_)pct$"), Range("in (0, 100]: a percentage of peak", gt=0, le=100)),
-    (re.compile(r"(^|_)max_rel_std$"), Range("in (0, 1): a relative standard deviation (a long-context limit "
-                                             "left out falls back to max_rel_std)", gt=0, lt=1)),
-    (re.compile(r"(^|_)regression_margin$"), Range("in [0, 1): a relative slowdown", ge=0, lt=1)),
-    (re.compile(r"^min_(ratio|geomean)$"), Range("> 0: a speed ratio (a 0 floor judges nothing; "
-                                                "min_geomean left out is off)", gt=0)),
-    (re.compile(r"(^|_)(seeds|repeats|draws|launch_count)$"), Range(">= 1: a count", ge=1)),
-    (re.compile(r"(^|_)(timeout_s|budget_s)$"), Range("> 0: a time limit in seconds", gt=0)),
-    (re.compile(r"(^|_)seqlens$"), Range("> 0: a sequence length", gt=0)),
-    (re.compile(r"(^|_)sm_margins$"), Range(">= 0: a number of SMs left idle", ge=0)),
-)
-
-
-def range_of(key: str) -> Range | None:
-    """The physical range of the threshold named `key` (its last part), or None when the name has none."""
-    name = key.rsplit(".", 1)[-1].split("[", 1)[0]
-    return next((r for rx, r in RANGES if rx.search(name)), None)
-
-
-def _bound_problem(value: Any, gt: Any, ge: Any, lt: Any, le: Any) -> str | None:
-    for limit, ok, word in ((gt, lambda v, x: v > x, ">"), (ge, lambda v, x: v >= x, ">="),
-                            (lt, lambda v, x: v < x, "<"), (le, lambda v, x: v <= x, "<=")):
-        if limit is not None and not ok(value, limit):
-            return f"must be {word} {limit}"
-    return None
-
-
 def _check_bounds(file: Path, key: str, value: Any, meta: Mapping[str, Any]) -> None:
     if isinstance(value, tuple):
         for i, item in enumerate(value):
@@ -333,9 +292,9 @@ def _check_bounds(file: Path, key: str, value: Any, meta: Mapping[str, Any]) -> 
         raise ConfigError(file, key, value, "must be a finite number (an infinite or NaN threshold judges nothing)")
     numeric = isinstance(value, int | float) and not isinstance(value, bool)
     physical = range_of(key) if numeric else None
-    if physical and _bound_problem(value, physical.gt, physical.ge, physical.lt, physical.le):
+    if physical and bound_problem(value, physical.gt, physical.ge, physical.lt, physical.le):
         raise ConfigError(file, key, value, f"must be {physical.why}")
-    if numeric and (why := _bound_problem(value, meta.get("gt"), meta.get("ge"), meta.get("lt"), meta.get("le"))):
+    if numeric and (why := bound_problem(value, meta.get("gt"), meta.get("ge"), meta.get("lt"), meta.get("le"))):
         raise ConfigError(file, key, value, why)
     if meta.get("choices") is not None and value not in meta["choices"]:
         allowed = ", ".join(str(c) for c in meta["choices"])

@@ -16,7 +16,8 @@ from test_config import _edit
 
 from harness.config import load_config
 from harness.gates import registry
-from harness.schema import ConfigError, range_of
+from harness.ranges import range_of
+from harness.schema import ConfigError
 
 BOUND_KEYS = ("gt", "ge", "lt", "le", "choices")
 # Numeric keys with no physical range, each with the reason.

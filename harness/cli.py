@@ -62,7 +62,7 @@ def _write_json(run: RunResult, run_dir: Path) -> Path:
     return path
 
 
-def _placement(args: argparse.Namespace, names: list[str], only: list[str] | None) -> tuple[
+def _placement(args: argparse.Namespace, config: Config, names: list[str], only: list[str] | None) -> tuple[
         list[str] | None, tuple[int, int] | None, list[int] | None]:
     """(the gates this process runs, --shard's (I, N), --gpus' list); ValueError / ConfigError when they clash or
     are malformed (harness/shard.py)."""
@@ -71,7 +71,7 @@ def _placement(args: argparse.Namespace, names: list[str], only: list[str] | Non
     from harness import shard, shard_runners
     from harness.support.gpu import visible_gpu_count
 
-    settings = shard.load_shard_settings(args.gates_dir)
+    settings = config.once(shard.SHARD_FILE, shard.load_shard_settings)
     if args.shard and args.gpus:
         raise ValueError("--shard and --gpus: choose one (a runner's share, or this host's GPUs)")
     if only is not None or args.plant_fault:
@@ -106,7 +106,7 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
         if args.run_id is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", args.run_id):
             raise ValueError(f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only (it names the run "
                              "directory)")
-        only, shard_of, gpus = _placement(args, names, only)
+        only, shard_of, gpus = _placement(args, config, names, only)
     except (ValueError, ConfigError) as e:
         print(f"flashcore harness: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -132,8 +132,8 @@ def cmd_gate(args: argparse.Namespace, config: Config) -> int:
     if not args.no_history:  # first, so the report's trend section shows this run too
         from harness.history.cli import record_run, run_trends
 
-        history_line = record_run(run.to_dict(), args.gates_dir, str(run_dir / "results.json"))
-        trends = run_trends(args.gates_dir, run.run_id, str(environment.get("gpu") or ""))
+        history_line = record_run(run.to_dict(), config, str(run_dir / "results.json"))
+        trends = run_trends(config, run.run_id, str(environment.get("gpu") or ""))
     paths, render_error = write_reports(run, run_dir, trends)
     print(render(run, color=sys.stdout.isatty()))
     main_file = paths.get("html") or paths.get("json") or next(iter(paths.values()), run_dir)
@@ -152,10 +152,10 @@ def _run_sharded(args: argparse.Namespace, config: Config, gpus: list[int], run_
     from harness import shard
     from harness.engine import run_phase
     from harness.history.cli import history_path
-    from harness.history.trends import load_history_settings
+    from harness.history.trends import HISTORY_FILE, load_history_settings
 
     try:
-        seconds = shard.last_gate_seconds(history_path(load_history_settings(args.gates_dir)))
+        seconds = shard.last_gate_seconds(history_path(config.once(HISTORY_FILE, load_history_settings)))
     except ConfigError:
         seconds = {}
 
@@ -263,14 +263,14 @@ def cmd_merge(args: argparse.Namespace, config: Config) -> int:
     is unusable or the files are not the distinct shares of one run."""
     from harness import shard_runners
     from harness.render.stored import StoredRunError, read_run
-    from harness.shard import load_shard_settings
+    from harness.shard import SHARD_FILE, load_shard_settings
 
     sources = [str(f) for f in args.results]
     try:
         runs = [read_run(f) for f in args.results]
         if wrong := [s for s, r in zip(sources, runs, strict=True) if r.phase != args.phase]:
             raise StoredRunError(f"not a phase-{args.phase} run: {', '.join(wrong)}")
-        shard_runners.check_shares(runs, sources, load_shard_settings(args.gates_dir).first)
+        shard_runners.check_shares(runs, sources, config.once(SHARD_FILE, load_shard_settings).first)
     except (StoredRunError, shard_runners.MergeRefused, ConfigError) as e:
         print(f"flashcore harness: merge refused: {e}", file=sys.stderr)
         return EXIT_CONFIG

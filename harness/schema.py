@@ -7,14 +7,17 @@ import this module, and the loader (harness/config.py) imports both.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+
+from harness.ranges import bound_problem, range_of
 
 HEAD_DIMS = (64, 128, 256)  # head dims the kernel is built for (kernel/hopper_config.h HeadDimTraits)
 WORKLOAD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (flashcore.api)
@@ -34,6 +37,7 @@ WORKLOADS_FILE = "workloads.yaml"
 PHASES_FILE = "phases.yaml"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _MISSING: Any = object()
+T = TypeVar("T")
 
 
 class ConfigError(Exception):
@@ -52,18 +56,23 @@ def param(
     default: Any = _MISSING,
     gt: float | None = None,
     ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
     choices: tuple[Any, ...] | None = None,
+    check: Callable[[Any], str | None] | None = None,
     workloads: bool = False,
     serving: bool = False,
     fp8: bool = False,
 ) -> Any:
-    """Declare one field of a gate's `Params` dataclass with its bounds (checked by the loader).
+    """Declare one field of a gate's `Params` dataclass with its bounds (checked by the loader; a list's bounds
+    apply to each item). `check(value)` returns why a value is refused, or None.
 
     `workloads=True` marks a list of workload or set names; the loader expands sets and checks every name.
     Such a list holds dense workloads only unless `serving=True` (the gate runs varlen, kvcache and paged ones);
     `fp8=True` admits FP8 (e4m3) dense workloads besides the plain ones.
     """
-    meta = {"gt": gt, "ge": ge, "choices": choices, "workloads": workloads, "serving": serving, "fp8": fp8}
+    meta = {"gt": gt, "ge": ge, "lt": lt, "le": le, "choices": choices, "check": check, "workloads": workloads,
+            "serving": serving, "fp8": fp8}
     if default is _MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -215,10 +224,21 @@ class PhaseSpec:
 
 @dataclass(frozen=True)
 class Config:
+    """One run's gate files: workloads.yaml and phases.yaml parsed at load, every other gates/*.yaml on first use
+    (`once`) and kept for the rest of the run, so each file is read once and every reader sees the same settings."""
+
     gates_dir: Path
     workloads: Mapping[str, Workload]
     sets: Mapping[str, tuple[str, ...]]
     phases: tuple[PhaseSpec, ...]
+    _loaded: dict[str, Any] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def once(self, file: str, load: Callable[[Path], T]) -> T:
+        """What `load(gates_dir)` parses from `file`, parsed on the first call and shared by every later one. A file
+        that fails to parse is not kept: each caller gets the ConfigError."""
+        if file not in self._loaded:
+            self._loaded[file] = load(self.gates_dir)
+        return typing.cast(T, self._loaded[file])
 
     def phase(self, number: int) -> PhaseSpec:
         for p in self.phases:
@@ -264,13 +284,23 @@ def _coerce(file: Path, key: str, tp: Any, value: Any) -> Any:
 
 
 def _check_bounds(file: Path, key: str, value: Any, meta: Mapping[str, Any]) -> None:
-    if meta.get("gt") is not None and not value > meta["gt"]:
-        raise ConfigError(file, key, value, f"must be > {meta['gt']}")
-    if meta.get("ge") is not None and not value >= meta["ge"]:
-        raise ConfigError(file, key, value, f"must be >= {meta['ge']}")
+    if isinstance(value, tuple):
+        for i, item in enumerate(value):
+            _check_bounds(file, f"{key}[{i}]", item, meta)
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(file, key, value, "must be a finite number (an infinite or NaN threshold judges nothing)")
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    physical = range_of(key) if numeric else None
+    if physical and bound_problem(value, physical.gt, physical.ge, physical.lt, physical.le):
+        raise ConfigError(file, key, value, f"must be {physical.why}")
+    if numeric and (why := bound_problem(value, meta.get("gt"), meta.get("ge"), meta.get("lt"), meta.get("le"))):
+        raise ConfigError(file, key, value, why)
     if meta.get("choices") is not None and value not in meta["choices"]:
         allowed = ", ".join(str(c) for c in meta["choices"])
         raise ConfigError(file, key, value, f"must be one of {{{allowed}}}")
+    if meta.get("check") is not None and (why := meta["check"](value)):
+        raise ConfigError(file, key, value, why)
 
 
 def mapping(file: Path, key: str, value: Any) -> Mapping[Any, Any]:

@@ -192,7 +192,7 @@ def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Call
                 seed: int, run_dir: Path, gates_dir: Path, seconds: dict[str, float],
                 say: Callable[[str], None] = print) -> RunResult:
     """The `first` gates here (run_first: the engine over those names), then the workers; one merged RunResult."""
-    settings = load_shard_settings(gates_dir)
+    settings = config.once(SHARD_FILE, load_shard_settings)
     names = [g.name for g in config.gates_through(phase)]
     first_names = [n for n in names if n in settings.first]
     base = run_first(first_names)

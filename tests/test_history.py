@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from harness import cli
+from harness.config import load_config
 from harness.history import store
 from harness.history.cli import record_run
 from harness.history.trends import HistorySettings, change_flag, load_history_settings, trends
@@ -98,14 +99,15 @@ def test_a_foreign_or_newer_file_is_refused(tmp_path: Path) -> None:
 
 def test_record_run_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "h.sqlite"))
-    assert "recorded in" in record_run(run("r1", "2026-01-01T00:00:00Z", 1.0), REPO / "gates", "x")
-    assert "already in" in record_run(run("r1", "2026-01-01T00:00:00Z", 1.0), REPO / "gates", "x")
+    config = load_config(REPO / "gates")
+    assert "recorded in" in record_run(run("r1", "2026-01-01T00:00:00Z", 1.0), config, "x")
+    assert "already in" in record_run(run("r1", "2026-01-01T00:00:00Z", 1.0), config, "x")
     broken = copy.deepcopy(run("r2", "2026-01-01T00:00:00Z", 1.0))
     del broken["gates"]
-    assert "not recorded" in record_run(broken, REPO / "gates", "x")
+    assert "not recorded" in record_run(broken, config, "x")
     (tmp_path / "dir.sqlite").mkdir()
     monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "dir.sqlite"))
-    assert "not recorded" in record_run(run("r3", "2026-01-01T00:00:00Z", 1.0), REPO / "gates", "x")
+    assert "not recorded" in record_run(run("r3", "2026-01-01T00:00:00Z", 1.0), config, "x")
 
 
 def test_history_command_imports_stored_runs_and_prints_the_trend(tmp_path: Path,

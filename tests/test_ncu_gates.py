@@ -99,42 +99,43 @@ def run_gate(tmp_path: Path, name: str, params: NcuThroughputParams, fault: int 
 # ---- verdicts on real captures (pure) --------------------------------------------------------------
 
 
-def _checks(fixture: str, metric: str, minimum: float, metrics: tuple[str, ...] = (DRAM, SM)) -> list:
-    return verdict_profile("w", parse_csv((FIXTURES / fixture).read_text()), metrics, metric, minimum, "k")
+def _checks(fixture: str, metric: str, minimum: float, metrics: tuple[str, ...] = (DRAM, SM),
+            kernel_filter: str = "attention_forward", launch_count: int = 2) -> list:
+    return verdict_profile("w", parse_csv((FIXTURES / fixture).read_text()), metrics, metric, minimum, kernel_filter,
+                           launch_count)
 
 
-@pytest.mark.parametrize(("fixture", "metric", "minimum", "status", "median"), [
-    ("ours-decode.csv", DRAM, 85.0, Status.PASS, 91.755),
-    ("ours-prefill.csv", SM, 70.0, Status.FAIL, 44.935),  # the phase-1 kernel: the gate's point
-    ("sdpa-cudnn-prefill.csv", SM, 70.0, Status.PASS, 75.62),
-    ("sdpa-flash-prefill.csv", SM, 70.0, Status.FAIL, 55.77),
-    ("sdpa-flash-decode.csv", DRAM, 85.0, Status.FAIL, 82.79),
-    ("sdpa-cudnn-decode.csv", DRAM, 85.0, Status.PASS, 92.41),
+@pytest.mark.parametrize(("fixture", "metric", "minimum", "status", "median", "kernel", "launches"), [
+    ("ours-decode.csv", DRAM, 85.0, Status.PASS, 91.755, "attention_forward", 2),
+    ("ours-prefill.csv", SM, 70.0, Status.FAIL, 44.935, "attention_forward", 2),  # the phase-1 kernel: the point
+    ("sdpa-cudnn-prefill.csv", SM, 70.0, Status.PASS, 75.62, "cudnn", 1),
+    ("sdpa-flash-prefill.csv", SM, 70.0, Status.FAIL, 55.77, "flash_fwd", 1),
+    ("sdpa-flash-decode.csv", DRAM, 85.0, Status.FAIL, 82.79, "flash_fwd", 1),
+    ("sdpa-cudnn-decode.csv", DRAM, 85.0, Status.PASS, 92.41, "cudnn", 1),
 ])
-def test_threshold_on_the_median(fixture: str, metric: str, minimum: float, status: Status, median: float) -> None:
-    (check,) = _checks(fixture, metric, minimum)
+def test_threshold_on_the_median(fixture: str, metric: str, minimum: float, status: Status, median: float,
+                                 kernel: str, launches: int) -> None:
+    (check,) = _checks(fixture, metric, minimum, kernel_filter=kernel, launch_count=launches)
     assert (check.status, check.comparison, check.threshold) == (status, ">=", minimum)
     assert check.measured == pytest.approx(median) and check.margin == pytest.approx(median - minimum)
 
 
-def test_each_matched_kernel_is_judged_apart() -> None:
-    checks = _checks("na-and-noise.csv", DRAM, 85.0)
+def test_each_named_kernel_is_judged_apart() -> None:
+    checks = _checks("na-and-noise.csv", SM, 1.0, kernel_filter="attention_forward|fill", launch_count=3)
     assert [(c.workload, c.status) for c in checks] == [
-        ("w [attention_forward_kernel<128, Bf16>]", Status.PASS), ('w [fill<"odd, name">]', Status.FAIL)]
-    assert "91.74, 91.77, n/a" in checks[0].message
+        ("w [attention_forward_kernel<128, Bf16>]", Status.PASS), ('w [fill<"odd, name">]', Status.ERROR)]
+    assert "2 launches profiled, launch_count is 3" in checks[1].message
 
 
 def test_na_in_every_launch_missing_metric_and_no_launch_are_errors() -> None:
-    fill_sm = _checks("na-and-noise.csv", SM, 70.0)[1]
-    assert (fill_sm.status, fill_sm.measured) == (Status.FAIL, 9.68)  # one launch has a number: judged on it
     text = (FIXTURES / "na-and-noise.csv").read_text().replace('"9.68"', '"n/a"')
-    checks = verdict_profile("w", parse_csv(text), (SM,), SM, 70.0, "k")
+    checks = verdict_profile("w", parse_csv(text), (SM,), SM, 70.0, "fill", 2)
     assert checks[1].status is Status.ERROR and "n/a" in checks[1].message
     (missing,) = _checks("ours-decode.csv", DRAM, 85.0, metrics=(DRAM, "bogus__metric.sum"))
     assert (missing.status, missing.metric) == (Status.ERROR, "bogus__metric.sum")
     assert "--query-metrics" in missing.message
     header_only = '"ID","Kernel Name","dram__throughput.avg.pct_of_peak_sustained_elapsed"\n"","","%"\n'
-    (none,) = verdict_profile("w", parse_csv(header_only), (DRAM,), DRAM, 85.0, "attention")
+    (none,) = verdict_profile("w", parse_csv(header_only), (DRAM,), DRAM, 85.0, "attention", 3)
     assert none.status is Status.ERROR and "zero kernel launches matched regex:attention" in none.message
 
 

@@ -41,6 +41,12 @@ def test_entry_loads_with_optional_regexes(tmp_path: Path) -> None:
     ("  - {tool: memcheck, kind: leak, justification: why, kernel: '(unclosed'}\n", "suppressions[0].kernel",
      "not a regular expression"),
     ("  - {tool: memcheck, kind: leak, justification: why, line: 3}\n", "suppressions[0].line", "unknown key"),
+    ("  - {tool: memcheck, kind: leak, justification: why}\n", "suppressions[0].kernel", "blanket"),
+    ("  - {tool: memcheck, kind: leak, justification: why, kernel: ''}\n", "suppressions[0].kernel", "non-empty"),
+    ("  - {tool: memcheck, kind: leak, justification: why, file: '.*'}\n", "suppressions[0].file",
+     "matches any text"),
+    ("  - {tool: memcheck, kind: leak, justification: why, kernel: 'x|'}\n", "suppressions[0].kernel",
+     "matches any text"),
 ])
 def test_bad_entries_are_refused(tmp_path: Path, body: str, key: str, why: str) -> None:
     path = write(tmp_path, "suppressions:\n" + body)
@@ -65,3 +71,18 @@ def test_matching_uses_tool_kind_kernel_and_file() -> None:
     assert not any(f.suppressed for f in apply(log, (Suppression("racecheck", "leak", "t"),)).findings)
     assert not any(f.suppressed for f in apply(log, (Suppression("racecheck", "shared-memory race", "t",
                                                                   kernel="ldmatrix"),)).findings)
+
+
+def test_blanket_suppression_cannot_silence_a_real_invalid_global_write(tmp_path: Path) -> None:
+    from harness.results import Status
+    from harness.sanitizer.verdict import judge
+
+    blanket = write(tmp_path, "suppressions:\n  - {tool: memcheck, kind: invalid global write, justification: x}\n")
+    with pytest.raises(ConfigError) as e:
+        load_suppressions(blanket)
+    assert (e.value.file, e.value.key, e.value.value) == (str(blanket), "suppressions[0].kernel", "")
+    log = load("memcheck-oob")
+    assert judge(apply(log, ())).status is Status.FAIL  # the write the blanket silenced stays red
+    named = write(tmp_path, "suppressions:\n  - {tool: memcheck, kind: invalid global write, justification: x, "
+                            "kernel: '^oob_write\\('}\n")
+    assert all(f.suppressed for f in apply(log, load_suppressions(named)).findings if f.kind == "invalid global write")

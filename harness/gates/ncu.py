@@ -5,7 +5,9 @@
 Both are this class with other YAML params. Only workloads of kind `applies_to` are judged (a long prefill
 reads DRAM at ~5 % even in FA3); others in the list are profiled and shown. Verdict (pure, below): the
 median over the profiled launches of each matched kernel >= min_pct. Zero matched launches, a metric
-missing from the output, or a profiler error (e.g. ERR_NVGPUCTRPERM) is an ERROR, never a pass.
+missing from the output, a profiler error (e.g. ERR_NVGPUCTRPERM), a launch of a kernel the filter does not
+name, a kernel without exactly `launch_count` measured launches, a metric in the wrong unit or a percentage
+outside 0..100 is an ERROR, never a pass.
 """
 
 from __future__ import annotations
@@ -17,22 +19,18 @@ from typing import Any
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.ncu import runner
-from harness.ncu.parse import Kernel, NcuCsv, group_kernels
+from harness.ncu.checks import screen
+from harness.ncu.parse import Kernel, NcuCsv, group_kernels, short_name
+from harness.ncu.units import not_percent
 from harness.results import Check, GateResult, Status
 from harness.schema import KINDS, param
 
 
 @dataclass(frozen=True, kw_only=True)
 class NcuThroughputParams(runner.NcuParams):
-    metric: str = param()  # the gated metric, a percentage of peak (also collected)
-    min_pct: float = param(ge=0)  # the median over launches must be >= this
+    metric: str = param(check=not_percent)  # the gated metric, a percentage of peak (also collected)
+    min_pct: float = param()  # the median over launches must be >= this (schema.RANGES: a percentage, (0, 100])
     applies_to: str = param(choices=KINDS)  # workloads of this kind are judged; others are only shown
-
-
-def short_name(name: str, width: int = 48) -> str:
-    """`void attention_forward_kernel<128, Bf16>(KernelParams)` -> `attention_forward_kernel<128, Bf16>`."""
-    base = name.removeprefix("void ").split("(", 1)[0] or name
-    return base if len(base) <= width else base[: width - 3] + "..."
 
 
 def collected(p: NcuThroughputParams) -> tuple[str, ...]:
@@ -58,8 +56,10 @@ def verdict_kernel(subject: str, kernel: Kernel, metric: str, minimum: float) ->
 
 
 def verdict_profile(subject: str, csv: NcuCsv, metrics: Sequence[str], metric: str, minimum: float,
-                    kernel_filter: str) -> list[Check]:
-    """Checks of one workload's parsed CSV: one per matched kernel (several names: subject gets the name)."""
+                    kernel_filter: str, launch_count: int) -> list[Check]:
+    """Checks of one workload's parsed CSV: one per kernel (several names: subject gets the name). A kernel the
+    filter does not name, or one whose launches are not the profile asked for (harness/ncu/checks.py), is an
+    ERROR in place of its verdict."""
     if not csv.launches:
         return [Check(subject, metric, minimum, None, Status.ERROR, ">=",
                       message=f"zero kernel launches matched regex:{kernel_filter}")]
@@ -68,9 +68,16 @@ def verdict_profile(subject: str, csv: NcuCsv, metrics: Sequence[str], metric: s
         return [Check(subject, m, minimum if m == metric else None, None, Status.ERROR, ">=",
                       message=f"metric {m} is missing from the ncu output (is the name right for this ncu? "
                       "`ncu --query-metrics`)") for m in missing]
-    kernels = group_kernels(csv.launches)
-    return [verdict_kernel(subject if len(kernels) == 1 else f"{subject} [{short_name(k.name)}]", k,
-                           metric, minimum) for k in kernels]
+    checks: list[Check] = []
+    for s in screen(subject, csv, metrics, (metric,), kernel_filter, launch_count):
+        if s.foreign:
+            checks.append(s.foreign)
+        elif s.problems:
+            checks.append(Check(s.subject, metric, minimum, None, Status.ERROR, ">=",
+                                message="; ".join(why for _, why in s.problems)))
+        else:
+            checks.append(verdict_kernel(s.subject, s.kernel, metric, minimum))
+    return checks
 
 
 def workload_details(csv: NcuCsv, metrics: Sequence[str]) -> dict[str, Any]:
@@ -114,7 +121,8 @@ class NcuThroughputGate(Gate):
             else:
                 entry.update(workload_details(prof.csv, metrics))
                 if judged:
-                    checks += verdict_profile(wl.name, prof.csv, metrics, p.metric, p.min_pct, p.kernel_filter)
+                    checks += verdict_profile(wl.name, prof.csv, metrics, p.metric, p.min_pct, p.kernel_filter,
+                                              p.launch_count)
             workloads[wl.name] = entry
             ctx.log(f"{wl.name} ({wl.label}): {entry}")
         if not judged_any:

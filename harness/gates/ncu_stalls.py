@@ -3,7 +3,9 @@ workload, recorded and compared with a stored baseline run.
 
 This gate records; it sets no threshold on the stalls. It passes only when every workload was measured: a
 stall table (the columns matching `stall_metric_regex`), the tensor-pipe metric and the occupancy metric,
-each a number. Zero matched launches, a missing metric or a profiler error is an ERROR. The comparison with
+each a number. Zero matched launches, a missing metric or a profiler error is an ERROR; so is a CSV that is not
+the profile asked for (a foreign kernel, another launch count, a unit or value a metric cannot have:
+harness/ncu/checks.py). The comparison with
 the baseline (a results.json that holds this gate, path from YAML) is informational: a missing baseline is
 noted in the message (an ERROR only with `require_baseline: true`, since the first run has nothing to
 compare with); a baseline that exists but cannot be read is an ERROR.
@@ -17,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.gates.base import Gate, GateContext, summarize
-from harness.gates.ncu import short_name
 from harness.gates.registry import register
 from harness.ncu import runner
-from harness.ncu.parse import NcuCsv, group_kernels
+from harness.ncu.checks import named_by, profile_checks
+from harness.ncu.parse import NcuCsv, group_kernels, short_name
 from harness.ncu.stalls import Baseline, Stall, read_baseline, stall_columns, stall_table, total
+from harness.ncu.units import not_percent
 from harness.results import Check, GateResult, Status
 from harness.schema import param
 
@@ -29,8 +32,8 @@ from harness.schema import param
 @dataclass(frozen=True, kw_only=True)
 class NcuStallParams(runner.NcuParams):
     stall_metric_regex: str = param()  # stall-reason columns; group 1 (or the group `reason`) names the reason
-    tensor_metric: str = param()  # tensor-pipe activity, % of peak
-    occupancy_metric: str = param()  # achieved occupancy, % of the peak warps per SM
+    tensor_metric: str = param(check=not_percent)  # tensor-pipe activity, % of peak
+    occupancy_metric: str = param(check=not_percent)  # achieved occupancy, % of the peak warps per SM
     baseline: str = param()  # results.json of a stored run holding this gate (relative to the repository root)
     require_baseline: bool = param(default=False)  # true: a missing baseline is an ERROR
 
@@ -54,11 +57,13 @@ def _changes(stalls: list[Stall], n: int = 3) -> str:
 
 def verdict_stalls(subject: str, csv: NcuCsv, p: NcuStallParams,
                    baseline: Mapping[str, float | None] | None) -> tuple[list[Check], dict[str, Any]]:
-    """Checks and report data of one workload's parsed CSV (the first matched kernel)."""
-    if not csv.launches:
+    """Checks and report data of one workload's parsed CSV (the first kernel the filter names). A CSV that is not
+    the profile asked for (harness/ncu/checks.py: a foreign kernel, launches, units, ranges) adds ERROR checks."""
+    named = [k for k in group_kernels(csv.launches) if named_by(k.name, p.kernel_filter)]
+    if not named:
         return [Check(subject, "warp_stalls", None, None, Status.ERROR,
                       message=f"zero kernel launches matched regex:{p.kernel_filter}")], {}
-    kernel = group_kernels(csv.launches)[0]
+    kernel = named[0]
     stalls = stall_table(kernel, csv.columns, p.stall_metric_regex, baseline)
     measured = [s for s in stalls if s.value is not None]
     if not stalls:
@@ -70,9 +75,12 @@ def verdict_stalls(subject: str, csv: NcuCsv, p: NcuStallParams,
         top = ", ".join(f"{s.reason} {s.value:.2f}" for s in measured[:3])
         check = Check(subject, "warp_stalls", None, total(stalls), Status.PASS,
                       message=f"{len(measured)} reasons recorded for {short_name(kernel.name)}; top: {top}")
+    exact = [m for m in (p.tensor_metric, p.occupancy_metric) if csv.has(m)]
+    read = [*stall_columns(csv.columns, p.stall_metric_regex), *exact, *(m for m in p.metrics if csv.has(m))]
+    problems = profile_checks(subject, csv, read, exact, p.kernel_filter, p.launch_count)
     tensor, occupancy = kernel.median(p.tensor_metric), kernel.median(p.occupancy_metric)
     checks = [check, _recorded(subject, csv, p.tensor_metric, tensor), _recorded(subject, csv, p.occupancy_metric,
-                                                                                  occupancy)]
+                                                                                  occupancy), *problems]
     if baseline is not None:
         checks.append(Check(subject, "baseline", None, None, Status.PASS, message=f"changes: {_changes(stalls)}"))
     unit = next((csv.units.get(c, "") for c in stall_columns(csv.columns, p.stall_metric_regex)), "")

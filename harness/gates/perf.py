@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, Any
 from harness.bench import report
 from harness.bench.ceiling import KINDS as CEILINGS
 from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
-from harness.bench.settings import BASELINES, OURS, BenchSettings, check_backends, load_bench_settings, timing_dict
+from harness.bench.settings import (
+    BASELINES,
+    BENCH_FILE,
+    OURS,
+    BenchSettings,
+    check_backends,
+    load_bench_settings,
+    timing_dict,
+)
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
@@ -170,7 +178,7 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
     p: PerfParams = ctx.params
     key = f"phases.{ctx.spec.phase}.gates.{ctx.spec.name}"
     try:
-        settings = load_bench_settings(ctx.config)
+        settings = ctx.config.once(BENCH_FILE, lambda _: load_bench_settings(ctx.config))
         check_backends(ctx.config.gates_dir / PHASES_FILE, f"{key}.baselines", p.baselines, BASELINES)
         check_backends(ctx.config.gates_dir / PHASES_FILE, f"{key}.gated", p.gated, BASELINES)
         gpu.load_flashcore(0)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from harness.gates.base import Gate
@@ -31,3 +33,17 @@ def get(name: str) -> type[Gate] | None:
 
 def names() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
+
+
+def import_modules(package: str, path: Iterable[str]) -> tuple[str, ...]:
+    """Import every module of `package` (found on `path`, in name order), which runs their `@register`s; their
+    names. A module that fails to import raises: a gate that cannot load must not vanish from the run."""
+    found = tuple(m.name for m in pkgutil.iter_modules(list(path)) if not m.name.startswith("_"))
+    for name in found:
+        importlib.import_module(f"{package}.{name}")
+    return found
+
+
+def module_of(name: str) -> str:
+    """The module that registered gate `name` (KeyError when none did)."""
+    return _REGISTRY[name].__module__

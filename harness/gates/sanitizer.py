@@ -126,7 +126,7 @@ def setup(ctx: GateContext) -> Setup | GateResult:
         return ctx.verdict_only(Status.ERROR,
                                 "compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
     try:
-        suppressions = load_suppressions(ctx.repo_root / p.suppressions)
+        suppressions = ctx.config.once(p.suppressions, lambda _: load_suppressions(ctx.repo_root / p.suppressions))
         version, hopper = runner.probe(sanitizer)
     except ConfigError as e:
         return ctx.verdict_only(Status.ERROR, f"bad suppressions file: {e}")

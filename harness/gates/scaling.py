@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.bench import report
-from harness.bench.settings import BASELINES, OURS, check_backends, load_bench_settings, timing_dict
+from harness.bench.settings import BASELINES, BENCH_FILE, OURS, check_backends, load_bench_settings, timing_dict
 from harness.gates.base import Gate, GateContext
 from harness.gates.perf import measure_all, write_measurements
 from harness.gates.registry import register
@@ -69,7 +69,7 @@ class ScalingGate(Gate):
         file = ctx.config.gates_dir / PHASES_FILE
         key = f"phases.{ctx.spec.phase}.gates.{ctx.spec.name}"
         try:
-            settings = load_bench_settings(ctx.config)
+            settings = ctx.config.once(BENCH_FILE, lambda _: load_bench_settings(ctx.config))
             check_backends(file, f"{key}.baselines", p.baselines, BASELINES)
             for name in ("peak_seqlens", "judged_seqlens"):
                 for i, s in enumerate(getattr(p, name)):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from harness.history import store
 from harness.history.report import TrendReport, trend_report
-from harness.history.trends import HistorySettings, load_history_settings, render
-from harness.schema import ConfigError
+from harness.history.trends import HISTORY_FILE, HistorySettings, load_history_settings, render
+from harness.schema import Config, ConfigError
 
 EXIT_CONFIG = 2
 
@@ -67,11 +67,11 @@ def history_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def record_run(results: dict[str, object], gates_dir: Path, source: str) -> str:
+def record_run(results: dict[str, object], config: Config, source: str) -> str:
     """Append a finished gate run; the line to print (never raises: a history problem must not lose the run's
     verdict, and the report is already written)."""
     try:
-        path = history_path(load_history_settings(gates_dir))
+        path = history_path(config.once(HISTORY_FILE, load_history_settings))
         db = store.open_db(path)
     except (ConfigError, store.HistoryError, OSError) as e:
         return f"history: not recorded: {e}"
@@ -84,11 +84,11 @@ def record_run(results: dict[str, object], gates_dir: Path, source: str) -> str:
     return f"history: {'recorded in' if added else 'already in'} {path} (python -m harness history)"
 
 
-def run_trends(gates_dir: Path, run_id: str, gpu: str) -> TrendReport | None:
+def run_trends(config: Config, run_id: str, gpu: str) -> TrendReport | None:
     """The report's trend section for a run just recorded; None when the history settings cannot be read (the
     report then has no trend section; record_run has said why)."""
     try:
-        settings = load_history_settings(gates_dir)
+        settings = config.once(HISTORY_FILE, load_history_settings)
     except ConfigError:
         return None
     return trend_report(history_path(settings), settings, run_id, gpu)

@@ -117,6 +117,12 @@ class NcuCsv:
         return {c: cells[c] for c in self.columns if c.startswith(DEVICE_PREFIX)}
 
 
+def short_name(name: str, width: int = 48) -> str:
+    """`void attention_forward_kernel<128, Bf16>(KernelParams)` -> `attention_forward_kernel<128, Bf16>`."""
+    base = name.removeprefix("void ").split("(", 1)[0] or name
+    return base if len(base) <= width else base[: width - 3] + "..."
+
+
 def _whole(x: float | None) -> float | int | None:
     return int(x) if x is not None and x.is_integer() else x
 

@@ -23,6 +23,7 @@ from harness.driver_args import driver_args
 from harness.env import find_cuda_tool
 from harness.ncu.diagnose import explain, no_kernels_profiled, profiler_errors
 from harness.ncu.parse import NcuCsv, NcuParseError, parse_csv
+from harness.ncu.units import unknown_metric
 from harness.schema import Workload, param
 
 if TYPE_CHECKING:  # a runtime import would be circular: harness.gates imports the ncu gates, which import this
@@ -37,7 +38,7 @@ class NcuParams:
 
     workloads: tuple[str, ...] = param(workloads=True, serving=True)  # the driver runs every layout
     kernel_filter: str = param()  # regex on the kernel's function name: ncu --kernel-name regex:<this>
-    metrics: tuple[str, ...] = param()  # collected with --metrics (shown in the report)
+    metrics: tuple[str, ...] = param(check=unknown_metric)  # collected with --metrics (shown in the report)
     sections: tuple[str, ...] = param(default=())  # collected with --section, e.g. WarpStateStats
     launch_skip: int = param(ge=0)  # matching launches skipped first (warm-up)
     launch_count: int = param(ge=1)  # matching launches profiled; verdicts use their median

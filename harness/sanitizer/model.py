@@ -53,7 +53,16 @@ class SanitizerLog:
     app_failed: bool = False  # "Target application returned an error": the program exited non-zero
     tool_errors: tuple[str, ...] = ()  # the tool's own failures ("Error: Target application terminated ...")
     unknown: tuple[str, ...] = ()  # top-level sanitizer lines the parser does not recognise
+    orphans: tuple[str, ...] = ()  # indented (continuation) lines with no report above them
     findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    @property
+    def leaked_unprinted(self) -> tuple[int, int]:
+        """(bytes, allocations) the LEAK SUMMARY counts beyond the leak reports printed above it."""
+        leaks = [f for f in self.findings if f.kind == "leak"]
+        printed_bytes = sum((f.size or 0) * f.count for f in leaks)
+        return (max(0, (self.leak_bytes or 0) - printed_bytes),
+                max(0, (self.leak_allocations or 0) - sum(f.count for f in leaks)))
 
     @property
     def printed(self) -> int:
@@ -63,5 +72,5 @@ class SanitizerLog:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["findings"] = [f.to_dict() for f in self.findings]
-        d["tool_errors"], d["unknown"] = list(self.tool_errors), list(self.unknown)
+        d["tool_errors"], d["unknown"], d["orphans"] = list(self.tool_errors), list(self.unknown), list(self.orphans)
         return d

@@ -2,7 +2,9 @@
 
 The tool prefixes its own lines with `=========`; a report starts with an unindented line (its header) and
 continues with indented ones until a bare prefix line. Anything without the prefix is the program's output.
-A top-level line the parser does not recognise is kept in `unknown`, so the verdict can refuse to judge.
+A top-level line the parser does not recognise is kept in `unknown`, and an indented line with no report above it
+in `orphans`, so the verdict can refuse to judge: neither is ever dropped. Summary lines match as whole lines: a
+line that only starts like one (`ERROR SUMMARY: 0 errors, and more`) is not a summary.
 Formats follow compute-sanitizer 2025.3 (tests/fixtures/sanitizer/) and the older
 `at 0xPC in file:line:function` form of racecheck.
 """
@@ -20,10 +22,11 @@ _N = r"([\d,]+)"
 
 # ---- summaries and tool-level lines ----------------------------------------------------------------
 BANNER = "COMPUTE-SANITIZER"
-NOT_PRINTED = re.compile(rf"^ERROR SUMMARY: {_N} errors? were not printed")
+NOT_PRINTED = re.compile(rf"^ERROR SUMMARY: {_N} errors? were not printed\. Use --print-limit option to adjust the "
+                         r"number of printed errors\s*$")
 ERROR_SUMMARY = re.compile(rf"^ERROR SUMMARY: {_N} errors?\s*$")
-RACE_SUMMARY = re.compile(rf"^RACECHECK SUMMARY: {_N} hazards? displayed \({_N} errors?, {_N} warnings?\)")
-LEAK_SUMMARY = re.compile(rf"^LEAK SUMMARY: {_N} bytes leaked in {_N} allocations?")
+RACE_SUMMARY = re.compile(rf"^RACECHECK SUMMARY: {_N} hazards? displayed \({_N} errors?, {_N} warnings?\)\s*$")
+LEAK_SUMMARY = re.compile(rf"^LEAK SUMMARY: {_N} bytes? leaked in {_N} allocations?\s*$")
 APP_FAILED = "Target application returned an error"
 TOOL_ERROR = re.compile(r"^(Error: |Internal Sanitizer Error|.*compute-sanitizer timed-out)")
 
@@ -211,6 +214,7 @@ def parse(text: str, tool: str | None = None) -> SanitizerLog:
     not_printed = 0
     tool_errors: list[str] = []
     unknown: list[str] = []
+    orphans: list[str] = []
     reports: list[_Report] = []
     current: _Report | None = None
     for raw in text.splitlines():
@@ -224,6 +228,8 @@ def parse(text: str, tool: str | None = None) -> SanitizerLog:
         if body[0].isspace():
             if current is not None:
                 current.add(body.strip())
+            else:
+                orphans.append(body.strip())
             continue
         current = None
         if body == BANNER:
@@ -236,7 +242,7 @@ def parse(text: str, tool: str | None = None) -> SanitizerLog:
             race = (_int(n[2]) + (race or (0, 0))[0], _int(n[3]) + (race or (0, 0))[1])
         elif n := LEAK_SUMMARY.match(body):
             leak = (_int(n[1]), _int(n[2]))
-        elif body.startswith(APP_FAILED):
+        elif body == APP_FAILED:
             app_failed = True
         elif (current := _header(body)) is not None:
             reports.append(current)
@@ -253,5 +259,5 @@ def parse(text: str, tool: str | None = None) -> SanitizerLog:
     return SanitizerLog(
         tool=resolved, tool_note=note, banner=banner, errors=errors, warnings=warnings, not_printed=not_printed,
         leak_bytes=leak[0] if leak else None, leak_allocations=leak[1] if leak else None, app_failed=app_failed,
-        tool_errors=tuple(tool_errors), unknown=tuple(unknown), findings=_merge(findings),
+        tool_errors=tuple(tool_errors), unknown=tuple(unknown), orphans=tuple(orphans), findings=_merge(findings),
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.sanitizer.model import SanitizerLog
 from harness.sanitizer.parser import parse
 from harness.sanitizer.suppressions import Suppression, apply
-from harness.sanitizer.verdict import Judgement, RunFacts, judge
+from harness.sanitizer.verdict import Judgement, RunFacts, completed, judge
 
 ERROR_EXITCODE = 86  # returned by compute-sanitizer when it reports errors; no program here exits with it
 HOPPER_CHECKS = ("--check-bulk-copy", "--check-warpgroup-mma")  # general options of compute-sanitizer >= 2023.x
@@ -85,7 +85,7 @@ def judge_log(tool: str, text: str, opts: Options, exit_code: int | None, timed_
     """Parse, mark suppressed findings, judge (pure; the gate and the selftest share it)."""
     log = apply(parse(text, tool), opts.suppressions)
     facts = RunFacts(exit_code=exit_code, timed_out=timed_out, timeout_s=opts.timeout_s,
-                     error_exitcode=ERROR_EXITCODE, completed=(completion in text) if completion else None,
+                     error_exitcode=ERROR_EXITCODE, completed=completed(text, completion) if completion else None,
                      completion=completion)
     return log, judge(log, facts, opts.fail_on_warnings)
 

@@ -1,7 +1,9 @@
 """Reviewed suppressions (gates/sanitizer-suppressions.yaml): match criteria plus a written justification.
 
 A suppressed finding is still shown (marked, with its justification); it only stops failing the gate.
-Reports the tool counted but did not print can never be suppressed (see verdict.py).
+Reports the tool counted but did not print can never be suppressed (see verdict.py). An entry names the code it
+covers, a kernel or a file pattern: without one (or with one that matches any text, like `.*`) it is a blanket that
+would silence every report of its kind, a real invalid write included, so the schema refuses it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ class Suppression:
     kind: str = param()  # exactly as the parser names it, e.g. "shared-memory race"
     justification: str = param()  # why this report is not a bug (e.g. a documented false positive), for review
     kernel: str = param(default="")  # regular expression searched in the reported function ("" = any)
-    file: str = param(default="")  # regular expression searched in "file:line" ("" = any)
+    file: str = param(default="")  # regular expression searched in "file:line" ("" = any); kernel or file needed
 
     def matches(self, f: Finding) -> bool:
         return (f.tool == self.tool and f.kind == self.kind
@@ -39,10 +41,17 @@ def load_suppressions(path: Path) -> tuple[Suppression, ...]:
         key = f"suppressions[{i}]"
         s = parse_dataclass(Suppression, raw, path, key)
         for name in ("kernel", "file"):
+            pattern = getattr(s, name)
             try:
-                re.compile(getattr(s, name))
+                blanket = pattern and re.search(pattern, "") is not None
             except re.error as e:
-                raise ConfigError(path, f"{key}.{name}", getattr(s, name), f"not a regular expression: {e}") from None
+                raise ConfigError(path, f"{key}.{name}", pattern, f"not a regular expression: {e}") from None
+            if blanket:
+                raise ConfigError(path, f"{key}.{name}", pattern, "matches any text (even an empty one): name the "
+                                  "kernel or file the reviewed report comes from")
+        if not s.kernel and not s.file:
+            raise ConfigError(path, f"{key}.kernel", s.kernel, "a suppression needs a kernel or a file pattern: "
+                              "without one it silences every report of its kind (a blanket)")
         out.append(s)
     return tuple(out)
 

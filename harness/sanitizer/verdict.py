@@ -1,18 +1,22 @@
 """The verdict over one parsed log and how its run ended (pure). Fail closed: only a complete, clean log passes.
 
-ERROR (no verdict): a timeout, no banner, an unknown tool, the tool's own failure, an unrecognised report, no
-summary line (truncated log, or the tool died), the program failing with nothing reported (a crash the tool did
-not explain), an exit code a clean log cannot have, or the program's completion line missing.
-FAIL: any report that is not suppressed, or that the tool counted but did not print (--print-limit), whatever
-the exit code: a race with exit code 0 still fails. The log decides, not the exit code.
+ERROR (no verdict): a timeout, no banner, an unknown tool, the tool's own failure, an unrecognised report, a
+continuation line with no report above it, no summary line (truncated log, or the tool died), the program failing
+with nothing reported (a crash the tool did not explain), an exit code a clean log cannot have, or the program's
+completion line missing (`completed`: a whole line, not one that only starts like it).
+FAIL: any report that is not suppressed, that the tool counted but did not print (--print-limit), or a leak the
+LEAK SUMMARY counts beyond the leak reports printed, whatever the exit code: a race with exit code 0 still fails.
+The log decides, not the exit code.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from harness.results import Status
 from harness.sanitizer.model import Finding, SanitizerLog
+from harness.sanitizer.parser import PREFIX
 
 SUMMARY_LINE = {"racecheck": "RACECHECK SUMMARY", "memcheck": "ERROR SUMMARY", "synccheck": "ERROR SUMMARY",
                 "initcheck": "ERROR SUMMARY"}
@@ -38,6 +42,15 @@ class Judgement:
 
     def to_dict(self) -> dict[str, object]:
         return {"verdict": self.status.value, "reason": self.reason, "failing": self.failing}
+
+
+def completed(text: str, completion: str) -> bool:
+    """Whether the program printed its completion line: a line of its own output (not the tool's) that is
+    `completion`, or `completion` followed by space-separated `key=value` fields (the driver's RESULT line). A
+    line that only starts like it (`RESULT status=okay`), holds it after other text, or goes on with anything
+    else is not: a program that died mid-print or printed the words elsewhere did not complete."""
+    whole = re.compile(re.escape(completion) + r"(?: [\w.]+=\S*)*")
+    return any(whole.fullmatch(line.rstrip()) for line in text.splitlines() if not PREFIX.match(line.rstrip("\r")))
 
 
 def _plural(n: int, word: str) -> str:
@@ -75,6 +88,9 @@ def _no_verdict(log: SanitizerLog, run: RunFacts) -> str | None:
         return f"compute-sanitizer itself failed: {log.tool_errors[0]}"
     if log.unknown:
         return f"unrecognised sanitizer line {log.unknown[0]!r}: the parser cannot judge this log"
+    if log.orphans:
+        return (f"continuation line {log.orphans[0]!r} with no report above it: the parser cannot tell what it "
+                "belongs to")
     if log.errors is None or log.warnings is None:
         return (f"no {SUMMARY_LINE[log.tool]} line: the log is truncated or the tool died before the end"
                 + (f" (exit code {run.exit_code})" if run.exit_code is not None else ""))
@@ -91,8 +107,10 @@ def judge(log: SanitizerLog, run: RunFacts | None = None, fail_on_warnings: bool
     assert log.errors is not None and log.warnings is not None  # checked by _no_verdict
     counted = log.errors + log.warnings
     unprinted = max(0, counted - log.printed)
+    leaked_bytes, leaked_allocations = log.leaked_unprinted
+    leaked = max(leaked_allocations, 1 if leaked_bytes else 0)
     bad = [f for f in log.findings if not f.suppressed and (f.severity == "error" or fail_on_warnings)]
-    failing = sum(f.count for f in bad) + unprinted
+    failing = sum(f.count for f in bad) + unprinted + leaked
     summary = _plural(log.errors, "error")
     if log.tool == "racecheck":
         summary += f", {_plural(log.warnings, 'warning')}"
@@ -100,6 +118,10 @@ def judge(log: SanitizerLog, run: RunFacts | None = None, fail_on_warnings: bool
         shown = "; ".join(describe(f) for f in bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
         if unprinted:
             shown += f"{'; ' if bad else ''}{unprinted} more counted but not printed (--print-limit): not suppressible"
+        if leaked:
+            shown += (f"{'; ' if bad or unprinted else ''}LEAK SUMMARY: {log.leak_bytes} bytes leaked in "
+                      f"{log.leak_allocations} allocations, {leaked_bytes} bytes in {leaked_allocations} of them "
+                      "without a printed leak report: not suppressible")
         note = " (exit code 0: the exit code alone would have passed it)" if run.exit_code == 0 else ""
         if log.printed > counted:
             note += f"; the log prints {log.printed} reports but its summary counts {counted}"

@@ -167,3 +167,17 @@ def test_notice_is_said_once_for_many_gates() -> None:
     assert notice.count("make prepare") == 1
     assert run_notice("PLANTED FAULT 3 (test-only): this run must fail. ", []) == \
         "PLANTED FAULT 3 (test-only): this run must fail. "
+
+
+def test_ncu_stalls_baseline_of_another_gpu_is_missing_not_compared(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import env
+    from harness.gates.ncu_stalls import gpu_baseline
+
+    shutil.copytree(REPO / "gates/baselines", tmp_path / "gates/baselines")
+    pattern = "gates/baselines/ncu-stalls-*.json"
+    monkeypatch.setattr(env, "torch_info", lambda: {"gpu": GPU, "gpu_sm_count": 132})
+    assert gpu_baseline(tmp_path, pattern, "ncu-stalls").status == "loaded"
+    monkeypatch.setattr(env, "torch_info", lambda: {"gpu": "NVIDIA H999", "gpu_sm_count": 200})
+    other = gpu_baseline(tmp_path, pattern, "ncu-stalls")
+    assert other.status == "missing" and "no stored ncu baseline for NVIDIA H999" in other.message

@@ -104,6 +104,8 @@ def gpu_baseline(repo_root: Path, pattern: str, gate: str) -> Baseline:
     `unreadable`."""
     from harness.env import torch_info
 
+    if "*" not in pattern:  # one fixed file: whatever GPU it was measured on
+        return read_baseline(repo_root / pattern, pattern, gate)
     found = per_gpu.find(repo_root, pattern, per_gpu.model_of(torch_info()), "stored ncu baseline")
     if found.path is None:
         return Baseline(pattern, "unreadable" if found.applicable else "missing", found.why)

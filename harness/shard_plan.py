@@ -141,7 +141,9 @@ def plan(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, sec
         return sum(cost[g] for g in unit)
 
     for unit in sorted(units, key=weight, reverse=True):
-        target = min(gpus, key=lambda i: (load[i], gpus.index(i)))
+        # a worker runs a gate once: two parts of one gate never share a GPU (there is one part per GPU)
+        free = [i for i in gpus if not any(gate_of(t) == gate_of(unit[0]) for t in placed[i])] or list(gpus)
+        target = min(free, key=lambda i: (load[i], gpus.index(i)))
         placed[target] += unit
         load[target] += weight(unit)
     order = {g: n for n, g in enumerate(gates)}

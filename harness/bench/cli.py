@@ -2,7 +2,8 @@
 
 run the pytest-benchmark suite (bench/) with live progress -> read its JSON -> print a compact table (and
 the baselines against the ROADMAP anchors) -> with --update-baseline, write the stored run that the perf
-gates' regression check compares with -> exit code.
+gates' regression check compares with (the file of the GPU model the run was measured on: harness/bench/stored.py)
+-> exit code.
 
 The stored run is the whole paired run (every backend, every repetition with its round); the regression check
 reads FlashCore's speed relative to the reference backend (gates/bench.yaml stored_run) from it, so it is
@@ -40,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="", help=f"comma-separated, of {', '.join(BACKENDS)} (default: the suite's)")
     p.add_argument("--seed", type=int, help="base seed of the inputs (default: a fresh one, recorded)")
     p.add_argument("--update-baseline", action="store_true",
-                   help="write the stored run (gates/bench.yaml stored_run.file) from this run's FlashCore times")
+                   help="write this GPU model's stored run (gates/bench.yaml stored_run.files) from this run")
     p.add_argument("--from", dest="from_json", type=Path,
                    help="read this JSON instead of running the suite (bench.json or logs/<gate>.bench.json)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER,

@@ -181,3 +181,34 @@ def test_ncu_stalls_baseline_of_another_gpu_is_missing_not_compared(tmp_path: Pa
     monkeypatch.setattr(env, "torch_info", lambda: {"gpu": "NVIDIA H999", "gpu_sm_count": 200})
     other = gpu_baseline(tmp_path, pattern, "ncu-stalls")
     assert other.status == "missing" and "no stored ncu baseline for NVIDIA H999" in other.message
+
+
+# ---- the YAML bars against the committed evidence ----------------------------------------------------------
+
+PERF_GATES = ("perf-fa2", "perf-cudnn", "perf-fa3", "perf-fp8", "perf-serving")
+
+
+def test_every_perf_gate_checks_for_regression_against_the_stored_run() -> None:
+    from harness.config import load_config
+
+    params = {g.name: g.params for g in load_config(REPO / "gates").gates_through(7)}
+    assert all(params[g].regression and 0 < params[g].regression_margin <= 0.05 for g in PERF_GATES)
+
+
+def test_floors_sit_below_the_latest_h100_evidence_and_above_the_old_fp8_floors() -> None:
+    """Each bar is what the evidence measured less its spread: the committed H100 run passes every one of them."""
+    import lzma
+
+    from harness.config import load_config
+
+    params = {g.name: g.params for g in load_config(REPO / "gates").gates_through(7)}
+    run = json.loads(lzma.open(REPO / "reports/evidence/phase7-8ea9af2.json.xz").read())
+    for gate in (g for g in run["gates"] if g["name"] in PERF_GATES):
+        p = params[gate["name"]]
+        for c in gate["checks"]:
+            if c["metric"].startswith("speed_vs_"):
+                assert c["measured"] >= p.min_ratio, (gate["name"], c["workload"], c["measured"])
+            if c["metric"].startswith("geomean_speed_vs_"):
+                assert c["measured"] >= p.min_geomean, (gate["name"], c["measured"])
+    assert params["perf-fp8"].min_ratio > 0.80 and params["perf-fp8"].min_geomean > 0.85
+    assert params["perf-fa3"].min_ratio <= 0.914 * 0.99  # the H200's worst measured row keeps its margin

@@ -212,3 +212,24 @@ def test_floors_sit_below_the_latest_h100_evidence_and_above_the_old_fp8_floors(
                 assert c["measured"] >= p.min_geomean, (gate["name"], c["measured"])
     assert params["perf-fp8"].min_ratio > 0.80 and params["perf-fp8"].min_geomean > 0.85
     assert params["perf-fa3"].min_ratio <= 0.914 * 0.99  # the H200's worst measured row keeps its margin
+
+
+def test_bench_baseline_on_a_new_gpu_writes_its_own_file_and_keeps_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import cli
+
+    shutil.copytree(REPO / "gates", tmp_path / "gates")
+    monkeypatch.chdir(tmp_path)
+    h100 = tmp_path / "gates/baselines/bench-h100.json"
+    before = h100.read_text()
+    suite = json.loads((REPO / "tests/fixtures/bench/bench-suite.json").read_text())
+    suite["machine_info"]["flashcore"] |= {"gpu": "NVIDIA H200", "gpu_sm_count": 132}
+    (tmp_path / "h200.json").write_text(json.dumps(suite))
+    assert cli.main(["bench", "--from", "h200.json", "--update-baseline"]) == 0, capsys.readouterr().err
+    written = tmp_path / "gates/baselines/bench-h200.json"
+    assert written.is_file() and h100.read_text() == before
+    assert per_gpu.find(tmp_path, "gates/baselines/bench-*.json", H200).path == written
+    suite["machine_info"]["flashcore"]["gpu"] = ""  # a run that names no GPU cannot become anyone's stored run
+    (tmp_path / "nogpu.json").write_text(json.dumps(suite))
+    assert cli.main(["bench", "--from", "nogpu.json", "--update-baseline"]) == 1
+    assert "records no GPU" in capsys.readouterr().err

@@ -190,3 +190,23 @@ def test_joined_parts_keep_every_check_and_the_worst_status() -> None:
     assert g.details["runs"] == [1, 2] and g.details["wall_s_by_tool"] == {"memcheck": 3.0}
     assert [p["gpu"] for p in g.details["parts"]] == [0, 1] and g.elapsed_s == 20.0
     assert [r.name for r in shards[1]] == ["api"]
+
+
+def test_shipped_estimates_come_from_a_run_and_print_as_the_yaml_block(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import shard_costs
+
+    evidence = REPO / "reports/evidence/phase7-8ea9af2.json.xz"
+    assert shard_costs.main([str(evidence)]) == 0
+    printed = capsys.readouterr().out
+    shipped = load_shard_settings(REPO / "gates").seconds
+    assert printed.startswith("seconds:\n") and "  sanitizer-all: 362\n" in printed
+    assert all(f"  {g}: {int(s)}\n" in printed for g, s in shipped.items())  # the shipped block is this run's
+    assert shard_costs.seconds_block({"a": 0.2, "b": 7.1}, ["b", "a", "c"]) == "seconds:\n  b: 8\n  a: 1\n"
+
+
+def test_shard_costs_of_an_unreadable_file_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import shard_costs
+
+    (tmp_path / "bad.json").write_text("{cut")
+    assert shard_costs.main([str(tmp_path / "bad.json")]) == 1
+    assert "bad.json" in capsys.readouterr().err

@@ -84,8 +84,10 @@ def _environment(path: Path) -> Mapping[str, Any]:
     return env
 
 
-def find(repo_root: Path, pattern: str, here: GpuModel | None, what: str = "stored run") -> Lookup:
-    """The file matching `pattern` (repository-relative glob) that records GPU model `here`."""
+def find(repo_root: Path, pattern: str, here: GpuModel | None, what: str = "stored run",
+         how: str = PREPARE) -> Lookup:
+    """The file matching `pattern` (repository-relative glob) that records GPU model `here`; `how`: what to do
+    when there is none."""
     files = sorted(repo_root.glob(pattern))
     models: dict[Path, GpuModel | None] = {}
     for f in files:
@@ -103,7 +105,7 @@ def find(repo_root: Path, pattern: str, here: GpuModel | None, what: str = "stor
     if mine:
         return Lookup(mine[0], "", True, stored)
     held = f" ({pattern} holds: {'; '.join(stored)})" if stored else f" ({pattern} matches no file)"
-    return Lookup(None, f"no {what} for {here.label}: {PREPARE}{held}", False, stored)
+    return Lookup(None, f"no {what} for {here.label}: {how}{held}", False, stored)
 
 
 def target(repo_root: Path, pattern: str, here: GpuModel) -> Path:

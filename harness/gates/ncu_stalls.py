@@ -106,7 +106,8 @@ def gpu_baseline(repo_root: Path, pattern: str, gate: str) -> Baseline:
 
     if "*" not in pattern:  # one fixed file: whatever GPU it was measured on
         return read_baseline(repo_root / pattern, pattern, gate)
-    found = per_gpu.find(repo_root, pattern, per_gpu.model_of(torch_info()), "stored ncu baseline")
+    found = per_gpu.find(repo_root, pattern, per_gpu.model_of(torch_info()), "stored ncu baseline",
+                         "commit the results.json of a reviewed run on this GPU as one of them")
     if found.path is None:
         return Baseline(pattern, "unreadable" if found.applicable else "missing", found.why)
     return read_baseline(found.path, str(found.path.relative_to(repo_root)), gate)

@@ -233,3 +233,14 @@ def test_bench_baseline_on_a_new_gpu_writes_its_own_file_and_keeps_the_others(
     (tmp_path / "nogpu.json").write_text(json.dumps(suite))
     assert cli.main(["bench", "--from", "nogpu.json", "--update-baseline"]) == 1
     assert "records no GPU" in capsys.readouterr().err
+
+
+def test_perf_gates_lacking_different_workloads_raise_one_notice() -> None:
+    from harness.gates.perf import stored_notice
+
+    stored = stored_run(*pair(4.0, 6.0))
+    na = [Check(w, "slowdown_vs_stored", 1.05, None, Status.NOT_APPLICABLE) for w in ("a", "b")]
+    gates = [GateResult(g, 4, Status.PASS, details={NOTICE_KEY: stored_notice(stored, [c])})
+             for g, c in (("perf-cudnn", na[0]), ("perf-fp8", na[1]))]
+    assert run_notice("", gates).count("lacks workloads") == 1
+    assert stored_notice(stored, [Check("a", "slowdown_vs_stored", 1.05, 1.0, Status.PASS)]) == ""

@@ -100,16 +100,15 @@ def load_stored(settings: BenchSettings, repo_root: Path, here: per_gpu.GpuModel
 
 
 def stored_notice(stored: Run | pv.Missing | None, checks: Sequence[Check]) -> str:
-    """The one line the run's notice carries when this gate could not compare with a stored run of this GPU."""
+    """The one line the run's notice carries when this gate could not compare with a stored run of this GPU: the
+    same words from every perf gate, so the run says it once (each check names its own workload)."""
     if isinstance(stored, pv.Missing):
         return stored.why if stored.status is Status.NOT_APPLICABLE else ""
-    lacking = sorted({c.workload for c in checks if c.metric == "slowdown_vs_stored"
-                      and c.status is Status.NOT_APPLICABLE})
+    lacking = any(c.metric == "slowdown_vs_stored" and c.status is Status.NOT_APPLICABLE for c in checks)
     if stored is None or not lacking:
         return ""
-    shown = ", ".join(lacking[:4]) + (f" (+{len(lacking) - 4} more)" if len(lacking) > 4 else "")
-    return (f"the stored run {stored.path} ({stored.gpu}) lacks {len(lacking)} judged workload"
-            f"{'s' if len(lacking) > 1 else ''} ({shown}): run make bench-baseline on this GPU and commit it")
+    return (f"the stored run {stored.path} ({stored.gpu}) lacks workloads the perf gates judge (their regression "
+            "checks are not applicable): run make bench-baseline on this GPU and commit it")
 
 
 def measure_all(ctx: GateContext, measurer: Measurer, settings: BenchSettings, workloads: Sequence[Workload],

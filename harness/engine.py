@@ -24,6 +24,7 @@ from harness.results import GateResult, RunResult, Status, unchecked_status
 from harness.schema import Config, GateSpec
 from harness.shard import GPU_INDEX_ENV, gpu_state
 from harness.support.gpu import cuda_unavailable_reason, nvtx_range
+from harness.support.notices import run_notice
 
 
 def run_gate(spec: GateSpec, ctx: GateContext, gpu_reason: str | None) -> GateResult:
@@ -102,6 +103,7 @@ def run_phase(
                 result = dataclasses.replace(result, details={**result.details, "gpu": gpu_at_start})
             progress.finish(result)
             results.append(result)
+    notice = run_notice(notice, results)
     return RunResult(
         run_id=run_id,
         phase=phase,

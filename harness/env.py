@@ -84,6 +84,8 @@ def torch_info() -> dict[str, Any]:
             info["gpu"] = torch.cuda.get_device_name(0)
             info["gpu_capability"] = "{}.{}".format(*torch.cuda.get_device_capability(0))
             info["gpu_count"] = torch.cuda.device_count()
+            # with the name, the GPU model a stored run belongs to (harness/bench/stored.py)
+            info["gpu_sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
     except Exception:  # noqa: BLE001, S110 - environment facts are best effort
         pass
     return info

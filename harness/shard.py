@@ -7,12 +7,14 @@ pytest tests (the engine runs them and owns their verdicts), and over a process 
 CUDA context must not be forked: a fresh interpreter per GPU is the one safe unit. A worker runs its gates one at a
 time, so a timing-sensitive gate (perf, ncu, scaling) is alone on its GPU while it runs.
 
-Placement (gates/shard.yaml): `first` gates run here before the workers start (build: the workers load its
-library); each `together` list stays in one worker (the perf gates share one measurement); the rest are spread by
-longest-first over the GPUs, each gate weighted by its wall time in the last run in the history (else
-`default_seconds`). Each merged gate carries details["gpu"]: the GPU's index, name and UUID, and its SM clock and
-power when the gate started (nvidia-smi). A worker that dies (or writes no results) makes each of its gates an
-ERROR naming its log; the other workers' results still count.
+Placement (gates/shard.yaml, harness/shard_plan.py): `first` gates run here before the workers start (build: the
+workers load its library); with several GPUs the `isolated` gates (the perf group) then run alone on the host; the
+rest spread by longest-first over every GPU, each gate weighted by its wall time in the last run in the history,
+else the estimate shipped in gates/shard.yaml; a `split` gate (sanitizer-all) runs as one part per GPU and its
+parts are joined into one result (`join_parts`). Each merged gate carries details["gpu"]: the GPU's index, name and
+UUID, and its SM clock and power when the gate started (nvidia-smi). A worker that dies (or writes no results) makes
+each of its gates an ERROR naming its log; the other workers' results still count. The run's environment records
+the stages and the critical path (which worker, which gates, how many seconds), and the summary line says it.
 """
 
 from __future__ import annotations
@@ -24,42 +26,29 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.results import GateResult, RunResult, Status
-from harness.schema import Config, ConfigError, GateSpec, read_yaml
+from harness.results import GateResult, RunResult, Status, combine
+from harness.schema import Config, GateSpec
+from harness.shard_plan import (
+    PARTS_ENV,
+    SHARD_FILE,
+    WORKERS_ENV,
+    ShardSettings,
+    gate_of,
+    load_shard_settings,
+    parts_env,
+    plan,
+)
+from harness.shard_plan import critical_path as path_of
+from harness.shard_plan import stages as stages_of
+from harness.support.notices import run_notice
 
-SHARD_FILE = "shard.yaml"
-_KEYS = ("first", "together", "default_seconds")
+# re-exported: the CI runners' placement and the CLI use them
+__all__ = ["SHARD_FILE", "ShardSettings", "load_shard_settings", "plan"]
+
 GPU_INDEX_ENV = "FLASHCORE_GPU_INDEX"  # set in a worker: the physical index of its GPU (nvidia-smi's numbering)
-
-
-@dataclass(frozen=True)
-class ShardSettings:
-    first: tuple[str, ...]
-    together: tuple[tuple[str, ...], ...]
-    default_seconds: float
-
-
-def load_shard_settings(gates_dir: Path) -> ShardSettings:
-    file = gates_dir / SHARD_FILE
-    data = read_yaml(file, _KEYS)
-
-    def names(key: str, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
-            raise ConfigError(file, key, value, "a list of gate names")
-        return tuple(value)
-
-    together = data.get("together")
-    if not isinstance(together, list):
-        raise ConfigError(file, "together", together, "a list of lists of gate names")
-    seconds = data.get("default_seconds")
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-        raise ConfigError(file, "default_seconds", seconds, "a number > 0")
-    return ShardSettings(names("first", data.get("first")),
-                         tuple(names(f"together[{i}]", g) for i, g in enumerate(together)), float(seconds))
 
 
 def gpu_list(spec: str, count: Callable[[], int]) -> list[int]:
@@ -76,28 +65,6 @@ def gpu_list(spec: str, count: Callable[[], int]) -> list[int]:
     if not got or len(set(got)) != len(got) or min(got) < 0:
         raise ValueError(f"GPUS={spec!r}: expected all or distinct GPU indices >= 0")
     return got
-
-
-def plan(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings,
-         seconds: dict[str, float]) -> dict[int, list[str]]:
-    """Which gates each GPU's worker runs (in the order of `gates`): the `together` groups, then single gates,
-    longest first, each on the GPU with the least work so far. `first` gates are not placed (the parent runs them)."""
-    todo = [g for g in gates if g not in settings.first]
-    units: list[list[str]] = [[g for g in group if g in todo] for group in settings.together]
-    grouped = {g for u in units for g in u}
-    units = [u for u in units if u] + [[g] for g in todo if g not in grouped]
-    load = dict.fromkeys(gpus, 0.0)
-    placed: dict[int, list[str]] = {i: [] for i in gpus}
-
-    def weight(unit: list[str]) -> float:
-        return sum(seconds.get(g, settings.default_seconds) for g in unit)
-
-    for unit in sorted(units, key=weight, reverse=True):
-        target = min(gpus, key=lambda i: (load[i], gpus.index(i)))
-        placed[target] += unit
-        load[target] += weight(unit)
-    order = {g: n for n, g in enumerate(gates)}
-    return {i: sorted(gs, key=order.__getitem__) for i, gs in placed.items() if gs}
 
 
 def physical_id(gpu: int) -> str:
@@ -131,7 +98,8 @@ def worker_command(phase: int, gates: Sequence[str], out: Path, seed: int, gates
             "--out", str(out), "--seed", str(seed), "--gates-dir", str(gates_dir), "--no-history"]
 
 
-def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Sequence[str]) -> list[GateResult]:
+def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Sequence[str],
+               extra_env: dict[str, str] | None = None) -> list[GateResult]:
     """One worker writing into run_dir/rel; its gates' results (their logs re-rooted at the run directory), or one
     ERROR per gate when it died or wrote no results."""
     from harness.render.stored import StoredRunError, read_run
@@ -140,7 +108,8 @@ def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Se
     out.mkdir(parents=True, exist_ok=True)
     log = f"{rel}/worker.log"
     device = physical_id(gpu)
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, GPU_INDEX_ENV: device, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, GPU_INDEX_ENV: device, "PYTHONUNBUFFERED": "1",
+           **(extra_env or {})}
     with (run_dir / log).open("w") as f:
         code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
     try:
@@ -188,31 +157,97 @@ def merge(config: Config, phase: int, first: Sequence[GateResult], shards: dict[
     return dataclasses.replace(base, gates=in_config_order(config, phase, result_for))
 
 
+def joined(parts: Sequence[tuple[int, GateResult]]) -> GateResult:
+    """The parts of a split gate (each ran a share of its workloads on one GPU) as one result: every check, the
+    worst status, lists in the details concatenated and per-tool numbers summed; details["parts"] names each."""
+    results = [r for _, r in parts]
+    first = results[0]
+    details: dict[str, Any] = {}
+    for key, value in (first.details or {}).items():
+        values = [(r.details or {}).get(key) for r in results]
+        if all(isinstance(v, list) for v in values):
+            details[key] = [x for v in values for x in v]  # type: ignore[union-attr]
+        elif all(isinstance(v, dict) and all(isinstance(x, int | float) for x in v.values()) for v in values):
+            details[key] = {k: round(sum(v.get(k, 0) for v in values), 2) for v in values for k in v}  # type: ignore[union-attr]
+        else:
+            details[key] = value
+    details["parts"] = [{"gpu": gpu, "status": r.status.value, "elapsed_s": round(r.elapsed_s, 1),
+                         "checks": len(r.checks), "message": r.message} for gpu, r in parts]
+    status = combine([r.status for r in results])
+    message = "; ".join(f"part {n} of {len(parts)} (GPU {gpu}): {r.message}" for n, (gpu, r) in enumerate(parts, 1))
+    return dataclasses.replace(first, status=status, checks=tuple(c for r in results for c in r.checks),
+                               message=message, elapsed_s=max(r.elapsed_s for r in results),
+                               logs=tuple(x for r in results for x in r.logs), details=details)
+
+
+def join_parts(results: Sequence[tuple[int, GateResult]]) -> dict[int, list[GateResult]]:
+    """Per GPU, its gates' results; a gate that ran in parts on several GPUs is joined, under its first part's GPU."""
+    by_name: dict[str, list[tuple[int, GateResult]]] = {}
+    for gpu, r in results:
+        by_name.setdefault(r.name, []).append((gpu, r))
+    shards: dict[int, list[GateResult]] = {}
+    for got in by_name.values():
+        gpu, r = got[0]
+        shards.setdefault(gpu, []).append(joined(got) if len(got) > 1 else r)
+    return shards
+
+
+def run_stage(phase: int, stage: dict[int, list[str]], seed: int, run_dir: Path, gates_dir: Path,
+              dir_of: Callable[[int], str]) -> dict[int, tuple[list[GateResult], float]]:
+    """One worker per GPU of the stage, all at once: per GPU, its results and its wall seconds."""
+    def one(gpu: int, tokens: list[str]) -> tuple[list[GateResult], float]:
+        names = list(dict.fromkeys(gate_of(t) for t in tokens))
+        extra = {WORKERS_ENV: str(len(stage))} | ({PARTS_ENV: parts_env(tokens)} if parts_env(tokens) else {})
+        t0 = time.monotonic()
+        got = run_worker(worker_command(phase, names, run_dir / dir_of(gpu), seed, gates_dir), gpu, run_dir,
+                         dir_of(gpu), names, extra)
+        return got, time.monotonic() - t0
+
+    with ThreadPoolExecutor(max_workers=max(1, len(stage))) as pool:
+        futures = {gpu: pool.submit(one, gpu, tokens) for gpu, tokens in stage.items()}
+        return {gpu: f.result() for gpu, f in futures.items()}
+
+
 def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Callable[[Sequence[str]], RunResult],
                 seed: int, run_dir: Path, gates_dir: Path, seconds: dict[str, float],
                 say: Callable[[str], None] = print) -> RunResult:
-    """The `first` gates here (run_first: the engine over those names), then the workers; one merged RunResult."""
+    """The `first` gates here (run_first: the engine over those names), then the workers stage by stage; one
+    merged RunResult with the stages and the critical path in its environment."""
     settings = config.once(SHARD_FILE, load_shard_settings)
     names = [g.name for g in config.gates_through(phase)]
     first_names = [n for n in names if n in settings.first]
-    base = run_first(first_names)
-    placed = plan(names, gpus, settings, seconds)
-    for gpu, gs in placed.items():
-        say(f"[shard] GPU {gpu}: {', '.join(gs)}")
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, len(placed))) as pool:
-        futures = {gpu: pool.submit(run_worker, worker_command(phase, gs, run_dir / f"shards/gpu{gpu}", seed,
-                                                               gates_dir), gpu, run_dir, f"shards/gpu{gpu}", gs)
-                   for gpu, gs in placed.items()}
-        shards = {gpu: f.result() for gpu, f in futures.items()}
-    for gpu, results in shards.items():
-        bad = [r.name for r in results if r.status is not Status.PASS]
-        say(f"[shard] GPU {gpu} done: {len(results) - len(bad)}/{len(results)} pass" + (f" ({', '.join(bad)})"
-                                                                                        if bad else ""))
-    merged = merge(config, phase, base.gates, shards, base)
-    return dataclasses.replace(merged, elapsed_s=base.elapsed_s + time.monotonic() - t0,
-                               environment={**base.environment, "gpus_used": list(placed),
-                                            "shards": {str(g): gs for g, gs in placed.items()}})
+    base = run_first(first_names)
+    first_s = time.monotonic() - t0
+    stages = stages_of(names, gpus, settings, seconds)
+    results: list[tuple[int, GateResult]] = []
+    walls: list[dict[int, tuple[list[str], float]]] = []
+    for n, stage in enumerate(stages, 1):
+        alone = len(stages) > 1 and n == 1
+        what = "alone on the host (isolated)" if alone else f"stage {n}/{len(stages)}"
+        for gpu, gs in stage.items():
+            say(f"[shard] {what}: GPU {gpu}: {', '.join(gs)}")
+        got = run_stage(phase, stage, seed, run_dir, gates_dir,
+                        (lambda g: f"shards/isolated-gpu{g}") if alone else (lambda g: f"shards/gpu{g}"))
+        walls.append({gpu: (stage[gpu], wall) for gpu, (_, wall) in got.items()})
+        for gpu, (rs, wall) in got.items():
+            bad = [r.name for r in rs if r.status is not Status.PASS]
+            say(f"[shard] GPU {gpu} done in {wall:.0f} s: {len(rs) - len(bad)}/{len(rs)} pass"
+                + (f" ({', '.join(bad)})" if bad else ""))
+            results += [(gpu, r) for r in rs]
+    path = path_of(first_names, first_s, walls)
+    say(f"[shard] critical path {path['text']}")
+    merged = merge(config, phase, base.gates, join_parts(results), base)
+    placed: dict[str, list[str]] = {}
+    for stage in stages:
+        for g, gs in stage.items():
+            placed.setdefault(str(g), []).extend(gs)
+    return dataclasses.replace(merged, elapsed_s=time.monotonic() - t0,
+                               notice=run_notice(merged.notice, merged.gates),
+                               environment={**base.environment, "gpus_used": list(gpus),
+                                            "shards": placed,
+                                            "stages": [{str(g): gs for g, gs in st.items()} for st in stages],
+                                            "critical_path": path})
 
 
 def last_gate_seconds(db_path: Path) -> dict[str, float]:

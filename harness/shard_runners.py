@@ -18,6 +18,7 @@ from collections.abc import Collection, Sequence
 from harness.results import GateResult, RunResult, Status
 from harness.schema import Config, GateSpec
 from harness.shard import ShardSettings, in_config_order, plan
+from harness.support.notices import run_notice
 
 
 def parse_shard(spec: str) -> tuple[int, int]:
@@ -139,7 +140,8 @@ def merge_runs(config: Config, phase: int, runs: Sequence[RunResult], sources: S
     env["merged_from"] = [{"file": s, "run_id": r.run_id, "shard": r.environment.get("shard"),
                            "host": r.environment.get("hostname"), "gpu": r.environment.get("gpu")}
                           for r, s in zip(runs, sources, strict=True)]
-    return RunResult(run_id=str(env.get("shard_run") or "merged"), phase=phase, gates=gates,
+    notice = run_notice(" ".join(dict.fromkeys(r.notice for r in runs if r.notice)), gates)
+    return RunResult(run_id=str(env.get("shard_run") or "merged"), phase=phase, gates=gates, notice=notice,
                      environment=env, started_at=min((r.started_at for r in runs), default=""),
                      elapsed_s=max((r.elapsed_s for r in runs), default=0.0),
                      phase_names={p.number: p.name for p in config.phases if p.number <= phase})

@@ -86,18 +86,18 @@ def test_comparison_with_the_stored_run() -> None:
     for workload, ref_name, expected in (("prefill-d128", "fa2", 640.0 / 646.8), ("decode", "cudnn", 3.08 / 3.10)):
         ours, ref = now.get(workload, "flashcore"), now.get(workload, ref_name)
         assert ours is not None and ref is not None
-        pair, why = pv.stored_pair(stored, ours, ref, env)
-        check = pv.verdict_regression(workload, ours, ref, pair, why, 0.05, 0.02)
+        pair = pv.stored_pair(stored, ours, ref, env)
+        check = pv.verdict_regression(workload, ours, ref, pair, 0.05, 0.02)
         assert check.status is Status.PASS and check.measured == pytest.approx(expected, rel=1e-3), check
     # a 10 % slower FlashCore (in every round, the reference unchanged) fails
     ours, ref = now.get("decode", "flashcore"), now.get("decode", "cudnn")
     assert ours is not None and ref is not None
     slow = dataclasses.replace(ours, times_ms=tuple(t * 1.1 for t in ours.times_ms))
-    pair, why = pv.stored_pair(stored, slow, ref, env)
-    assert pv.verdict_regression("decode", slow, ref, pair, why, 0.05, 0.02).status is Status.FAIL
+    pair = pv.stored_pair(stored, slow, ref, env)
+    assert pv.verdict_regression("decode", slow, ref, pair, 0.05, 0.02).status is Status.FAIL
     # another torch: the reference may have changed, so no verdict until the baseline is stored again
-    pair, why = pv.stored_pair(stored, ours, ref, {**env, "torch": "2.12.0"})
-    assert pair is None and why.startswith("reference changed: re-store the baseline")
+    pair = pv.stored_pair(stored, ours, ref, {**env, "torch": "2.12.0"})
+    assert isinstance(pair, pv.Missing) and pair.why.startswith("reference changed: re-store the baseline")
 
 
 # ---- python -m harness bench --from / --update-baseline -----------------------------------------------------

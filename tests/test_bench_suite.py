@@ -35,7 +35,8 @@ def test_suite_is_one_gpu_benchmark_per_workload_and_backend() -> None:
     settings = load_bench_settings(load_config(REPO / "gates"))
     expected = [f"{w.name}-{b}" for w in settings.suite_workloads for b in settings.suite.backends]
     assert [line.split("[", 1)[1].rstrip("]") for line in listed] == expected
-    assert len(expected) == 24 * 6  # perf set (12) + sweep points not in it (12), x 6 backends
+    # perf set (12) + sweep points not in it (12) + fp8-bench (10) + serving-bench (2), x 6 backends
+    assert len(expected) == 36 * 6
     out = collect("bench", "-m", "not gpu")
     assert "::test_attention[" not in out and f"{len(expected)} deselected" in out  # every item is marked gpu
 
@@ -60,14 +61,18 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     assert anchor is not None and (anchor.fa2, anchor.cudnn, anchor.fa3) == (351, 591, 625)  # ROADMAP
     decode = s.anchor_for(config.workloads["decode"])
     assert decode is not None and decode.unit == "tbps" and decode.fa3 == 3.05
-    assert s.stored_run.file.startswith("gates/")  # committed, not under the git-ignored reports/
+    assert s.stored_run.files.startswith("gates/")  # committed, not under the git-ignored reports/
     # the regression references: torch's kernels; cuDNN for memory-bound decode (FA2's decode is clock-bound)
     assert s.stored_run.reference_for(config.workloads["prefill-d128"]) == "fa2"
     assert s.stored_run.reference_for(config.workloads["decode"]) == "cudnn"
+    # FP8 and serving layouts: SDPA runs neither, FA3 both
+    assert s.stored_run.reference_for(config.workloads["fp8-s4k-d128"]) == "fa3"
+    assert s.stored_run.reference_for(config.workloads["serve-varlen-prefill"]) == "fa3"
     groups = [[w.name for w in g] for g in s.pairing_groups(s.suite_workloads)]
     assert groups[0] == ["sweep-s2048", "sweep-s4096", "prefill-d128", "sweep-s16384", "sweep-s32768", "long-64k",
                          "long-128k"]
-    assert ["decode"] in groups and ["decode-b1-gqa"] in groups and len(groups) == 12  # 10 alone + 2 sweep modes
+    # 10 perf workloads alone + 2 sweep modes + fp8-bench (10) + serving-bench (2)
+    assert ["decode"] in groups and ["decode-b1-gqa"] in groups and len(groups) == 24
     for phase in config.phases:
         for g in phase.gates:
             if g.name.startswith("perf-"):
@@ -83,7 +88,11 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     ("suite", ("backends: [flashcore,", "backends: [flashcor,"), "suite.backends[0]"),
     ("stored_run", ("reference_backend: fa2", "reference_backend: flashcore"), "stored_run.reference_backend"),
     ("timing", ("clock_probe_us: 300", "clock_probe_us: -1"), "timing.clock_probe_us"),
-    ("suite", ("workloads: [perf]", "workloads: [nope]"), "suite.workloads[0]"),
+    ("suite", ("workloads: [perf,", "workloads: [nope,"), "suite.workloads[0]"),
+    ("stored_run", ("files: gates/baselines/bench-*.json", "files: gates/baselines/bench-h100.json"),
+     "stored_run.files"),
+    ("judged", ("min_spread_groups: 5", "min_spread_groups: 1"), "judged.min_spread_groups"),
+    ("judged", ("min_rounds: 20", "min_rounds: 60"), "judged.min_rounds"),
     ("sweep", ("tokens: 32768", "tokens: 30000"), "sweep.seqlens[0]"),
     ("sweep", ("tokens: 32768", "tokenz: 32768"), "sweep.tokenz"),
     ("anchors", ("fa3: 625}", "fa3: 625, fa4: 1}"), "anchors.b4-s8k-d128.fa4"),

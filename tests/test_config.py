@@ -58,13 +58,14 @@ def test_phase4_speed_targets_come_from_yaml(gates_dir: Path) -> None:
     config = load_config(gates_dir)
     gates = {g.name: g.params for g in config.phase(4).gates}
     cudnn, fa3, sm = gates["perf-cudnn"], gates["perf-fa3"], gates["ncu-sm-pipeline"]
-    assert (cudnn.gated, cudnn.min_ratio, cudnn.min_geomean) == (("cudnn",), 1.0, 1.0)
+    # the targets are floors: the YAML may sit above them (raised to the evidence less its spread)
+    assert (cudnn.gated, cudnn.min_ratio) == (("cudnn",), 1.0) and cudnn.min_geomean >= 1.0
     assert set(cudnn.workloads) == set(config.sets["prefill"]) and "decode" in cudnn.report_workloads
     # every workload perf-fa2 judges has a stored-run entry (its regression check fails closed without one)
     stored = json.loads((gates_dir / "baselines" / "bench-h100.json").read_text())["measurements"]
     fa2 = next(g.params for g in config.phase(3).gates if g.name == "perf-fa2")
     assert set(fa2.workloads) <= {m["workload"] for m in stored}
-    assert (fa3.gated, fa3.min_ratio, fa3.min_geomean) == (("fa3",), 0.90, 0.95)
+    assert fa3.gated == ("fa3",) and fa3.min_ratio >= 0.90 and fa3.min_geomean >= 0.95
     assert all(config.workloads[n].dtype == "bf16" for n in fa3.workloads)
     assert set(fa3.workloads) == {n for n in config.sets["prefill"] if config.workloads[n].dtype == "bf16"}
     assert {config.workloads[n].head_dim for n in fa3.workloads} == {64, 128, 256}

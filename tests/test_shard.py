@@ -6,6 +6,7 @@ GPU; a worker that dies makes its gates ERRORs naming its log, and the others st
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -77,7 +78,7 @@ def test_the_placement_keeps_groups_whole_and_balances_by_wall_time(settings: sh
     assert "sanitizer-all" not in placed[perf_gpu]  # the two longest units on different GPUs
     for gs in placed.values():
         assert gs == sorted(gs, key=names.index)  # phase order within a worker
-    load = {i: sum(seconds.get(g, settings.default_seconds) for g in gs) for i, gs in placed.items()}
+    load = {i: sum(settings.weight(g, seconds) for g in gs) for i, gs in placed.items()}
     assert max(load.values()) < 0.6 * sum(load.values())
     assert shard.plan(names, [3], settings, {}) == {3: [n for n in names if n not in settings.first]}
 
@@ -174,7 +175,9 @@ def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytes
     dead = [n for n, s in status.items() if s == "error"]
     assert dead and all("worker on GPU 1" in g["message"] for g in data["gates"] if g["name"] in dead)
     assert [n for n, s in status.items() if s == "pass"]  # GPU 0's share still reported
-    assert "[shard] GPU 1 done: 0/" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[shard] GPU 1 done in" in out and re.search(r"GPU 1 done in \d+ s: 0/", out)
+    assert "[shard] critical path" in out
 
 
 def test_only_and_its_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

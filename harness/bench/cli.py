@@ -2,7 +2,8 @@
 
 run the pytest-benchmark suite (bench/) with live progress -> read its JSON -> print a compact table (and
 the baselines against the ROADMAP anchors) -> with --update-baseline, write the stored run that the perf
-gates' regression check compares with -> exit code.
+gates' regression check compares with (the file of the GPU model the run was measured on: harness/bench/stored.py)
+-> exit code.
 
 The stored run is the whole paired run (every backend, every repetition with its round); the regression check
 reads FlashCore's speed relative to the reference backend (gates/bench.yaml stored_run) from it, so it is
@@ -23,10 +24,12 @@ import sys
 from pathlib import Path
 
 from harness.bench import paired, report
+from harness.bench import stored as per_gpu
 from harness.bench.record import Measurement, RecordError, Run, read_run, run_dict
 from harness.bench.settings import BACKENDS, OURS, BenchSettings, load_bench_settings
 from harness.config import load_config
 from harness.schema import ConfigError, Workload
+from harness.support import perf_verdict as pv
 
 EXIT_CONFIG = 2
 
@@ -38,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="", help=f"comma-separated, of {', '.join(BACKENDS)} (default: the suite's)")
     p.add_argument("--seed", type=int, help="base seed of the inputs (default: a fresh one, recorded)")
     p.add_argument("--update-baseline", action="store_true",
-                   help="write the stored run (gates/bench.yaml stored_run.file) from this run's FlashCore times")
+                   help="write this GPU model's stored run (gates/bench.yaml stored_run.files) from this run")
     p.add_argument("--from", dest="from_json", type=Path,
                    help="read this JSON instead of running the suite (bench.json or logs/<gate>.bench.json)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER,
@@ -83,6 +86,9 @@ def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
         return ["the run has no FlashCore measurement"]
     limit = settings.stored_run.max_rel_std
     problems = []
+    if per_gpu.model_of(run.environment) is None:
+        problems.append("the run records no GPU: a stored run is kept per GPU model and must name its GPU")
+    j = settings.judged
     for m in ours:
         ref_name = settings.stored_run.reference_for(m.spec)
         ref = run.get(m.workload, ref_name)
@@ -96,6 +102,8 @@ def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
             if r is None:
                 problems.append(f"{m.workload}: FlashCore and {ref_name} were not timed in the same rounds"
                                 " (an unpaired, older record): re-measure")
+            elif (thin := pv.too_little(r, j.stored_min_rounds, j.stored_min_spread_groups)) is not None:
+                problems.append(f"{m.workload}: FlashCore / {ref_name}: {thin}")
             elif r.rel_std > limit:
                 problems.append(f"{m.workload}: rel std of FlashCore / {ref_name} (paired) {100 * r.rel_std:.2f} %"
                                 f" > {100 * limit:.2f} % (noisy)")
@@ -107,7 +115,12 @@ def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
 
 def update_baseline(run: Run, settings: BenchSettings, repo_root: Path) -> int:
     problems = baseline_problems(run, settings)
-    target = repo_root / settings.stored_run.file
+    here = per_gpu.model_of(run.environment)
+    found = per_gpu.find(repo_root, settings.stored_run.files, here)
+    if found.path is None and found.applicable:  # unreadable, or two files for this GPU: which one is meant?
+        problems.append(found.why)
+    target = per_gpu.target(repo_root, settings.stored_run.files, here) if here is not None \
+        else repo_root / settings.stored_run.files
     if problems:
         print(f"flashcore bench: not writing {target}:", *(f"  - {p}" for p in problems), sep="\n", file=sys.stderr)
         return 1

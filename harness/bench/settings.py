@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from harness.bench.stored import check_pattern
 from harness.schema import DTYPES, HEAD_DIMS, Config, ConfigError, Workload, param, parse_dataclass, read_yaml
 
 BENCH_FILE = "bench.yaml"
@@ -91,14 +92,28 @@ class SweepParams:
 
 @dataclass(frozen=True)
 class StoredRunParams:
-    file: str = param()  # repository-relative path of the committed stored run (the regression reference)
+    # repository-relative glob of the committed stored runs, one per GPU model (harness/bench/stored.py)
+    files: str = param()
     reference_backend: str = param(choices=BASELINES)  # FlashCore's speed is stored relative to this backend
     reference_backend_memory_bound: str = param(choices=BASELINES)  # ... on memory-bound workloads
+    reference_backend_not_plain: str = param(choices=BASELINES)  # ... on FP8 and serving layouts (SDPA runs neither)
     max_rel_std: float = param(gt=0)  # --update-baseline refuses a run whose paired ratio is noisier than this
 
     def reference_for(self, wl: Workload) -> str:
         """The backend FlashCore's speed is compared with, in the same rounds, for the regression check."""
+        if not wl.plain:
+            return self.reference_backend_not_plain
         return self.reference_backend_memory_bound if wl.kind == "memory-bound" else self.reference_backend
+
+
+@dataclass(frozen=True)
+class JudgedParams:
+    """How much a paired ratio must rest on before any verdict is drawn from it, today and in the stored run."""
+
+    min_rounds: int = param(ge=4)
+    min_spread_groups: int = param(ge=2)  # one group's spread is per-round jitter, not run to run
+    stored_min_rounds: int = param(ge=4)
+    stored_min_spread_groups: int = param(ge=2)
 
 
 @dataclass(frozen=True)
@@ -132,6 +147,7 @@ class BenchSettings:
     suite: SuiteParams
     sweep: SweepParams
     stored_run: StoredRunParams
+    judged: JudgedParams
     anchors: Mapping[str, Anchor]
     sweep_workloads: tuple[Workload, ...]  # generated from `sweep`, or the workloads.yaml entry of that shape
     suite_workloads: tuple[Workload, ...]  # what `make bench` runs, in order, no duplicates
@@ -208,8 +224,8 @@ def mapping(file: Path, key: str, value: Any) -> Mapping[str, Any]:
 def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettings:
     """Parse `<gates_dir>/bench.yaml` (or `file`) against the already loaded workloads."""
     file = Path(file) if file is not None else config.gates_dir / BENCH_FILE
-    data = read_yaml(file, ("timing", "suite", "sweep", "stored_run", "anchors"))
-    for key in ("timing", "suite", "sweep", "stored_run"):
+    data = read_yaml(file, ("timing", "suite", "sweep", "stored_run", "judged", "anchors"))
+    for key in ("timing", "suite", "sweep", "stored_run", "judged"):
         if key not in data:
             raise ConfigError(file, key, None, "required")
     timing = parse_dataclass(TimingParams, data["timing"], file, "timing")
@@ -222,6 +238,10 @@ def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettin
     check_backends(file, "suite.backends", suite.backends, tuple(BACKENDS))
     sweep = parse_dataclass(SweepParams, data["sweep"], file, "sweep")
     stored = parse_dataclass(StoredRunParams, data["stored_run"], file, "stored_run")
+    bad_pattern = check_pattern(stored.files)
+    if bad_pattern:
+        raise ConfigError(file, "stored_run.files", stored.files, bad_pattern)
+    judged = parse_judged(file, data["judged"], timing)
     anchors = {
         str(name): parse_dataclass(Anchor, raw, file, f"anchors.{name}")
         for name, raw in mapping(file, "anchors", data.get("anchors") or {}).items()
@@ -229,9 +249,26 @@ def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettin
     swept = sweep_workloads(file, sweep, config.workloads)
     listed = expand(file, "suite.workloads", suite.workloads, config)
     suite_wls = {w.name: w for w in (*listed, *(swept if suite.sweep else ()))}
-    return BenchSettings(file=file, timing=timing, suite=suite, sweep=sweep, stored_run=stored,
+    return BenchSettings(file=file, timing=timing, suite=suite, sweep=sweep, stored_run=stored, judged=judged,
                          anchors=MappingProxyType(anchors), sweep_workloads=swept,
                          suite_workloads=tuple(suite_wls.values()))
+
+
+def parse_judged(file: Path, raw: Any, timing: TimingParams) -> JudgedParams:
+    """The minimums, which today's timing settings must be able to meet (else every verdict would be an ERROR)."""
+    judged = parse_dataclass(JudgedParams, raw, file, "judged")
+    for prefix in ("", "stored_"):
+        rounds, groups = getattr(judged, f"{prefix}min_rounds"), getattr(judged, f"{prefix}min_spread_groups")
+        if rounds < 2 * groups:
+            raise ConfigError(file, f"judged.{prefix}min_rounds", rounds,
+                              f"must be >= 2 x {prefix}min_spread_groups ({groups}) for a median per group")
+    if -(-timing.min_reps // timing.calls_per_round) < judged.min_rounds:
+        raise ConfigError(file, "judged.min_rounds", judged.min_rounds,
+                          f"timing.min_reps ({timing.min_reps}) gives fewer rounds: no run could be judged")
+    if timing.spread_groups < judged.min_spread_groups:
+        raise ConfigError(file, "judged.min_spread_groups", judged.min_spread_groups,
+                          f"above timing.spread_groups ({timing.spread_groups}): no run could be judged")
+    return judged
 
 
 def timing_dict(t: TimingParams) -> dict[str, Any]:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from harness.bench import stored as per_gpu
 from harness.gates.base import Gate, GateContext, summarize
 from harness.gates.registry import register
 from harness.ncu import runner
@@ -34,7 +36,8 @@ class NcuStallParams(runner.NcuParams):
     stall_metric_regex: str = param()  # stall-reason columns; group 1 (or the group `reason`) names the reason
     tensor_metric: str = param(check=not_percent)  # tensor-pipe activity, % of peak
     occupancy_metric: str = param(check=not_percent)  # achieved occupancy, % of the peak warps per SM
-    baseline: str = param()  # results.json of a stored run holding this gate (relative to the repository root)
+    # glob of the stored results.json holding this gate, one per GPU model (relative to the repository root)
+    baseline: str = param()
     require_baseline: bool = param(default=False)  # true: a missing baseline is an ERROR
 
 
@@ -103,6 +106,21 @@ def verdict_baseline(subject: str, baseline: Baseline, has_workload: bool, requi
 # ---- measuring ------------------------------------------------------------------------------------
 
 
+def gpu_baseline(repo_root: Path, pattern: str, gate: str) -> Baseline:
+    """The stored baseline of this GPU model among the files `pattern` matches (harness/bench/stored.py): stall
+    cycles on an H200 say nothing about an H100's. None for this GPU is `missing`; two, or an unreadable file,
+    `unreadable`."""
+    from harness.env import torch_info
+
+    if "*" not in pattern:  # one fixed file: whatever GPU it was measured on
+        return read_baseline(repo_root / pattern, pattern, gate)
+    found = per_gpu.find(repo_root, pattern, per_gpu.model_of(torch_info()), "stored ncu baseline",
+                         "commit the results.json of a reviewed run on this GPU as one of them")
+    if found.path is None:
+        return Baseline(pattern, "unreadable" if found.applicable else "missing", found.why)
+    return read_baseline(found.path, str(found.path.relative_to(repo_root)), gate)
+
+
 @register("ncu-stalls")
 class NcuStallsGate(Gate):
     Params = NcuStallParams
@@ -120,7 +138,7 @@ class NcuStallsGate(Gate):
         if isinstance(found, str):
             return ctx.verdict_only(Status.ERROR, found)
         ncu, driver = found
-        base = read_baseline(ctx.repo_root / p.baseline, p.baseline, ctx.spec.name)
+        base = gpu_baseline(ctx.repo_root, p.baseline, ctx.spec.name)
         metrics = tuple(dict.fromkeys((*p.metrics, p.tensor_metric, p.occupancy_metric)))
         checks: list[Check] = []
         logs: list[str] = []

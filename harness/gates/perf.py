@@ -9,10 +9,11 @@ workload in the same rounds, so clock drift hits them alike) and checks, per gat
 - speed_vs_<b> >= min_ratio: the median of those per-round ratios, judged only when its spread passed; a gated
   baseline that cannot run here is an ERROR (no verdict), never a pass;
 - with `regression: true`, slowdown_vs_stored <= 1 + regression_margin: FlashCore's paired speed relative to the
-  reference backend (gates/bench.yaml `stored_run.reference_backend`, measured here too) against the same ratio in
-  the committed stored run (`stored_run.file`, written by `make bench-baseline`), judged when today's ratio spread
-  (rel_std[speed_vs_<ref>], checked too) passed. No stored run (or one from another GPU, without this workload,
-  or whose reference changed: other implementation, kernels or torch) is an ERROR: fail closed;
+  reference backend (gates/bench.yaml `stored_run.reference_*`, measured here too) against the same ratio in
+  the committed stored run of this GPU model (`stored_run.files`, written by `make bench-baseline`), judged when
+  today's ratio spread (rel_std[speed_vs_<ref>], checked too) passed. No stored run of this GPU model (or a workload
+  it lacks) is NOT_APPLICABLE with the reason, said once in the run's notice (`make prepare`); a broken one, or one
+  whose reference changed (other implementation, kernels or torch), is an ERROR: fail closed;
 - with `min_geomean` > 0, per gated baseline: the geometric mean of the paired ratios over `workloads` (the
   sweep's points excluded) >= min_geomean, the worst workload named (perf_verdict.verdict_geomean).
 `report_workloads` are measured with the same backends and shown, never judged (e.g. batch-1 long context).
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.bench import report
+from harness.bench import stored as per_gpu
 from harness.bench.ceiling import KINDS as CEILINGS
 from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
 from harness.bench.settings import (
@@ -37,6 +39,7 @@ from harness.bench.settings import (
     BENCH_FILE,
     OURS,
     BenchSettings,
+    JudgedParams,
     check_backends,
     load_bench_settings,
     timing_dict,
@@ -47,6 +50,7 @@ from harness.results import Check, GateResult, Status
 from harness.schema import PHASES_FILE, ConfigError, Workload, param
 from harness.support import gpu
 from harness.support import perf_verdict as pv
+from harness.support.notices import NOTICE_KEY
 
 if TYPE_CHECKING:  # the runner imports harness.support.gpu, whose package imports this module: import it late
     from harness.bench.runner import Measurer
@@ -77,15 +81,35 @@ class PerfParams:
         return pv.spread_limit(wl, self.max_rel_std, self.long_context_max_rel_std)
 
 
-def load_stored(settings: BenchSettings, repo_root: Path, override: Path | None = None) -> tuple[Run | None, str]:
-    """The stored run, or (None, why): a missing file is the fail-closed "no stored baseline" case."""
-    path = override if override is not None else repo_root / settings.stored_run.file
+def load_stored(settings: BenchSettings, repo_root: Path, here: per_gpu.GpuModel | None,
+                override: Path | None = None) -> Run | pv.Missing:
+    """The stored run of GPU model `here` (or the file `override`), or why there is none: none for this GPU is
+    NOT_APPLICABLE, an unreadable or ambiguous one an ERROR."""
+    if override is None:
+        found = per_gpu.find(repo_root, settings.stored_run.files, here)
+        if found.path is None:
+            return pv.Missing(found.why, Status.ERROR if found.applicable else Status.NOT_APPLICABLE)
+        path = found.path
+    else:
+        path = override
     if not path.is_file():
-        return None, f"{pv.NO_STORED_RUN} ({settings.stored_run.file} does not exist)"
+        return pv.Missing(f"{pv.NO_STORED_RUN} ({path} does not exist)")
     try:
-        return read_run(path), ""
+        return read_run(path)
     except RecordError as e:
-        return None, f"stored run unreadable: {e}: run make bench-baseline"
+        return pv.Missing(f"stored run unreadable: {e}: run make bench-baseline")
+
+
+def stored_notice(stored: Run | pv.Missing | None, checks: Sequence[Check]) -> str:
+    """The one line the run's notice carries when this gate could not compare with a stored run of this GPU: the
+    same words from every perf gate, so the run says it once (each check names its own workload)."""
+    if isinstance(stored, pv.Missing):
+        return stored.why if stored.status is Status.NOT_APPLICABLE else ""
+    lacking = any(c.metric == "slowdown_vs_stored" and c.status is Status.NOT_APPLICABLE for c in checks)
+    if stored is None or not lacking:
+        return ""
+    return (f"the stored run {stored.path} ({stored.gpu}) lacks workloads the perf gates judge (their regression "
+            "checks are not applicable): run make bench-baseline on this GPU and commit it")
 
 
 def measure_all(ctx: GateContext, measurer: Measurer, settings: BenchSettings, workloads: Sequence[Workload],
@@ -138,30 +162,32 @@ def references(settings: BenchSettings, workloads: Sequence[Workload]) -> dict[s
     return {w.name: settings.stored_run.reference_for(w) for w in workloads}
 
 
-def perf_checks(wl: Workload, ms: dict[str, Measurement], p: PerfParams, ref: str | None, stored: Run | None,
-                stored_why: str, env_now: dict[str, Any]) -> list[Check]:
+def perf_checks(wl: Workload, ms: dict[str, Measurement], p: PerfParams, ref: str | None,
+                stored: Run | pv.Missing | None, env_now: dict[str, Any], judged: JudgedParams) -> list[Check]:
     """Per gated baseline: the paired ratio's spread, then the ratio; with a reference (regression: true): its
     ratio's spread (unless gated already) and the regression check."""
     ours = ms[OURS]
     limit = p.spread_limit(wl)
     checks: list[Check] = []
     for b in p.gated:
-        checks.append(pv.verdict_ratio_spread(wl.name, ours, ms[b], limit))
-        checks.append(pv.verdict_ratio(wl.name, ours, ms[b], p.min_ratio, limit))
+        checks.append(pv.verdict_ratio_spread(wl.name, ours, ms[b], limit, judged))
+        checks.append(pv.verdict_ratio(wl.name, ours, ms[b], p.min_ratio, limit, judged))
     if ref is not None:
         if ref not in p.gated:
-            checks.append(pv.verdict_ratio_spread(wl.name, ours, ms[ref], limit))
-        pair, why = pv.stored_pair(stored, ours, ms[ref], env_now) if ours.available and ms[ref].available \
-            else (None, "")
-        checks.append(pv.verdict_regression(wl.name, ours, ms[ref], pair, why or stored_why, p.regression_margin,
-                                            limit))
+            checks.append(pv.verdict_ratio_spread(wl.name, ours, ms[ref], limit, judged))
+        pair = pv.stored_pair(stored, ours, ms[ref], env_now) if ours.available and ms[ref].available else None
+        checks.append(pv.verdict_regression(wl.name, ours, ms[ref], pair, p.regression_margin, limit, judged))
     return checks
 
 
-def _gpu_name() -> str | None:
+def _gpu_now() -> dict[str, Any]:
+    """This run's GPU model, as env.collect records it (harness/bench/stored.py compares the two)."""
     import torch
 
-    return str(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
+    if not torch.cuda.is_available():
+        return {"gpu": None, "gpu_sm_count": None}
+    return {"gpu": str(torch.cuda.get_device_name(0)),
+            "gpu_sm_count": int(torch.cuda.get_device_properties(0).multi_processor_count)}
 
 
 def _torch_version() -> str | None:
@@ -192,23 +218,26 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
     backends = [OURS, *dict.fromkeys((*p.gated, *p.baselines, *refs.values()))]
     from harness.bench.runner import Options, shared
 
-    stored, stored_why = load_stored(settings, ctx.repo_root, stored_path) if p.regression else (None, "")
+    env_now = {**_gpu_now(), "torch": _torch_version()}
+    here = per_gpu.model_of(env_now)
+    stored = load_stored(settings, ctx.repo_root, here, stored_path) if p.regression else None
     measurer = shared(ctx.run_dir, Options(settings.timing, ctx.seed, ctx.fault, noisy))
     by_wl = measure_all(ctx, measurer, settings, [*workloads, *reported], backends)
     measurer.release()  # free the inputs and the flush buffer for the next gate; the results stay cached
-    env_now = {"gpu": _gpu_name(), "torch": _torch_version()}
     checks = [c for wl in workloads
-              for c in perf_checks(wl, by_wl[wl.name], p, refs.get(wl.name), stored, stored_why, env_now)]
+              for c in perf_checks(wl, by_wl[wl.name], p, refs.get(wl.name), stored, env_now, settings.judged)]
     if p.min_geomean > 0:
         judged = ctx.workloads()
         checks += [pv.verdict_geomean(f"geomean over {len(judged)} workloads",
                                       [(by_wl[w.name][OURS], by_wl[w.name][b]) for w in judged], p.min_geomean,
-                                      p.max_rel_std)
+                                      p.max_rel_std, settings.judged)
                    for b in p.gated]
     log_json = write_measurements(ctx, settings, by_wl)
-    details = perf_details(ctx, settings, [*workloads, *reported], backends, by_wl, stored, stored_why, log_json,
-                           refs)
+    details = perf_details(ctx, settings, [*workloads, *reported], backends, by_wl, stored, log_json, refs)
     details["report_only"] = [w.name for w in reported]
+    notice = stored_notice(stored, checks)
+    if notice:
+        details[NOTICE_KEY] = notice
     if p.ceiling:
         details["ceiling"] = ceiling_details(ctx, p, by_wl)
     return ctx.result(checks, details=details, logs=[log_json])
@@ -231,9 +260,10 @@ def ceiling_details(ctx: GateContext, p: PerfParams, by_wl: dict[str, dict[str, 
 
 
 def perf_details(ctx: GateContext, settings: BenchSettings, workloads: Sequence[Workload], backends: Sequence[str],
-                 by_wl: dict[str, dict[str, Measurement]], stored: Run | None, stored_why: str,
+                 by_wl: dict[str, dict[str, Measurement]], stored: Run | pv.Missing | None,
                  log_json: str, refs: dict[str, str]) -> dict[str, Any]:
     p: PerfParams = ctx.params
+    run = stored if isinstance(stored, Run) else None
     names = [w.name for w in workloads]
     baselines = [b for b in backends if b != OURS]
     ratio_svg, ratio_note = report.ratio_chart(
@@ -252,10 +282,12 @@ def perf_details(ctx: GateContext, settings: BenchSettings, workloads: Sequence[
         "regression": p.regression,
         "regression_margin": p.regression_margin,
         "timing": timing_dict(settings.timing),
-        "stored_run": {"file": settings.stored_run.file, "found": stored is not None, "why": stored_why,
-                       "gpu": stored.gpu if stored else None, "commit": stored.commit if stored else None,
-                       "torch": stored.environment.get("torch") if stored else None,
-                       "created": stored.environment.get("utc_time") if stored else None,
+        "stored_run": {"file": run.path if run else settings.stored_run.files, "files": settings.stored_run.files,
+                       "found": run is not None,
+                       "why": stored.why if isinstance(stored, pv.Missing) else "",
+                       "gpu": run.gpu if run else None, "commit": run.commit if run else None,
+                       "torch": run.environment.get("torch") if run else None,
+                       "created": run.environment.get("utc_time") if run else None,
                        "references": sorted(set(refs.values()))} if p.regression else None,
         "workloads": [report.workload_table(w, [by_wl[w.name][b] for b in backends], settings.anchor_for(w),
                                             judged=(*p.gated, *([refs[w.name]] if w.name in refs else ())))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,7 +20,7 @@ from harness.env import find_cuda_tool
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
-from harness.sanitizer import runner
+from harness.sanitizer import parallel, runner
 from harness.sanitizer.budget import Budget, budget_check, not_run_check
 from harness.sanitizer.model import TOOLS
 from harness.sanitizer.suppressions import Suppression, load_suppressions
@@ -49,6 +50,11 @@ class SanitizerParams:
     racecheck_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
     synccheck_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
     initcheck_workloads: tuple[str, ...] = param(default=(), workloads=True, serving=True)
+    # runs at once (harness/sanitizer/parallel.py): at most this many, one per `parallel_cpus_per_run` cores of
+    # this worker and per `parallel_gpu_mib_per_run` MiB of free GPU memory; 1: one at a time
+    parallel_max: int = param(default=1, ge=1)
+    parallel_cpus_per_run: int = param(default=1, ge=1)
+    parallel_gpu_mib_per_run: int = param(default=4096, gt=0)
 
     def __post_init__(self) -> None:
         bad = [t for t in self.tools if t not in TOOLS]
@@ -135,48 +141,80 @@ def setup(ctx: GateContext) -> Setup | GateResult:
     return Setup(sanitizer, suppressions, version, hopper)
 
 
-def run_sanitizer(ctx: GateContext, budget: Budget | None = None) -> GateResult:
-    """Every planned (tool, workload) run; with a budget, runs it cut short are ERRORs and the rest NOT_RUN."""
+@dataclass(frozen=True)
+class RunOutcome:
+    """One planned (tool, workload): its check, and its report view (a run) or its not-run entry."""
+
+    check: Check
+    run: dict[str, Any] | None = None
+    not_run: dict[str, str] | None = None
+    cut: bool = False
+
+
+def run_one(ctx: GateContext, s: Setup, budget: Budget | None, tool: str, name: str, label: str) -> RunOutcome:
+    """One compute-sanitizer run (thread-safe: its own log file, its own process); with a spent budget, none."""
+    p: SanitizerParams = ctx.params
+    wl = ctx.config.workloads[name]
+    if budget is not None and budget.left() <= 0:
+        return RunOutcome(not_run_check(budget, tool, name), not_run={
+            "tool": tool, "workload": name, "shape": wl.label, "reason": budget.not_run_message()})
+    timeout_s, by_budget = (p.timeout_s(tool), False) if budget is None else budget.timeout(p.timeout_s(tool))
+    left = "" if budget is None else f", {budget.left():.0f} s of budget_s left"
+    ctx.step(f"{tool} {name} ({label}{left})")
+    opts = runner.Options(timeout_s=timeout_s, padding=p.padding, hopper=s.hopper,
+                          fail_on_warnings=p.fail_on_warnings, suppressions=s.suppressions)
+    seed = gpu.workload_seed(ctx.seed, ctx.spec.name, name)
+    log_rel = f"{LOG_DIR}/{ctx.spec.name}/{tool}-{name}.log"
+    driver = ctx.repo_root / p.driver
+    o = runner.check(s.sanitizer, tool, [str(driver), *driver_args(wl, iters=1, seed=seed, fault=ctx.fault)],
+                     ctx.run_dir / log_rel, opts, completion=COMPLETION)
+    check, view = outcome_check(o, name), outcome_view(o, name, log_rel, p.report_log_chars)
+    cut = budget is not None and by_budget and o.timed_out
+    if cut and budget is not None:
+        check = dataclasses.replace(check, message=budget.cut_message(o.wall_s))
+        view["reason"] = check.message
+    ctx.step(f"{tool} {name}: {view['status']} in {o.wall_s:.1f} s")
+    ctx.log(f"{tool} {name} ({wl.label}): exit {o.exit_code}, {o.wall_s:.1f} s: "
+            f"{view['status']}: {view['reason']}\n  {' '.join(o.command)}")
+    return RunOutcome(check, run={**view, "shape": wl.label}, cut=cut)
+
+
+def run_all(ctx: GateContext, s: Setup, budget: Budget | None, plan: list[tuple[str, str]],
+            at_once: int) -> list[RunOutcome]:
+    """Every planned run, `at_once` at a time (started in plan order), the outcomes in plan order."""
+    labels = [f"run {i + 1}/{len(plan)}" for i in range(len(plan))]
+    if at_once <= 1:
+        return [run_one(ctx, s, budget, t, w, lab) for (t, w), lab in zip(plan, labels, strict=True)]
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        futures = [pool.submit(run_one, ctx, s, budget, t, w, lab) for (t, w), lab in zip(plan, labels, strict=True)]
+        return [f.result() for f in futures]
+
+
+def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[int, int] | None = None) -> GateResult:
+    """Every planned (tool, workload) run, several at once within the CPU and GPU-memory limits; with a budget,
+    runs it cut short are ERRORs and the rest NOT_RUN; with `part` (i, n), only that share of the workloads."""
     p: SanitizerParams = ctx.params
     s = setup(ctx)
     if isinstance(s, GateResult):
         return s
-    driver = ctx.repo_root / p.driver
-    checks: list[Check] = []
-    runs: list[dict[str, Any]] = []
-    cut: list[str] = []
-    not_run: list[dict[str, str]] = []
-    plan = p.plan()
-    for i, (tool, name) in enumerate(plan):
-        wl = ctx.config.workloads[name]
-        if budget is not None and budget.left() <= 0:
-            checks.append(not_run_check(budget, tool, name))
-            not_run.append({"tool": tool, "workload": name, "shape": wl.label, "reason": budget.not_run_message()})
-            continue
-        timeout_s, by_budget = (p.timeout_s(tool), False) if budget is None else budget.timeout(p.timeout_s(tool))
-        left = "" if budget is None else f", {budget.left():.0f} s of budget_s left"
-        ctx.step(f"{tool} {name} (run {i + 1}/{len(plan)}{left})")
-        opts = runner.Options(timeout_s=timeout_s, padding=p.padding, hopper=s.hopper,
-                              fail_on_warnings=p.fail_on_warnings, suppressions=s.suppressions)
-        seed = gpu.workload_seed(ctx.seed, ctx.spec.name, name)
-        log_rel = f"{LOG_DIR}/{ctx.spec.name}/{tool}-{name}.log"
-        o = runner.check(s.sanitizer, tool, [str(driver), *driver_args(wl, iters=1, seed=seed, fault=ctx.fault)],
-                         ctx.run_dir / log_rel, opts, completion=COMPLETION)
-        check, view = outcome_check(o, name), outcome_view(o, name, log_rel, p.report_log_chars)
-        if budget is not None and by_budget and o.timed_out:
-            cut.append(f"{tool} {name}")
-            check = dataclasses.replace(check, message=budget.cut_message(o.wall_s))
-            view["reason"] = check.message
-        ctx.step(f"{tool} {name}: {view['status']} in {o.wall_s:.1f} s")
-        ctx.log(f"{tool} {name} ({wl.label}): exit {o.exit_code}, {o.wall_s:.1f} s: "
-                f"{view['status']}: {view['reason']}\n  {' '.join(o.command)}")
-        checks.append(check)
-        runs.append({**view, "shape": wl.label})
+    plan = p.plan() if part is None else parallel.share(p.plan(), ctx.config.workloads, *part)
+    if part is not None and not plan:  # more parts than workloads: the other parts hold every run
+        return ctx.verdict_only(Status.NOT_APPLICABLE, f"part {part[0]} of {part[1]} holds no workload")
+    at_once, why = parallel.concurrency(parallel.Limits(p.parallel_max, p.parallel_cpus_per_run,
+                                                        p.parallel_gpu_mib_per_run), *parallel.host_facts())
+    ctx.log(f"{len(plan)} runs{f' (part {part[0]} of {part[1]})' if part else ''}, {why}")
+    outcomes = run_all(ctx, s, budget, plan, at_once)
+    checks = [o.check for o in outcomes]
+    runs = [o.run for o in outcomes if o.run is not None]
+    not_run = [o.not_run for o in outcomes if o.not_run is not None]
+    cut = [f"{o.run['tool']} {o.run['workload']}" for o in outcomes if o.cut and o.run is not None]
     wall = {t: round(sum(r["wall_s"] for r in runs if r["tool"] == t), 2) for t in p.tools}
     details: dict[str, Any] = {"version": s.version, "tools": list(p.tools), "padding": p.padding,
                                "hopper_checks": s.hopper, "suppressions_file": p.suppressions,
                                "suppressions": len(s.suppressions), "wall_s_by_tool": wall, "runs": runs,
-                               "workloads_by_tool": {t: list(p.workloads_for(t)) for t in p.tools}}
+                               "workloads_by_tool": {t: list(p.workloads_for(t)) for t in p.tools},
+                               "at_once": at_once, "at_once_why": why,
+                               "part": f"{part[0]}/{part[1]}" if part else None}
     text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN])
     if budget is not None:
         spent = budget_check(budget, cut, [f"{r['tool']} {r['workload']}" for r in not_run])

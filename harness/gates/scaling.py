@@ -93,9 +93,10 @@ class ScalingGate(Gate):
             kinds = {w.seqlen_q: w for w in sweep if w.causal == causal}
             for s in p.judged_seqlens:
                 limit = pv.spread_limit(kinds[s], p.max_rel_std, p.long_context_max_rel_std)
-                checks.append(pv.verdict_scaling_spread(mode(causal), points, p.peak_seqlens, s, limit, p.per_clock))
+                checks.append(pv.verdict_scaling_spread(mode(causal), points, p.peak_seqlens, s, limit, p.per_clock,
+                                                        settings.judged))
                 checks.append(pv.verdict_scaling(mode(causal), points, p.peak_seqlens, s, p.min_ratio, limit,
-                                                 p.per_clock))
+                                                 p.per_clock, settings.judged))
             tables += [report.workload_table(w, [by_wl[w.name][b] for b in backends], settings.anchor_for(w))
                        for w in sweep if w.causal == causal]
         log_json = write_measurements(ctx, settings, by_wl)

@@ -11,8 +11,11 @@ would use that ratio are NOT_RUN ("not judged"): a noisy run fails on its noise 
 from noise. One exception, which can only fail: when at least 80 % of the rounds fail the threshold on their
 own (the p80 of the per-round ratios is past it), the check FAILs: a failure that nearly every round shows
 is not noise (a planted 17x slower kernel must fail the regression check even if its ratio spreads 3 %).
-A baseline that could not run, measurements that were not timed in the same rounds (an older record), a
-missing stored run or a changed reference give no verdict either: ERROR, never a pass.
+A baseline that could not run, measurements that were not timed in the same rounds (an older record), a ratio
+resting on fewer rounds or spread groups than gates/bench.yaml `judged` asks (today's or the stored run's), a
+broken stored run or a changed reference give no verdict either: ERROR, never a pass. A stored run of another GPU
+model, one that records no GPU, or none for this GPU: the comparison does not arise here (NOT_APPLICABLE, with the
+reason; never a pass), while the paired ratios against the baselines still judge.
 
 Speed ratio = baseline time / FlashCore time, per round (> 1: FlashCore is faster; equals the ratio of
 throughputs on the same workload). Regression: FlashCore's speed relative to a reference backend (torch's, not
@@ -29,7 +32,8 @@ from dataclasses import dataclass
 from harness.bench import paired
 from harness.bench.paired import PairedRatio
 from harness.bench.record import Measurement, Run
-from harness.bench.settings import BACKENDS
+from harness.bench.settings import BACKENDS, JudgedParams
+from harness.bench.stored import PREPARE, model_of
 from harness.results import Check, Status
 from harness.schema import Workload
 
@@ -66,18 +70,32 @@ def ratio_detail(r: PairedRatio) -> str:
     return text
 
 
+def too_little(r: PairedRatio, min_rounds: int, min_groups: int, whose: str = "") -> str | None:
+    """Why `r` is too thin to judge (fewer rounds or spread groups than asked), or None."""
+    s = r.summary
+    if s.rounds >= min_rounds and s.groups >= min_groups:
+        return None
+    return (f"{whose}paired ratio rests on {s.rounds} rounds in {s.groups} spread group{'s' if s.groups != 1 else ''}"
+            f" (at least {min_rounds} in {min_groups} needed, gates/bench.yaml judged): no verdict from so little")
+
+
 def _missing(subject: str, metric: str, threshold: float, comparison: str, ours: Measurement,
-             base: Measurement) -> Check | None:
-    """ERROR when either side did not run or the two were not timed in the same rounds."""
+             base: Measurement, judged: JudgedParams | None = None) -> Check | None:
+    """ERROR when either side did not run, the two were not timed in the same rounds, or (`judged`) their ratio
+    rests on too few rounds."""
     if not ours.available:
         return Check(subject, metric, threshold, None, Status.ERROR, comparison,
                      message=f"FlashCore did not run: {ours.why}")
     if not base.available:
         return Check(subject, metric, threshold, None, Status.ERROR, comparison,
                      message=f"{_label(base.backend)} not available: {base.why}: no verdict against it")
-    if paired.speed_ratio(ours, base) is None:
+    r = paired.speed_ratio(ours, base)
+    if r is None:
         return Check(subject, metric, threshold, None, Status.ERROR, comparison,
                      message=f"FlashCore and {_label(base.backend)} {UNPAIRED}")
+    thin = too_little(r, judged.min_rounds, judged.min_spread_groups) if judged is not None else None
+    if thin is not None:
+        return Check(subject, metric, threshold, None, Status.ERROR, comparison, message=thin)
     return None
 
 
@@ -89,10 +107,11 @@ def spread_limit(wl: Workload, max_rel_std: float, long_context_max_rel_std: flo
     return max_rel_std
 
 
-def verdict_ratio_spread(subject: str, ours: Measurement, base: Measurement, max_rel_std: float) -> Check:
+def verdict_ratio_spread(subject: str, ours: Measurement, base: Measurement, max_rel_std: float,
+                         judged: JudgedParams | None = None) -> Check:
     """The run-to-run spread of FlashCore's paired speed ratio to `base` <= max_rel_std."""
     metric = spread_metric(f"speed_vs_{base.backend}")
-    missing = _missing(subject, metric, max_rel_std, "<=", ours, base)
+    missing = _missing(subject, metric, max_rel_std, "<=", ours, base, judged)
     r = paired.speed_ratio(ours, base)
     if missing is not None or r is None:
         return missing or Check(subject, metric, max_rel_std, None, Status.ERROR, "<=", message=UNPAIRED)
@@ -116,10 +135,11 @@ def spread_ok(ours: Measurement, base: Measurement, max_rel_std: float) -> bool:
     return r is not None and r.rel_std <= max_rel_std
 
 
-def verdict_ratio(subject: str, ours: Measurement, base: Measurement, min_ratio: float, max_rel_std: float) -> Check:
+def verdict_ratio(subject: str, ours: Measurement, base: Measurement, min_ratio: float, max_rel_std: float,
+                  judged: JudgedParams | None = None) -> Check:
     """FlashCore at least `min_ratio` times as fast as `base` (paired); not judged when its spread is too high."""
     metric = f"speed_vs_{base.backend}"
-    missing = _missing(subject, metric, min_ratio, ">=", ours, base)
+    missing = _missing(subject, metric, min_ratio, ">=", ours, base, judged)
     r = paired.speed_ratio(ours, base)
     if missing is not None or r is None:
         return missing or Check(subject, metric, min_ratio, None, Status.ERROR, ">=", message=UNPAIRED)
@@ -134,7 +154,7 @@ def verdict_ratio(subject: str, ours: Measurement, base: Measurement, min_ratio:
 
 
 def verdict_geomean(subject: str, pairs: Sequence[tuple[Measurement, Measurement]], min_geomean: float,
-                    max_rel_std: float) -> Check:
+                    max_rel_std: float, judged: JudgedParams | None = None) -> Check:
     """The geometric mean over workloads of FlashCore's paired speed ratio to one baseline >= min_geomean; the
     message names the worst workload. Every pair must be available and paired (else ERROR, naming them) and every
     ratio's spread within the limit (else not judged, unless even the geomean of the ratios' p80s fails)."""
@@ -145,7 +165,7 @@ def verdict_geomean(subject: str, pairs: Sequence[tuple[Measurement, Measurement
     ratios: list[tuple[str, PairedRatio]] = []
     missing: list[str] = []
     for ours, base in pairs:
-        gap = _missing(ours.workload, metric, min_geomean, ">=", ours, base)
+        gap = _missing(ours.workload, metric, min_geomean, ">=", ours, base, judged)
         r = paired.speed_ratio(ours, base)
         if gap is not None or r is None:
             missing.append(f"{ours.workload} ({gap.message if gap else UNPAIRED})")
@@ -175,6 +195,15 @@ def verdict_geomean(subject: str, pairs: Sequence[tuple[Measurement, Measurement
 
 
 @dataclass(frozen=True)
+class Missing:
+    """Why there is no stored pair to compare with: ERROR (a broken or changed stored run) or NOT_APPLICABLE (no
+    stored run of this GPU model: the question does not arise here)."""
+
+    why: str
+    status: Status = Status.ERROR
+
+
+@dataclass(frozen=True)
 class StoredPair:
     """FlashCore and the reference backend of one workload in the stored run."""
 
@@ -187,31 +216,49 @@ def _kernels_differ(a: Measurement, b: Measurement) -> bool:
     return bool(a.kernels) and bool(b.kernels) and tuple(a.kernels) != tuple(b.kernels)
 
 
-def stored_pair(stored: Run | None, ours: Measurement, ref_now: Measurement, env_now: Mapping[str, object]
-                ) -> tuple[StoredPair | None, str]:
+def stored_gpu_gap(stored: Run, env_now: Mapping[str, object]) -> Missing | None:
+    """NOT_APPLICABLE when the stored run is not of this run's GPU model (name and SM count), records no GPU, or
+    today's GPU is unknown: a ratio stored on another GPU says nothing about this one, and a silent pass on an
+    unknown GPU would be one."""
+    then, now = model_of(stored.environment), model_of(env_now)
+    if then is None:
+        return Missing(f"the stored run {stored.path} records no GPU: not comparable; {PREPARE}",
+                       Status.NOT_APPLICABLE)
+    if now is None:
+        return Missing("this run's GPU is unknown: no stored run is comparable", Status.NOT_APPLICABLE)
+    if not then.same(now):
+        return Missing(f"the stored run {stored.path} was measured on {then.label}, this run is on {now.label}: "
+                       f"{PREPARE}", Status.NOT_APPLICABLE)
+    return None
+
+
+def stored_pair(stored: Run | Missing | None, ours: Measurement, ref_now: Measurement,
+                env_now: Mapping[str, object]) -> StoredPair | Missing:
     """The stored FlashCore and reference measurements to compare today's pair with, or why there are none.
-    `env_now`: today's "gpu" and "torch"."""
+    `env_now`: today's "gpu", "gpu_sm_count" and "torch"."""
     if stored is None:
-        return None, NO_STORED_RUN
-    gpu = env_now.get("gpu")
-    if stored.gpu and gpu and stored.gpu != gpu:
-        return None, (f"the stored run was measured on {stored.gpu}, this run is on {gpu}: "
-                      "run make bench-baseline on this GPU")
+        return Missing(NO_STORED_RUN)
+    if isinstance(stored, Missing):
+        return stored
+    gap = stored_gpu_gap(stored, env_now)
+    if gap is not None:
+        return gap
     m = stored.get(ours.workload, ours.backend)
     if m is None:
-        return None, f"{ours.workload} is not in the stored run {stored.path}: run make bench-baseline"
+        return Missing(f"{ours.workload} is not in the stored run {stored.path}: run make bench-baseline (with it "
+                       "in gates/bench.yaml suite) and commit the file", Status.NOT_APPLICABLE)
     if m.spec != ours.spec:
-        return None, (f"{ours.workload} changed shape since the stored run ({m.spec.label} -> {ours.spec.label}):"
-                      " run make bench-baseline")
+        return Missing(f"{ours.workload} changed shape since the stored run ({m.spec.label} -> {ours.spec.label}):"
+                       " run make bench-baseline")
     if m.median_ms is None:
-        return None, f"the stored run has no time for {ours.workload}: {m.why or 'not measured'}"
+        return Missing(f"the stored run has no time for {ours.workload}: {m.why or 'not measured'}")
     label = _label(ref_now.backend)
     ref = stored.get(ours.workload, ref_now.backend)
     if ref is None or not ref.available:
         why = ref.why if ref is not None else "not in the stored run"
-        return None, f"the stored run has no {label} time for {ours.workload} ({why}): {RESTORE}"
+        return Missing(f"the stored run has no {label} time for {ours.workload} ({why}): {RESTORE}")
     if paired.speed_ratio(m, ref) is None:
-        return None, f"the stored run's FlashCore and {label} on {ours.workload} were {UNPAIRED}: {RESTORE}"
+        return Missing(f"the stored run's FlashCore and {label} on {ours.workload} were {UNPAIRED}: {RESTORE}")
     torch_then = stored.environment.get("torch")
     torch_now = env_now.get("torch")
     changed = []
@@ -222,17 +269,17 @@ def stored_pair(stored: Run | None, ours: Measurement, ref_now: Measurement, env
     if torch_then != torch_now:
         changed.append(f"torch {torch_then} -> {torch_now}")
     if changed:
-        return None, f"reference changed: {RESTORE} ({label} on {ours.workload}: {'; '.join(changed)})"
-    return StoredPair(m, ref, str(torch_then) if torch_then else None), ""
+        return Missing(f"reference changed: {RESTORE} ({label} on {ours.workload}: {'; '.join(changed)})")
+    return StoredPair(m, ref, str(torch_then) if torch_then else None)
 
 
-def verdict_regression(subject: str, ours: Measurement, ref_now: Measurement, stored: StoredPair | None,
-                       missing_why: str, margin: float, max_rel_std: float) -> Check:
+def verdict_regression(subject: str, ours: Measurement, ref_now: Measurement, stored: StoredPair | Missing | None,
+                       margin: float, max_rel_std: float, judged: JudgedParams | None = None) -> Check:
     """FlashCore's speed relative to the reference, today against the stored run: no more than `margin` slower
-    (0.05 = 5 %); fail closed without a usable stored run."""
+    (0.05 = 5 %); fail closed without a usable stored run, NOT_APPLICABLE without one of this GPU model."""
     threshold = 1.0 + margin
     metric = "slowdown_vs_stored"
-    missing = _missing(subject, metric, threshold, "<=", ours, ref_now)
+    missing = _missing(subject, metric, threshold, "<=", ours, ref_now, judged)
     now = paired.speed_ratio(ours, ref_now)
     if missing is not None or now is None:
         if missing is not None and ours.available and not ref_now.available:
@@ -240,11 +287,16 @@ def verdict_regression(subject: str, ours: Measurement, ref_now: Measurement, st
                             message=f"{_label(ref_now.backend)} (the regression reference) not available: "
                             f"{ref_now.why}")
         return missing or Check(subject, metric, threshold, None, Status.ERROR, "<=", message=UNPAIRED)
-    if stored is None:
-        return Check(subject, metric, threshold, None, Status.ERROR, "<=", message=missing_why or NO_STORED_RUN)
+    if not isinstance(stored, StoredPair):
+        gap = stored or Missing(NO_STORED_RUN)
+        return Check(subject, metric, threshold, None, gap.status, "<=", message=gap.why)
     then = paired.speed_ratio(stored.ours, stored.ref)
     if then is None:
         return Check(subject, metric, threshold, None, Status.ERROR, "<=", message=f"stored run {UNPAIRED}")
+    thin = too_little(then, judged.stored_min_rounds, judged.stored_min_spread_groups, "the stored run's ") \
+        if judged is not None else None
+    if thin is not None:
+        return Check(subject, metric, threshold, None, Status.ERROR, "<=", message=f"{thin}: {RESTORE}")
     slowdown = then.value / now.value
     if now.rel_std > max_rel_std:  # decisive: slower than the threshold in 80 % of today's rounds
         return _noisy(subject, metric, threshold, now, slowdown, now.summary.p80 < then.value / threshold, "<=")
@@ -286,11 +338,19 @@ def scaling_ratio(points: Mapping[int, Measurement], peak_seqlens: Sequence[int]
     return peak_s, found[peak_s]
 
 
+def _thin_scaling(got: PairedRatio | str, judged: JudgedParams | None) -> PairedRatio | str:
+    if isinstance(got, str) or judged is None:
+        return got
+    return too_little(got, judged.min_rounds, judged.min_spread_groups) or got
+
+
 def verdict_scaling_spread(subject: str, points: Mapping[int, Measurement], peak_seqlens: Sequence[int],
-                           seqlen: int, max_rel_std: float, per_clock: bool = False) -> Check:
+                           seqlen: int, max_rel_std: float, per_clock: bool = False,
+                           judged: JudgedParams | None = None) -> Check:
     """The run-to-run spread of the paired TFLOPS(seqlen) / TFLOPS(peak) <= max_rel_std."""
     metric = spread_metric(f"tflops_s{seqlen}_vs_peak")
     peak_s, got = scaling_ratio(points, peak_seqlens, seqlen, per_clock)
+    got = _thin_scaling(got, judged)
     if peak_s is None or isinstance(got, str):
         return Check(subject, metric, max_rel_std, None, Status.ERROR, "<=", message=f"no verdict: {got}")
     ok = got.rel_std <= max_rel_std
@@ -300,11 +360,13 @@ def verdict_scaling_spread(subject: str, points: Mapping[int, Measurement], peak
 
 
 def verdict_scaling(subject: str, points: Mapping[int, Measurement], peak_seqlens: Sequence[int], seqlen: int,
-                    min_ratio: float, max_rel_std: float, per_clock: bool = False) -> Check:
+                    min_ratio: float, max_rel_std: float, per_clock: bool = False,
+                    judged: JudgedParams | None = None) -> Check:
     """FlashCore's TFLOPS at `seqlen` >= min_ratio x its best TFLOPS over `peak_seqlens`, per round of the same
     sweep (paired; per SM clock cycle with `per_clock`); not judged when that ratio's spread is too high."""
     metric = f"tflops_s{seqlen}_vs_peak"
     peak_s, got = scaling_ratio(points, peak_seqlens, seqlen, per_clock)
+    got = _thin_scaling(got, judged)
     if peak_s is None or isinstance(got, str):
         return Check(subject, metric, min_ratio, None, Status.ERROR, ">=", message=f"no verdict: {got}")
     if got.rel_std > max_rel_std:

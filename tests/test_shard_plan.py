@@ -1,0 +1,212 @@
+"""Placement and time of a run over several GPUs (harness/shard_plan.py, harness/shard.py, the sanitizer's parallel
+runs) with fake gates and fake timings: the shipped estimates without a history, longest first; sanitizer-all in
+one part per GPU whose shares cover every run once; runs at once bounded by cores and GPU memory; the perf group
+alone on the host before the rest; the critical path; the parts joined into one verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+from conftest import make_context, workload
+from test_sanitizer_gate import install_fake, params
+
+from harness import shard
+from harness.gates.sanitizer import run_sanitizer
+from harness.results import Check, GateResult, Status
+from harness.sanitizer import parallel
+from harness.sanitizer.model import TOOLS
+from harness.schema import ConfigError
+from harness.shard_plan import (
+    PARTS_ENV,
+    ShardSettings,
+    critical_path,
+    deal,
+    load_shard_settings,
+    part_for,
+    parts_env,
+    plan,
+    stages,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+GATES = ["build", "correctness", "sanitizer", "perf-a", "perf-b", "ncu", "sanitizer-all", "api"]
+FAKE = ShardSettings(first=("build",), together=(("perf-a", "perf-b"),), default_seconds=5.0,
+                     isolated=("perf-a", "perf-b"), split=("sanitizer-all",),
+                     seconds=MappingProxyType({"correctness": 20.0, "sanitizer": 80.0, "perf-a": 150.0,
+                                               "perf-b": 20.0, "ncu": 10.0, "sanitizer-all": 360.0}))
+
+
+def load(placed: dict[int, list[str]], settings: ShardSettings, seconds: dict[str, float]) -> dict[int, float]:
+    def w(token: str) -> float:
+        name, _, part = token.partition("@")
+        return settings.weight(name, seconds) / (int(part.split("/")[1]) if part else 1)
+
+    return {gpu: sum(w(t) for t in ts) for gpu, ts in placed.items()}
+
+
+def test_no_history_places_by_the_shipped_estimates_longest_first() -> None:
+    placed = plan(GATES, [0, 1], FAKE, {})
+    assert "sanitizer-all" in placed[0] and set(placed[1]) >= {"perf-a", "perf-b"}  # the two longest units apart
+    assert max(load(placed, FAKE, {}).values()) == 360.0  # sanitizer-all alone outweighs the rest: its own GPU
+
+
+def test_history_wins_over_the_estimate() -> None:
+    placed = plan(GATES, [0, 1], FAKE, {"sanitizer-all": 10.0})
+    assert "sanitizer-all" not in next(ts for ts in placed.values() if "perf-a" in ts) or len(placed) == 1
+    assert load(placed, FAKE, {"sanitizer-all": 10.0})[next(g for g, ts in placed.items() if "perf-a" in ts)] \
+        == 170.0  # the perf group is now the longest unit, alone on its GPU
+
+
+def test_split_gate_runs_as_one_part_per_gpu_and_balances() -> None:
+    rest = [g for g in GATES if g not in FAKE.isolated]  # the spread stage: the perf group ran before it
+    placed = plan(rest, [0, 1, 2], FAKE, {}, split=True)
+    parts = sorted(t for ts in placed.values() for t in ts if t.startswith("sanitizer-all"))
+    assert parts == ["sanitizer-all@1/3", "sanitizer-all@2/3", "sanitizer-all@3/3"]
+    assert sorted(next(g for g, ts in placed.items() if p in ts) for p in parts) == [0, 1, 2]
+    assert max(load(placed, FAKE, {}).values()) <= 200.0  # was 360 as one unit
+    with_perf = plan(GATES, [0, 1, 2], FAKE, {}, split=True)  # two parts never share a worker, even when uneven
+    assert all(sum(t.startswith("sanitizer-all") for t in ts) == 1 for ts in with_perf.values())
+    assert plan(GATES, [0], FAKE, {}, split=True)[0].count("sanitizer-all") == 1  # one GPU: whole
+
+
+def test_isolation_rule_perf_group_runs_first_alone() -> None:
+    got = stages(GATES, [0, 1], FAKE, {})
+    assert got[0] == {0: ["perf-a", "perf-b"]}  # alone on the host: no other worker runs meanwhile
+    rest = {t for ts in got[1].values() for t in ts}
+    assert not rest & {"perf-a", "perf-b", "build"} and {"sanitizer-all@1/2", "sanitizer-all@2/2"} <= rest
+    assert len(stages(GATES, [0], FAKE, {})) == 1  # one GPU: one worker, its gates one at a time anyway
+
+
+def test_repository_shard_file_isolates_the_perf_group_and_splits_sanitizer_all() -> None:
+    s = load_shard_settings(REPO / "gates")
+    assert set(s.together[0]) == set(s.isolated) and s.split == ("sanitizer-all",)
+    assert s.seconds["sanitizer-all"] > s.seconds["perf-fa2"] > s.default_seconds
+
+
+@pytest.mark.parametrize(("edit", "key"), [
+    (("split: [sanitizer-all]", "split: [perf-fa2]"), "split"),
+    (("isolated: [perf-fa2, perf-cudnn,", "isolated: [perf-cudnn,"), "together[0]"),
+    (("  sanitizer-all: 362", "  sanitizer-all: 0"), "seconds.sanitizer-all"),
+])
+def test_bad_shard_file_names_the_key(gates_dir: Path, edit: tuple[str, str], key: str) -> None:
+    path = gates_dir / "shard.yaml"
+    assert edit[0] in path.read_text()
+    path.write_text(path.read_text().replace(*edit))
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        load_shard_settings(gates_dir)
+
+
+def test_critical_path_names_the_slowest_worker_of_each_stage() -> None:
+    path = critical_path(["build"], 5.0, [{0: (["perf-a", "perf-b"], 170.0)},
+                                          {0: (["sanitizer-all@1/2"], 90.0), 1: (["sanitizer-all@2/2", "api"], 120.0)}])
+    assert path["seconds"] == 295.0
+    assert [(leg["worker"], leg["seconds"]) for leg in path["legs"]] == [("parent", 5.0), ("GPU 0", 170.0),
+                                                                          ("GPU 1", 120.0)]
+    assert "GPU 1 120 s (sanitizer-all@2/2, api)" in path["text"]
+
+
+# ---- sanitizer-all in parts, runs at once ------------------------------------------------------------------
+
+
+WLS = {w.name: w for w in (workload("big", b=4, sq=4096, sk=4096, d=128), workload("mid", b=2, sq=1024, sk=1024),
+                           workload("s1"), workload("s2"), workload("s3"))}
+PLAN = [(t, w) for t in TOOLS for w in WLS]
+
+
+def test_sanitizer_parts_cover_every_run_once_and_keep_a_workloads_tools_together() -> None:
+    shares = [parallel.share(PLAN, WLS, i, 3) for i in (1, 2, 3)]
+    assert sorted(r for s in shares for r in s) == sorted(PLAN)
+    for s in shares:
+        for _, w in s:
+            assert {t for t, x in s if x == w} == set(TOOLS)
+    assert parallel.share(PLAN, WLS, 2, 3) == shares[1]  # the same in every worker
+    assert [w for w, in [(w,) for _, w in shares[0]]][0] == "big"  # the costliest opens the first part
+
+
+def test_parts_env_round_trips() -> None:
+    env = {PARTS_ENV: parts_env(["api", "sanitizer-all@2/3"])}
+    assert part_for("sanitizer-all", env) == (2, 3) and part_for("sanitizer", env) is None
+    with pytest.raises(ValueError, match="part 4 of 3"):
+        part_for("sanitizer-all", {PARTS_ENV: "sanitizer-all=4/3"})
+
+
+@pytest.mark.parametrize(("cores", "workers", "free", "expected"), [
+    (16, 1, 140_000, 8),  # the cap
+    (32, 2, 140_000, 8),  # 16 cores each, 2 per run
+    (16, 4, 140_000, 2),  # 4 cores each
+    (16, 1, 20_000, 2),  # GPU memory: 20 GB at 8 GB per run
+    (16, 1, None, 1),  # free memory unknown: one at a time
+    (1, 8, 0, 1),  # never below one
+])
+def test_concurrency_bound_by_cores_and_gpu_memory(cores: int, workers: int, free: int | None,
+                                                   expected: int) -> None:
+    runs, why = parallel.concurrency(parallel.Limits(8, 2, 8192), cores, workers, free)
+    assert runs == expected and f"{runs} at once" in why
+
+
+def test_deal_is_longest_first_onto_the_lightest() -> None:
+    # b (10) -> 0, c (6) -> 1, d (5) -> 1 (6 < 10), a (1) -> 0 (10 < 11); each bin in the given order
+    assert deal([("a", 1.0), ("b", 10.0), ("c", 6.0), ("d", 5.0)], 2) == [["a", "b"], ["c", "d"]]
+
+
+def test_sanitizer_runs_several_at_once_with_the_verdicts_in_plan_order(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = install_fake(tmp_path, monkeypatch)
+    for t in TOOLS:
+        (root / "fake" / f"{t}.sleep").write_text("0.4")
+    monkeypatch.setattr(parallel, "host_facts", lambda: (8, 1, 80_000))
+    p = dataclasses.replace(params(), parallel_max=8, parallel_cpus_per_run=1)
+    ctx = make_context(root / "run", "sanitizer", p, (workload("w1"), workload("w2")), repo_root=root)
+    t0 = time.monotonic()
+    result = run_sanitizer(ctx)
+    assert time.monotonic() - t0 < 8 * 0.4  # 8 runs of 0.4 s overlapped
+    assert result.status is Status.PASS and result.details["at_once"] == 8
+    assert [(c.metric, c.workload) for c in result.checks] == [(t, w) for t in TOOLS for w in ("w1", "w2")]
+
+
+def test_sanitizer_part_runs_only_its_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = install_fake(tmp_path, monkeypatch)
+    monkeypatch.setattr(parallel, "host_facts", lambda: (2, 1, None))
+    ctx = make_context(root / "run", "sanitizer", params(), (workload("w1"), workload("w2")), repo_root=root)
+    one, two = run_sanitizer(ctx, part=(1, 2)), run_sanitizer(ctx, part=(2, 2))
+    assert {c.workload for c in one.checks} | {c.workload for c in two.checks} == {"w1", "w2"}
+    assert not {c.workload for c in one.checks} & {c.workload for c in two.checks}
+    assert run_sanitizer(ctx, part=(3, 3)).status is Status.NOT_APPLICABLE  # more parts than workloads
+
+
+def test_joined_parts_keep_every_check_and_the_worst_status() -> None:
+    def part(status: Status, n: int) -> GateResult:
+        return GateResult("sanitizer-all", 7, status, (Check(f"w{n}", "memcheck", 0, 0, status),), f"part {n}",
+                          10.0 * n, (f"log{n}",), {"runs": [n], "wall_s_by_tool": {"memcheck": 1.5}})
+
+    shards = shard.join_parts([(0, part(Status.PASS, 1)), (1, part(Status.FAIL, 2)),
+                               (1, GateResult("api", 7, Status.PASS))])
+    g = shards[0][0]
+    assert g.status is Status.FAIL and [c.workload for c in g.checks] == ["w1", "w2"]
+    assert g.details["runs"] == [1, 2] and g.details["wall_s_by_tool"] == {"memcheck": 3.0}
+    assert [p["gpu"] for p in g.details["parts"]] == [0, 1] and g.elapsed_s == 20.0
+    assert [r.name for r in shards[1]] == ["api"]
+
+
+def test_shipped_estimates_come_from_a_run_and_print_as_the_yaml_block(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import shard_costs
+
+    evidence = REPO / "reports/evidence/phase7-8ea9af2.json.xz"
+    assert shard_costs.main([str(evidence)]) == 0
+    printed = capsys.readouterr().out
+    shipped = load_shard_settings(REPO / "gates").seconds
+    assert printed.startswith("seconds:\n") and "  sanitizer-all: 362\n" in printed
+    assert all(f"  {g}: {int(s)}\n" in printed for g, s in shipped.items())  # the shipped block is this run's
+    assert shard_costs.seconds_block({"a": 0.2, "b": 7.1}, ["b", "a", "c"]) == "seconds:\n  b: 8\n  a: 1\n"
+
+
+def test_shard_costs_of_an_unreadable_file_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import shard_costs
+
+    (tmp_path / "bad.json").write_text("{cut")
+    assert shard_costs.main([str(tmp_path / "bad.json")]) == 1
+    assert "bad.json" in capsys.readouterr().err

@@ -189,3 +189,20 @@ def test_update_baseline_refuses_a_run_without_the_reference(repo_copy: Path,
     (repo_copy / "nofa2.json").write_text(json.dumps(data))
     assert cli.main(["bench", "--from", "nofa2.json", "--update-baseline"]) == 1
     assert "prefill-d128: fa2 (the regression reference) not measured (not in the run)" in capsys.readouterr().err
+
+
+def test_from_json_with_workloads_keeps_only_those_and_stores_only_those(repo_copy: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "--from", str(SUITE), "--workloads", "prefill-d128", "--update-baseline"]) == 0
+    out = capsys.readouterr().out
+    assert "left out of" in out and "decode, prefill-d128-fp16" in out.split("left out of", 1)[1].splitlines()[0]
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith(("prefill", "decode", "sweep"))]
+    assert rows == ["prefill-d128"]
+    (stored,) = (repo_copy / "gates" / "baselines").glob("bench-*.json")
+    assert {w for w, _ in read_run(stored).measurements} == {"prefill-d128"}
+
+
+def test_from_json_with_an_unknown_workload_is_a_config_error(repo_copy: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "--from", str(SUITE), "--workloads", "no-such-workload"]) == bench_cli.EXIT_CONFIG
+    assert "no-such-workload" in capsys.readouterr().err

@@ -17,6 +17,7 @@ logs/<gate>.bench.json) instead of running anything, so no GPU is needed to prin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -28,7 +29,7 @@ from harness.bench import stored as per_gpu
 from harness.bench.record import Measurement, RecordError, Run, read_run, run_dict
 from harness.bench.settings import BACKENDS, OURS, BenchSettings, load_bench_settings
 from harness.config import load_config
-from harness.schema import ConfigError, Workload
+from harness.schema import Config, ConfigError, Workload
 from harness.support import perf_verdict as pv
 
 EXIT_CONFIG = 2
@@ -37,7 +38,8 @@ EXIT_CONFIG = 2
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gates-dir", type=Path, default=Path("gates"), help="directory of the YAML (default gates)")
     p.add_argument("--out", type=Path, help="where bench.json and table.txt go (default reports/bench-<time>)")
-    p.add_argument("--workloads", default="", help="comma-separated workload or set names (default: the suite's)")
+    p.add_argument("--workloads", default="", help="comma-separated workload or set names (default: the suite's); with "
+                   "--from, only those of the saved run (its table, its stored run)")
     p.add_argument("--backends", default="", help=f"comma-separated, of {', '.join(BACKENDS)} (default: the suite's)")
     p.add_argument("--seed", type=int, help="base seed of the inputs (default: a fresh one, recorded)")
     p.add_argument("--update-baseline", action="store_true",
@@ -77,6 +79,26 @@ def ordered(run: Run, settings: BenchSettings) -> tuple[list[Workload], dict[str
     for w in by_wl:
         by_wl[w] = {b: by_wl[w][b] for b in BACKENDS if b in by_wl[w]}
     return [specs[w] for w in order], by_wl
+
+
+def only_workloads(run: Run, config: Config, names: str) -> Run:
+    """A saved run cut to the workloads named (workloads.yaml names or sets, or names the run holds, e.g. the
+    sweep's points): so a stored run can hold the workloads that were measured steadily and leave out a noisy one,
+    whose regression check is then not applicable (and says so) until a later bench-baseline stores it."""
+    wanted: set[str] = set()
+    held = {w for w, _ in run.measurements}
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        if name in config.sets:
+            wanted.update(config.sets[name])
+        elif name in config.workloads or name in held:
+            wanted.add(name)
+        else:
+            raise ValueError(f"--workloads: {name!r} is neither a workload or set of workloads.yaml nor in {run.path}")
+    left_out = sorted(held - wanted)
+    if left_out:
+        print(f"flashcore bench: left out of {run.path}: {', '.join(left_out)}")
+    kept = {key: m for key, m in run.measurements.items() if key[0] in wanted}
+    return dataclasses.replace(run, measurements=kept)
 
 
 def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
@@ -163,6 +185,12 @@ def bench_command(args: argparse.Namespace) -> int:
     except RecordError as e:
         print(f"flashcore bench: {e} (pytest exit code {suite_rc})", file=sys.stderr)
         return 1
+    if args.from_json and args.workloads:
+        try:
+            run = only_workloads(run, config, args.workloads)
+        except ValueError as e:
+            print(f"flashcore bench: {e}", file=sys.stderr)
+            return EXIT_CONFIG
     workloads, by_wl = ordered(run, settings)
     backends = [b for b in BACKENDS if any(b in ms for ms in by_wl.values())]
     anchors = {w.name: settings.anchor_for(w) for w in workloads}

@@ -10,7 +10,7 @@ import inspect
 import pytest
 import torch
 
-from flashcore import _lib, api, fastpath
+from flashcore import _lib, api, check, fastpath
 from flashcore.errors import FlashCoreError
 
 ARGS = {"causal": True, "softmax_scale": None, "deterministic": False, "fallback": "error", "num_splits": None,
@@ -67,7 +67,7 @@ def test_grad_mode_is_part_of_the_signature() -> None:
         quiet = sig(q, k, v)
     assert sig(q, k, v) != quiet  # grad mode on: check_call refuses it
     with pytest.raises(FlashCoreError, match="forward-only"):
-        api.check_call(q, k, v, device_type="cpu")
+        check.dense(q, k, v, device_type="cpu")
 
 
 def test_non_tensors_and_unhashable_arguments_take_the_checked_path() -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import flashcore
-from flashcore import _lib, reference, serving
+from flashcore import _lib, check, fastpath, launch, reference, serving
 from flashcore.errors import FlashCoreError
 from flashcore.flash_attn import UnsupportedArgument
 
@@ -66,13 +66,13 @@ def test_rows_without_keys_get_zero_and_minus_inf() -> None:
 @pytest.mark.parametrize("bad", [(1,), (-2, 0), (0, "1"), (True, 0), (0, 1 << 31), None, 3])
 def test_window_values_are_checked(bad: object) -> None:
     with pytest.raises(FlashCoreError, match="window_size"):
-        serving.check_window(bad)
+        check.window(bad)
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan, "1", True])
 def test_softcap_values_are_checked(bad: object) -> None:
     with pytest.raises(FlashCoreError, match="softcap"):
-        serving.check_softcap(bad)
+        check.softcap(bad)
 
 
 def offsets(lengths: list[int]) -> torch.Tensor:
@@ -252,41 +252,41 @@ def test_fc_params_mirror_lists_the_header_fields_in_order() -> None:
 def test_repeat_call_signature_ignores_pointers_but_not_layouts() -> None:
     q, kc, lens = rand(2, 1, 4, 64), rand(2, 8, 2, 64), torch.tensor([1, 2], dtype=torch.int32)
     args = (False, None, (-1, -1), 0.0, None, 0, "error")
-    key = serving._signature("kvcache", (q, kc, kc, lens, None), args)
-    assert key == serving._signature("kvcache", (rand(2, 1, 4, 64), kc.clone(), kc, lens + 1, None), args)
+    key = fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), args)
+    assert key == fastpath.serving_signature("kvcache", (rand(2, 1, 4, 64), kc.clone(), kc, lens + 1, None), args)
     # a list window is hashable as a tuple (its own entry: the type is part of the key, as in flashcore/fastpath.py)
-    assert serving._signature("kvcache", (q, kc, kc, lens, None), (False, None, [-1, -1], 0.0, None, 0,
+    assert fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), (False, None, [-1, -1], 0.0, None, 0,
                                                                    "error")) is not None
     q3 = rand(2, 3, 4, 64)
-    assert serving._signature("kvcache", (q3, kc, kc, lens, None), args) != serving._signature(
+    assert fastpath.serving_signature("kvcache", (q3, kc, kc, lens, None), args) != fastpath.serving_signature(
         "kvcache", (q3.transpose(1, 2).contiguous().transpose(1, 2), kc, kc, lens, None), args)  # other strides
-    assert key != serving._signature("kvcache", (q.half(), kc, kc, lens, None), args)
-    assert key != serving._signature("varlen", (q, kc, kc, lens, None), args)
-    assert key != serving._signature("kvcache", (q, kc, kc, lens, None), (True, *args[1:]))
+    assert key != fastpath.serving_signature("kvcache", (q.half(), kc, kc, lens, None), args)
+    assert key != fastpath.serving_signature("varlen", (q, kc, kc, lens, None), args)
+    assert key != fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), (True, *args[1:]))
     with torch.no_grad():
-        assert key != serving._signature("kvcache", (q, kc, kc, lens, None), args)  # grad mode is part of it
-    assert serving._signature("kvcache", ([1], kc, kc, lens, None), args) is None  # not a tensor: checked path
+        assert key != fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), args)  # grad mode is part of it
+    assert fastpath.serving_signature("kvcache", ([1], kc, kc, lens, None), args) is None  # not a tensor: checked path
 
 
 def test_repeat_call_launches_the_remembered_params_with_new_pointers(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flashcore import api, fastpath
-
     seen: list[tuple[_lib.FcParams, int]] = []
-    monkeypatch.setattr(api, "_forward", lambda lib, params, need, device: seen.append((params, need)))
+    monkeypatch.setattr(launch, "c_forward", lambda lib, params, need, device: seen.append((params, need)))
     monkeypatch.setattr(_lib, "load", lambda: None)
     q, kc, lens = rand(2, 1, 4, 64), rand(2, 8, 2, 64), torch.tensor([1, 2], dtype=torch.int32)
-    key = serving._signature("kvcache", (q, kc, kc, lens, None), ("x",))
+    key = fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), ("x",))
     arrays = {"seqused_k": lens, "kv_batch_idx": None}
-    assert serving._again(key, q, kc, kc, arrays, serving._lse_dense) is None
+    assert fastpath.lookup(key) is None
     fastpath.remember(key, _lib.FcParams(batch=2, heads_q=4, seqlen_k=8, workspace=1234, workspace_bytes=64), 64)
-    out, lse = serving._again(key, q, kc, kc, arrays, serving._lse_dense)
+    entry = fastpath.lookup(key)
+    assert entry is not None
+    out, lse = launch.again(entry, q, kc, kc, (2, 4, 1), arrays)
     params, need = seen[-1]
     assert need == 64 and params.batch == 2 and params.seqlen_k == 8
     assert params.q == q.data_ptr() and params.seqused_k == lens.data_ptr() and params.kv_batch_idx is None
     assert params.o == out.data_ptr() and params.lse == lse.data_ptr() and lse.shape == (2, 4, 1)
     assert params.workspace is None  # the remembered launch's workspace is never reused
     misaligned = rand(kc.numel() + 8)[4:4 + kc.numel()].view(kc.shape)  # kc's layout, base 8 bytes off
-    assert serving._again(key, q, misaligned, kc, arrays, serving._lse_dense) is None  # the checked path says why
+    assert not fastpath.aligned(q, misaligned, kc)  # the checked path then says why
 
 
 def test_serving_calls_write_into_the_callers_buffers() -> None:

@@ -3,10 +3,11 @@ pointers matches an earlier call that passed all host checks and launched the ke
 tuned-table lookup and the plan, and launches with that call's parameters (fresh pointers, a fresh output).
 
 `signature` is what the verdict of the checks (flashcore/check.py) and the launch depend on, pointers aside: each
-tensor's type, shape, strides, dtype, device and layout, whether grad is needed (grad mode and requires_grad),
-every argument with its type (1 is not True), and the tuned-table switches of the environment. The one
-pointer-dependent check that remains, the 16-byte base alignment TMA needs, runs on every call (`aligned`). Calls with out=, lse=, tile= or
-debug_fault= always take the checked path (out and lse must be checked against the inputs' memory each time).
+tensor's type, shape, strides, dtype, device and layout, whether grad is needed (grad mode and requires_grad), every
+argument with its type (1 is not True), and the tuned-table switches of the environment. The one pointer-dependent
+check that remains, the 16-byte base alignment TMA needs, runs on every call (`aligned`). Calls with out=, lse=,
+tile= or debug_fault= always take the checked path (out and lse must be checked against the inputs' memory each
+time).
 The serving entries' keys (`serving_signature`) start with the entry's name, so they never meet
 flashcore.attention's; the index tensors' values are device data and never part of a key. The launch of a hit is
 flashcore/launch.py `again`.

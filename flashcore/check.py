@@ -65,7 +65,8 @@ def device_type(q: object, fallback: object) -> str:
     return "cpu" if fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu" else "cuda"
 
 
-def fallback(value: Any) -> str:
+def fallback_choice(value: Any) -> str:
+    """fallback: "error" or "sdpa"."""
     if value not in FALLBACKS:
         raise FlashCoreError(f"fallback is {value!r}: expected 'error' (raise UnsupportedDeviceError on a GPU "
                              "that is not SM 9.0) or 'sdpa' (compute with torch off SM 9.0 and on the CPU)")
@@ -179,9 +180,7 @@ def dense(q: object, k: object, v: object, *, causal: object = False, softmax_sc
     scale = validate.scale(softmax_scale, head_dim)
     causal = validate.flag("causal", causal)
     deterministic = validate.flag("deterministic", deterministic)
-    if fallback not in FALLBACKS:
-        raise FlashCoreError(f"fallback is {fallback!r}: expected 'error' (raise UnsupportedDeviceError on a GPU "
-                             "that is not SM 9.0) or 'sdpa' (compute with torch SDPA there)")
+    fallback = fallback_choice(fallback)
     if isinstance(debug_fault, bool) or not isinstance(debug_fault, int) or not 0 <= debug_fault <= MAX_FAULT:
         raise FlashCoreError(f"debug_fault is {debug_fault!r}: known faults are 0..{MAX_FAULT} (0 = none)")
     splits = 0 if num_splits is None else validate.count("num_splits", num_splits, 1, tuning.MAX_SPLITS,
@@ -217,8 +216,7 @@ def dense(q: object, k: object, v: object, *, causal: object = False, softmax_sc
             raise FlashCoreError(f"lse has stride {lse.stride()}: it must be contiguous (written row-major "
                                  "[B, Hq, Sq])")
         validate.not_aliased("lse", lse, {**inputs, **({"out": out} if out is not None else {})})
-    call = Call("dense", q, k, v, out, lse, causal, scale, deterministic, str(fallback), debug_fault, splits, margin,
-                tile)
+    call = Call("dense", q, k, v, out, lse, causal, scale, deterministic, fallback, debug_fault, splits, margin, tile)
     if q.numel() and seqlen_k:
         for name, t in {**inputs, **({"out": out} if out is not None else {})}.items():
             validate.layout(name, t)

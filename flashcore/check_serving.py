@@ -65,7 +65,7 @@ def varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seq
            seqused_k: Any, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, deterministic: Any,
            fallback: Any, out: Any, lse: Any) -> Call:
     """Packed sequences: q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets [B + 1], seqused_k [B]."""
-    fallback = check.fallback(fallback)
+    fallback = check.fallback_choice(fallback)
     device_type = check.device_type(q, fallback)
     q = _packed("q", q, None, device_type)
     k = _packed("k", k, q.device, device_type)
@@ -108,7 +108,7 @@ def kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, *, k_new: An
     import torch
 
     caches(k_cache, v_cache)
-    fallback = check.fallback(fallback)
+    fallback = check.fallback_choice(fallback)
     device_type = check.device_type(q, fallback)
     q = validate.tensor("q", q, device_type, None)
     validate.rank("q", q, 4, check.BSHD)

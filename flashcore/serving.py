@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from flashcore import append, check, check_serving, fastpath, launch
-from flashcore import dense as dense_path
+from flashcore.api import attention
 from flashcore.call import lse_shape
 from flashcore.forward import forward
 
@@ -58,11 +58,10 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
         if entry is not None and fastpath.aligned(q, k, v):
             return launch.again(entry, q, k, v, lse_shape(q))
     window, cap = check.window(window_size), check.softcap(softcap)
-    fallback = check.fallback(fallback)
+    fallback = check.fallback_choice(fallback)
     if window == (-1, -1) and cap == 0.0:  # flashcore.attention's call, with its own repeat-call key
-        return dense_path.run(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
-                              deterministic=deterministic, num_splits=num_splits, sm_margin=sm_margin,
-                              fallback=fallback)
+        return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
+                         deterministic=deterministic, num_splits=num_splits, sm_margin=sm_margin, fallback=fallback)
     call = check.dense(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                        deterministic=deterministic, fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
                        device_type=check.device_type(q, fallback))

@@ -82,19 +82,8 @@ def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> No
     else:
         assert call.cache_seqlens is not None
         for b, n in enumerate(call.cache_seqlens.tolist()):
-            kb, vb = cached_keys(call, b, n)
+            kb, vb = reference.cached_keys(k, v, b, n, call.cache_batch_idx, call.page_table)
             out[b], lse[b] = reference.sequence(q[b], kb, vb, **mods)
-
-
-def cached_keys(call: Call, b: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequence b's first n keys and values [n, Hkv, D] of a cache call (its slot, or its pages)."""
-    k_cache, v_cache, table = call.k, call.v, call.page_table
-    if table is None:
-        entry = int(call.cache_batch_idx[b]) if call.cache_batch_idx is not None else b
-        return k_cache[entry, :n], v_cache[entry, :n]
-    page_size = k_cache.shape[1]
-    pages = table[b, :-(-n // page_size)].long()
-    return k_cache[pages].flatten(0, 1)[:n], v_cache[pages].flatten(0, 1)[:n]
 
 
 def plan(call: Call) -> tuple[_lib.FcPlanInfo, tuning.TileConfig]:

@@ -104,17 +104,25 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     lse [B, Hq, Sq]). cache_seqlens: int32 [B] (or FA3's int / None: one length for all). k, v [B, Snew, Hkv, D]:
     appended in place at each sequence's length first (FA3's append), then attended to. out / lse: optional output
     buffers of those shapes."""
+    import torch
+
     debug = check_serving.debug_checks_on(debug_checks)
-    args = (causal, softmax_scale, window_size, softcap, num_splits, sm_margin, fallback)
     key = None
     if not debug and out is None and lse is None:
-        tensors = (q, k_cache, v_cache, cache_seqlens, cache_batch_idx, page_table, k, v)
+        per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument
+        tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v)
+        args = (causal, softmax_scale, window_size, softcap, num_splits, sm_margin, fallback,
+                None if per_sequence else cache_seqlens)
         key = fastpath.serving_signature("kvcache", tensors, args)
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k_cache, v_cache):
             lengths = cache_seqlens
+            if not per_sequence:  # the checked call's int, within the capacity
+                capacity = check_serving.cache_capacity(k_cache, page_table)
+                lengths = torch.full((q.shape[0],), capacity if cache_seqlens is None else cache_seqlens,
+                                     dtype=torch.int32, device=k_cache.device)
             if k is not None:  # every tensor has the layout of a checked call's
-                lengths = append.each(k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, page_table, False)
+                lengths = append.each(k_cache, v_cache, k, v, lengths, cache_batch_idx, page_table, False)
             arrays = {"seqused_k": lengths, "kv_batch_idx": cache_batch_idx, "page_table": page_table}
             return launch.again(entry, q, k_cache, v_cache, lse_shape(q), arrays)
     call = check_serving.kvcache(q, k_cache, v_cache, cache_seqlens, k_new=k, v_new=v,

@@ -315,3 +315,31 @@ def test_serving_calls_write_into_the_callers_buffers() -> None:
     out = torch.empty(1, 6, 4, 64, dtype=torch.bfloat16)
     assert serving.dense(qd, qd[:, :, :2].clone(), qd[:, :, :2].clone(), window_size=(2, 0), fallback="sdpa",
                          out=out)[0] is out
+
+
+def test_a_repeat_paged_append_call_skips_the_checks_and_still_appends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flash_attn_with_kvcache with one int length, a page table and an append: the second call with the same
+    layouts takes the repeat path (no checks, the remembered parameters) and still writes its new keys."""
+    from flashcore import check_serving, forward
+
+    checked, launched = [], []
+    real_check = check_serving.kvcache
+    monkeypatch.setattr(check_serving, "kvcache", lambda *a, **kw: checked.append(1) or real_check(*a, **kw))
+    monkeypatch.setattr(forward, "_device", lambda call: (0, "pretend H100", False))  # the kernel path, on the CPU
+
+    def pretend_launch(params: _lib.FcParams, device: torch.device, key: object = None) -> None:
+        launched.append(params.seqlen_k)
+        fastpath.remember(key, params, 0)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(launch, "launch", pretend_launch)
+    monkeypatch.setattr(launch, "c_forward", lambda lib, params, need, device: launched.append(params.page_size))
+    monkeypatch.setattr(_lib, "load", lambda: None)
+    monkeypatch.setattr(fastpath, "_CACHE", {})
+    q, k_cache, v_cache = rand(2, 1, 4, 64), rand(4, 16, 2, 64), rand(4, 16, 2, 64)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    for _ in range(2):  # FA3's int length: the same slot each time
+        new = rand(2, 1, 2, 64)
+        flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, new, new, cache_seqlens=5, page_table=table,
+                                          fallback="sdpa")
+        assert torch.equal(k_cache[0, 5], new[0, 0]) and torch.equal(k_cache[2, 5], new[1, 0])
+    assert checked == [1] and launched == [32, 16]  # checked once; the repeat launched the remembered paged call

@@ -10,6 +10,8 @@ softmax, no atomics). Works on any torch device, so it is tested on the CPU.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import warnings
 from typing import TYPE_CHECKING
 
@@ -28,8 +30,18 @@ def warn_once(device: str) -> bool:
         return False
     _warned.add(device)
     warnings.warn(f"flashcore: {device} is not an SM 9.0 GPU; fallback='sdpa' computes attention with torch SDPA, "
-                  "not FlashCore's kernel", RuntimeWarning, stacklevel=3)
+                  "not FlashCore's kernel", RuntimeWarning, stacklevel=_caller_level())
     return True
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel of the first frame outside the flashcore package: the user's call, however many
+    of the package's functions lie between it and here."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def visible(seqlen_q: int, seqlen_k: int, rows: slice, device: torch.device) -> torch.Tensor:

@@ -229,3 +229,24 @@ def test_a_paged_kvcache_call_checks_its_page_table_and_caches_once(monkeypatch:
                     seen.add(b)
                     todo.append(b)
         assert module not in seen, f"{module} is re-entered: {sorted(edges)}"
+
+
+def test_refusals_name_the_argument_and_a_reason_without_internal_history() -> None:
+    """Every refused argument raises UnsupportedArgument naming it and why; no message or comment in flashcore/
+    cites an internal issue or step number (the history lives in docs/perf-notes.md)."""
+    import re
+    from pathlib import Path
+
+    from flashcore import check
+
+    for name, why in check.UNSUPPORTED.items():
+        with pytest.raises(UnsupportedArgument, match=rf"^{re.escape(name)}: {re.escape(why)}$"):
+            check.refuse({"qv": False, name: True})
+    q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(UnsupportedArgument, match="cache_leftpad: caches whose tokens start past row 0"):
+        flash_attn_with_kvcache(q, q, q, cache_seqlens=2, cache_leftpad=torch.zeros(1, dtype=torch.int32),
+                                fallback="sdpa")
+    package = Path(flashcore.__file__).resolve().parent
+    cited = [f"{p.name}:{i}" for p in package.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\b(issues?|steps?) \d", line, re.IGNORECASE)]
+    assert cited == []

@@ -27,6 +27,11 @@ class BuildWithKernel(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return
+        # The head-dim table (FC_HEAD_DIM_TABLE) is read from the C header when the library is not loaded
+        # (flashcore/head_dims.py), so the package carries it, with or without the kernel.
+        include = Path(self.build_lib) / "flashcore" / "include"
+        include.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / "kernel" / "flashcore.h", include / "flashcore.h")
         lib = self._build_kernel()
         dest = Path(self.build_lib) / "flashcore" / "lib" / "libflashcore.so"
         if lib is None:

@@ -4,17 +4,18 @@
 
 Layout: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (fp16 or bf16, last dim contiguous), out like q,
 lse [B, Hq, Sq] float32; FP8 (E4M3) inputs with descale factors: flashcore.attention_fp8 (bf16 out).
-See flashcore.api.attention for the full contract. FlashAttention-3's names:
+See flashcore.attention's docstring for the full contract. FlashAttention-3's names:
 flashcore.flash_attn_func, flashcore.flash_attn_varlen_func and flashcore.flash_attn_with_kvcache
 (flashcore/flash_attn.py; the serving layouts in flashcore/serving.py).
 """
 
 from flashcore._lib import library_path
 from flashcore._version import __version__
-from flashcore.api import Plan, attention, compiled_points, plan
-from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
-from flashcore.flash_attn import UnsupportedArgument, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from flashcore.api import Plan, attention, plan
+from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedArgument, UnsupportedDeviceError
+from flashcore.flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 from flashcore.fp8 import attention_fp8
+from flashcore.launch import compiled_points
 from flashcore.points import Point
 from flashcore.tuning import TileConfig, TuningWarning
 

@@ -11,3 +11,8 @@ class UnsupportedDeviceError(FlashCoreError):
 
 class KernelLaunchError(RuntimeError):
     """The CUDA runtime reported an error while launching the kernel."""
+
+
+class UnsupportedArgument(FlashCoreError):
+    """An argument FlashCore does not support (an FA3 feature not implemented): the message names it and says why,
+    and what to pass instead."""

@@ -10,7 +10,10 @@ softmax, no atomics). Works on any torch device, so it is tested on the CPU.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import warnings
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from flashcore import reference
@@ -28,8 +31,19 @@ def warn_once(device: str) -> bool:
         return False
     _warned.add(device)
     warnings.warn(f"flashcore: {device} is not an SM 9.0 GPU; fallback='sdpa' computes attention with torch SDPA, "
-                  "not FlashCore's kernel", RuntimeWarning, stacklevel=3)
+                  "not FlashCore's kernel", RuntimeWarning, stacklevel=_caller_level())
     return True
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel of the first frame outside the flashcore package: the user's call, however many
+    of the package's functions lie between it and here."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def visible(seqlen_q: int, seqlen_k: int, rows: slice, device: torch.device) -> torch.Tensor:

@@ -1,12 +1,16 @@
-"""The repeat-call fast path of flashcore.attention: a call whose every input but the data pointers matches an
-earlier call that passed all host checks and launched the kernel skips the checks, the tuned-table lookup and the
-plan, and launches with that call's parameters (fresh pointers, a fresh output).
+"""The repeat-call fast path of flashcore.attention and the serving entries: a call whose every input but the data
+pointers matches an earlier call that passed all host checks and launched the kernel skips the checks, the
+tuned-table lookup and the plan, and launches with that call's parameters (fresh pointers, a fresh output).
 
-`signature` is what check_call's verdict and the launch depend on, pointers aside: each tensor's type, shape,
-strides, dtype, device and layout, whether grad is needed (grad mode and requires_grad), every argument with its
-type (1 is not True), and the tuned-table switches of the environment. The one pointer-dependent check that
-remains, the 16-byte base alignment TMA needs, runs on every call (`aligned`). Calls with out=, lse=, tile= or
-debug_fault= always take the checked path (out and lse must be checked against the inputs' memory each time).
+`signature` is what the verdict of the checks (flashcore/check.py) and the launch depend on, pointers aside: each
+tensor's type, shape, strides, dtype, device and layout, whether grad is needed (grad mode and requires_grad), every
+argument with its type (1 is not True), and the tuned-table switches of the environment. The one pointer-dependent
+check that remains, the 16-byte base alignment TMA needs, runs on every call (`aligned`). Calls with out=, lse=,
+tile= or debug_fault= always take the checked path (out and lse must be checked against the inputs' memory each
+time).
+The serving entries' keys (`serving_signature`) start with the entry's name, so they never meet
+flashcore.attention's; the index tensors' values are device data and never part of a key. The launch of a hit is
+flashcore/launch.py `again`.
 """
 
 from __future__ import annotations
@@ -52,6 +56,28 @@ def signature(q: Any, k: Any, v: Any, causal: Any, softmax_scale: Any, determini
     except (AttributeError, TypeError):
         return None
     return key
+
+
+def serving_signature(kind: str, tensors: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A serving entry's key: its name, grad mode, each tensor's type, shape, strides, dtype, device, layout and
+    grad need (None stays None), each argument with its type, the tuned-table switches; None: uncacheable."""
+    import torch
+
+    try:
+        key: list[Any] = [kind, torch.is_grad_enabled()]
+        for t in tensors:
+            if t is None:
+                key.append(None)
+            else:
+                key += [type(t), t.shape, t.stride(), t.dtype, t.device, t.layout, t.requires_grad]
+        for a in args:
+            key += [type(a), tuple(a) if isinstance(a, list) else a]
+        key += [os.environ.get("FLASHCORE_TUNE"), os.environ.get("FLASHCORE_TUNE_TABLE")]
+        out = tuple(key)
+        hash(out)
+    except (AttributeError, TypeError):
+        return None
+    return out
 
 
 def lookup(key: tuple[Any, ...] | None) -> Entry | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from flashcore import api
+from flashcore import dense
+from flashcore.call import new_out
 
 
 @torch.library.custom_op("flashcore::attention", mutates_args=())
@@ -20,8 +21,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               softmax_scale: float | None = None, deterministic: bool = False, fallback: str = "error",
               num_splits: int | None = None, sm_margin: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """flashcore.attention(q, k, v, ...) -> (out [B, Sq, Hq, Dv], lse [B, Hq, Sq] float32)."""
-    return api.attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
-                         fallback=fallback, num_splits=num_splits, sm_margin=sm_margin)
+    return dense.run(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
+                     fallback=fallback, num_splits=num_splits, sm_margin=sm_margin)
 
 
 @attention.register_fake
@@ -30,6 +31,6 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, s
       sm_margin: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     # The shapes every call returns; the host checks run when the real op does.
     batch, seqlen_q, heads_q, _ = q.shape
-    out = api.new_out(q, v)
+    out = new_out(q, v)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     return out, lse

@@ -14,7 +14,8 @@ import ctypes
 import re
 from dataclasses import astuple, dataclass
 
-HEAD_DIMS = (64, 128, 256)
+from flashcore.head_dims import KERNEL_HEAD_DIMS as HEAD_DIMS
+
 SMEM_LIMIT = 227 * 1024  # what one H100 block may use
 ALIGN = 1024  # 128-byte-swizzled tiles start on 1024-byte boundaries
 TILE_INFO_BYTES = 32  # kernel/tile_scheduler.h kTileInfoBytes
@@ -93,7 +94,7 @@ class Point:
     def problems(self, head_dim: int) -> list[str]:
         """The rules this point breaks at `head_dim` (empty: it may be built; ptxas still judges spills)."""
         if head_dim not in HEAD_DIMS:
-            return [f"head dim {head_dim}: the kernel has 64, 128 and 256"]
+            return [f"head dim {head_dim}: the kernel has {', '.join(map(str, HEAD_DIMS[:-1]))} and {HEAD_DIMS[-1]}"]
         out = []
         if self.block_n % 16 or not 64 <= self.block_n <= 256:
             out.append(f"wgmma N: block_n {self.block_n} must be a multiple of 16 in 64..256 (kernel/wgmma_ops.h)")

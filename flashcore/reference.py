@@ -115,3 +115,15 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], c
         o, s = sequence(q[qs], k[ks], v[ks], causal=causal, scale=scale, window=window, softcap=softcap)
         out[qs], lse[:, qs] = o, s
     return out, lse
+
+
+def cached_keys(k_cache: torch.Tensor, v_cache: torch.Tensor, b: int, n: int, slots: torch.Tensor | None,
+                table: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence b's first n keys and values [n, Hkv, D] of a cache [B_cache, S, Hkv, D] (its slot slots[b], default
+    b) or of a paged cache [pages, page_size, Hkv, D] (its row of the page table)."""
+    if table is None:
+        entry = int(slots[b]) if slots is not None else b
+        return k_cache[entry, :n], v_cache[entry, :n]
+    page_size = k_cache.shape[1]
+    pages = table[b, :-(-n // page_size)].long()
+    return k_cache[pages].flatten(0, 1)[:n], v_cache[pages].flatten(0, 1)[:n]

@@ -98,7 +98,8 @@ class TileConfig:
         return self == TileConfig()
 
     def c_fields(self) -> dict[str, int]:
-        """The fc_params tile fields of this configuration (num_splits goes with the call's own: api._params)."""
+        """The fc_params tile fields of this configuration (num_splits goes with the call's own: flashcore/launch.py
+        `params`)."""
         return {"block_n": self.block_n, "schedule": SCHEDULES[self.schedule], "l2_section_pct": self.l2_section_pct,
                 "point": Point.parse(self.point).code if self.point else 0}
 

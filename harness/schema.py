@@ -17,12 +17,13 @@ from typing import Any, TypeVar
 
 import yaml
 
+from flashcore import head_dims
 from harness.ranges import bound_problem, range_of
 
-HEAD_DIMS = (64, 128, 256)  # head dims the kernel is built for (kernel/hopper_config.h HeadDimTraits)
-WORKLOAD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 96 and 192 run on the 128 and 256 kernels (flashcore.api)
+HEAD_DIMS = head_dims.KERNEL_HEAD_DIMS  # head dims the kernel is built for (kernel/hopper_config.h HeadDimTraits)
+WORKLOAD_HEAD_DIMS = head_dims.SUPPORTED  # kernel/flashcore.h FC_HEAD_DIM_TABLE: 96 and 192 run padded
 DTYPES = ("bf16", "fp16", "e4m3")  # e4m3: FP8 inputs with descales, bf16 out (flashcore.attention_fp8)
-FP8_HEAD_DIMS = (64, 128, 256)  # the head dims flashcore.attention_fp8 runs (flashcore/api.py FP8_HEAD_DIMS)
+FP8_HEAD_DIMS = head_dims.FP8  # the head dims flashcore.attention_fp8 runs (FC_HEAD_DIM_TABLE's fp8 column)
 # How a workload's batch is laid out (flashcore.serving): dense [B, S, H, D]; varlen: packed sequences of
 # seqlens_q / seqlens_k tokens (flash_attn_varlen_func); kvcache: a cache of seqlen_k slots per sequence holding
 # seqlens_k keys each (flash_attn_with_kvcache); paged: that cache in pages of page_size keys behind a page table.

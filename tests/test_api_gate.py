@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import flashcore
-from flashcore import api, fallback, serving
+from flashcore import check, fallback, head_dims
+from flashcore.call import Call
 from harness.config import load_config
 from harness.gates import api as api_gate
 from harness.gates import correctness
@@ -65,7 +66,7 @@ def test_the_table_covers_the_issue_list(table: CaseTable) -> None:
     for c in table.cases:
         if c.kind == "reject":
             assert issubclass(getattr(flashcore, c.error), flashcore.FlashCoreError)
-    assert table.defaults.head_dim in api.SUPPORTED_HEAD_DIMS
+    assert table.defaults.head_dim in head_dims.SUPPORTED
 
 
 BASE_TABLE = {"defaults": "{batch: 1, seqlen_q: 8, seqlen_k: 8, heads_q: 1, heads_kv: 1, head_dim: 64, dtype: bf16}",
@@ -200,9 +201,9 @@ def stand_in(mode: str = "") -> tuple[types.ModuleType, types.ModuleType]:
         if mode == "write-first" and isinstance(kw.get("out"), torch.Tensor) and kw["out"].dtype.is_floating_point:
             kw["out"].view(-1)[:1] = 0
         if mode == "no-checks":
-            call = api.Call(q, k, v, kw.get("out"), kw.get("lse"), bool(kw.get("causal")), 0.125, False, "error", 0)
+            call = Call("dense", q, k, v, kw.get("out"), kw.get("lse"), bool(kw.get("causal")), 0.125)
         else:
-            call = api.check_call(q, k, v, device_type="cpu", **kw)
+            call = check.dense(q, k, v, device_type="cpu", **kw)
         out = call.out if call.out is not None else torch.empty_like(q)
         lse = call.lse if call.lse is not None else torch.empty(q.shape[0], q.shape[2], q.shape[1])
         if call.empty:
@@ -212,8 +213,8 @@ def stand_in(mode: str = "") -> tuple[types.ModuleType, types.ModuleType]:
         return out, lse
 
     def dense(q: Any, k: Any, v: Any, window_size: Any = (-1, -1), softcap: Any = 0.0, **kw: Any) -> Any:
-        serving.check_window(window_size)  # flashcore.serving.dense's own checks come first, as there
-        serving.check_softcap(softcap)
+        check.window(window_size)  # flashcore.serving.dense's own checks come first, as there
+        check.softcap(softcap)
         return attention(q, k, v, **kw)
 
     fc = types.ModuleType("fc")

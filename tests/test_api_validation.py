@@ -1,5 +1,5 @@
 """flashcore's host-side validation and SDPA fallback, on the CPU: the public API refuses CPU tensors; the same
-checks (`api.check_call(..., device_type="cpu")`) refuse every bad argument with a message naming it; the
+checks (`flashcore.check.dense(..., device_type="cpu")`) refuse every bad argument with a message naming it; the
 fallback computes the kernel's contract. GPU-only parts are marked `gpu`."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import pytest
 import torch
 
 import flashcore
-from flashcore import api, fallback, fastpath, validate
+from flashcore import api, fallback, fastpath, launch, validate
+from flashcore import check as checks
+from flashcore.call import Call
 from tests.conftest import REPO, attention_fp32
 
 
@@ -25,8 +27,8 @@ def qkv(b: int = 2, sq: int = 40, sk: int = 40, hq: int = 4, hkv: int = 2, d: in
             torch.randn(b, sk, hkv, d, generator=g).to(dtype))
 
 
-def check(q: object, k: object, v: object, **kw: object) -> api.Call:
-    return api.check_call(q, k, v, device_type="cpu", **kw)
+def check(q: object, k: object, v: object, **kw: object) -> Call:
+    return checks.dense(q, k, v, device_type="cpu", **kw)
 
 
 # ---- the public entry point -----------------------------------------------------------------------
@@ -150,11 +152,11 @@ def test_overlap_is_about_bytes() -> None:
 
 
 def test_non_hopper_gpus_raise_unless_the_fallback_is_asked_for() -> None:
-    assert api.use_fallback("cuda:0", (9, 0), "H100", "error") is False
-    assert api.use_fallback("cuda:0", (9, 0), "H100", "sdpa") is False
-    assert api.use_fallback("cuda:0", (8, 0), "A100", "sdpa") is True
+    assert launch.use_fallback("cuda:0", (9, 0), "H100", "error") is False
+    assert launch.use_fallback("cuda:0", (9, 0), "H100", "sdpa") is False
+    assert launch.use_fallback("cuda:0", (8, 0), "A100", "sdpa") is True
     with pytest.raises(flashcore.UnsupportedDeviceError, match=r"cuda:0 \(A100\) is SM 8\.0: .*fallback='sdpa'"):
-        api.use_fallback("cuda:0", (8, 0), "A100", "error")
+        launch.use_fallback("cuda:0", (8, 0), "A100", "error")
 
 
 @pytest.mark.parametrize("sq, sk, hq, hkv, causal", [(40, 40, 4, 2, False), (40, 40, 4, 4, True),
@@ -229,7 +231,7 @@ def test_deterministic_promise_still_holds_for_the_kernel_source() -> None:
 def test_fallback_on_a_pretend_non_hopper_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     q, k, v = (t.cuda() for t in qkv(sq=100, sk=300, hq=8, hkv=2))
     kernel_out, kernel_lse = flashcore.attention(q, k, v, causal=True)
-    monkeypatch.setattr(api, "_device_info", lambda index: ((8, 0), "Pretend A100"))
+    monkeypatch.setattr(launch, "device_info", lambda index: ((8, 0), "Pretend A100"))
     fastpath.clear()  # a device does not change its capability within a process; this pretend one does
     monkeypatch.setattr(fallback, "_warned", set())
     with pytest.raises(flashcore.UnsupportedDeviceError, match=r"SM 8\.0"):

@@ -1,5 +1,5 @@
 """flashcore/fastpath.py on the CPU: the signature a repeat call is matched by holds every input of the checked
-path but the data pointers (so an input that check_call would refuse never matches a call it accepted), and a kept
+path but the data pointers (so an input that check.dense would refuse never matches a call it accepted), and a kept
 launch is replayed with fresh pointers. GPU part (a repeat call is the same launch, bit for bit; a misaligned or
 grad-needing repeat is still refused): tests/test_api_gpu.py."""
 
@@ -10,7 +10,7 @@ import inspect
 import pytest
 import torch
 
-from flashcore import _lib, api, fastpath
+from flashcore import _lib, api, check, fastpath
 from flashcore.errors import FlashCoreError
 
 ARGS = {"causal": True, "softmax_scale": None, "deterministic": False, "fallback": "error", "num_splits": None,
@@ -40,7 +40,7 @@ def test_the_same_metadata_with_other_data_matches() -> None:
 
 
 @pytest.mark.parametrize("change", [
-    {"causal": 1},                     # 1 == True, but check_call refuses an int
+    {"causal": 1},                     # 1 == True, but check.dense refuses an int
     {"softmax_scale": 0.125}, {"softmax_scale": 1},
     {"deterministic": True}, {"fallback": "sdpa"}, {"num_splits": 1}, {"num_splits": True}, {"sm_margin": 4},
     {"q": lambda q: q.to(torch.float16)}, {"q": lambda q: q.transpose(1, 2)}, {"q": lambda q: q[:, :39]},
@@ -65,9 +65,9 @@ def test_grad_mode_is_part_of_the_signature() -> None:
     v.requires_grad_()
     with torch.no_grad():
         quiet = sig(q, k, v)
-    assert sig(q, k, v) != quiet  # grad mode on: check_call refuses it
+    assert sig(q, k, v) != quiet  # grad mode on: check.dense refuses it
     with pytest.raises(FlashCoreError, match="forward-only"):
-        api.check_call(q, k, v, device_type="cpu")
+        check.dense(q, k, v, device_type="cpu")
 
 
 def test_non_tensors_and_unhashable_arguments_take_the_checked_path() -> None:

@@ -175,3 +175,78 @@ def test_varlen_still_refuses_descales_by_name() -> None:
     with pytest.raises(UnsupportedArgument, match="^q_descale: FP8 inputs run through flash_attn_func on dense"):
         flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu, 37, 37,
                                q_descale=torch.ones(2, 2), fallback="sdpa")
+
+
+def test_a_paged_kvcache_call_checks_its_page_table_and_caches_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flash_attn_with_kvcache with a page table and an append: the page table, the cache shapes and the dense
+    checks each run once, and no flashcore module calls back into one that called it (one walk through the rooms:
+    flash_attn -> serving -> check_serving / append -> forward)."""
+    import sys
+    from collections import Counter
+
+    from flashcore import check, check_serving
+
+    counts: Counter[str] = Counter()
+    for module, name in ((check_serving, "check_page_table"), (check_serving, "caches"), (check, "dense")):
+        real = getattr(module, name)
+
+        def counted(*a: object, _real: object = real, _name: str = name, **kw: object) -> object:
+            counts[_name] += 1
+            return _real(*a, **kw)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, name, counted)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 1, 4, 64, generator=g).to(torch.bfloat16)
+    k_cache, v_cache = (torch.randn(5, 16, 2, 64, generator=g).to(torch.bfloat16) for _ in range(2))
+    table = torch.tensor([[0, 3], [4, 1]], dtype=torch.int32)
+    k_new, v_new = (torch.randn(2, 1, 2, 64, generator=g).to(torch.bfloat16) for _ in range(2))
+    lengths = torch.tensor([5, 20], dtype=torch.int32)
+    edges: set[tuple[str, str]] = set()
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event != "call":
+            return
+        callee = frame.f_globals.get("__name__", "")  # type: ignore[attr-defined]
+        caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""  # type: ignore[attr-defined]
+        if callee != caller and callee.startswith("flashcore") and caller.startswith("flashcore"):
+            edges.add((caller, callee))
+
+    sys.setprofile(profile)
+    try:
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lengths, page_table=table,
+                                      fallback="sdpa")
+    finally:
+        sys.setprofile(None)
+    assert counts == {"check_page_table": 1, "caches": 1, "dense": 1}
+    assert out.shape == q.shape and torch.equal(k_cache[0, 5], k_new[0, 0]) and torch.equal(k_cache[1, 4], k_new[1, 0])
+    assert {("flashcore.flash_attn", "flashcore.serving"), ("flashcore.serving", "flashcore.forward")} <= edges
+    for module in {a for a, _ in edges}:  # no module calls one that (through others) called it
+        seen, todo = set(), [module]
+        while todo:
+            m = todo.pop()
+            for a, b in edges:
+                if a == m and b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+        assert module not in seen, f"{module} is re-entered: {sorted(edges)}"
+
+
+def test_refusals_name_the_argument_and_a_reason_without_internal_history() -> None:
+    """Every refused argument raises UnsupportedArgument naming it and why; no message or comment in flashcore/
+    cites an internal issue or step number (the history lives in docs/perf-notes.md)."""
+    import re
+    from pathlib import Path
+
+    from flashcore import check
+
+    for name, why in check.UNSUPPORTED.items():
+        with pytest.raises(UnsupportedArgument, match=rf"^{re.escape(name)}: {re.escape(why)}$"):
+            check.refuse({"qv": False, name: True})
+    q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(UnsupportedArgument, match="cache_leftpad: caches whose tokens start past row 0"):
+        flash_attn_with_kvcache(q, q, q, cache_seqlens=2, cache_leftpad=torch.zeros(1, dtype=torch.int32),
+                                fallback="sdpa")
+    package = Path(flashcore.__file__).resolve().parent
+    cited = [f"{p.name}:{i}" for p in package.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\b(issues?|steps?) \d", line, re.IGNORECASE)]
+    assert cited == []

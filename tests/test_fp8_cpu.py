@@ -1,4 +1,4 @@
-"""FP8 (flashcore.attention_fp8) on the CPU: its host checks (api.check_call(fp8=True), the descale checks) refuse
+"""FP8 (flashcore.attention_fp8) on the CPU: its host checks (check.dense(fp8=True), the descale checks) refuse
 bad arguments with a message naming them; the ctypes mirror of fc_params carries the FP8 fields in kernel/flashcore.h's
 order; the "same rounding" reference rounds P as the kernel does and stays close to the exact one; the V^T key order
 (kernel/fp8_vt.cuh) is a permutation of each 32-key group matching the k32 A-fragment columns."""
@@ -10,9 +10,10 @@ import re
 import pytest
 import torch
 
-from flashcore import _lib, api, reference
+from flashcore import _lib, launch, reference
+from flashcore import check as checks
+from flashcore.call import Call, out_dtype
 from flashcore.errors import FlashCoreError
-from flashcore.fp8 import check_descale
 from tests.conftest import REPO
 
 E4M3 = torch.float8_e4m3fn
@@ -23,14 +24,14 @@ def qkv(d: int = 128, dtype: torch.dtype = E4M3, hq: int = 4, hkv: int = 2) -> l
     return [torch.randn(2, 40, h, d, generator=g).to(dtype) for h in (hq, hkv, hkv)]
 
 
-def check(*tensors: torch.Tensor, **kw: object) -> api.Call:
-    return api.check_call(*tensors, device_type="cpu", fp8=True, **kw)
+def check(*tensors: torch.Tensor, **kw: object) -> Call:
+    return checks.dense(*tensors, device_type="cpu", fp8=True, **kw)
 
 
 def test_fp8_call_passes_and_wants_a_bf16_out() -> None:
     q, k, v = qkv()
     call = check(q, k, v, out=torch.empty(2, 40, 4, 128, dtype=torch.bfloat16))
-    assert call.q.dtype == E4M3 and api.out_dtype(q) == torch.bfloat16 and api.c_dtype(q) == _lib.FC_E4M3
+    assert call.q.dtype == E4M3 and out_dtype(q) == torch.bfloat16 and launch.c_dtype(q) == _lib.FC_E4M3
     with pytest.raises(FlashCoreError, match=r"out.dtype is torch.float8_e4m3fn: expected torch.bfloat16"):
         check(q, k, v, out=torch.empty(2, 40, 4, 128).to(E4M3))
 
@@ -62,15 +63,15 @@ def test_fp8_refuses_mixed_dtypes_and_odd_strides() -> None:
 ])
 def test_descale_checks(value: object, message: str) -> None:
     with pytest.raises(FlashCoreError, match=message):
-        check_descale("q_descale", value, 2, 2, torch.device("cpu"))
+        checks.descale("q_descale", value, 2, 2, torch.device("cpu"))
 
 
 def test_descale_device_and_expanded_views() -> None:
-    assert check_descale("k_descale", None, 2, 2, torch.device("cpu")) is None
+    assert checks.descale("k_descale", None, 2, 2, torch.device("cpu")) is None
     expanded = torch.tensor([0.5]).expand(2, 2)  # strides (0, 0): one factor for all
-    assert check_descale("k_descale", expanded, 2, 2, torch.device("cpu")) is expanded
+    assert checks.descale("k_descale", expanded, 2, 2, torch.device("cpu")) is expanded
     with pytest.raises(FlashCoreError, match="is on cpu but q is on meta"):
-        check_descale("v_descale", torch.ones(2, 2), 2, 2, torch.device("meta"))
+        checks.descale("v_descale", torch.ones(2, 2), 2, 2, torch.device("meta"))
 
 
 def test_ctypes_mirror_ends_with_the_fp8_fields_of_flashcore_h() -> None:
@@ -86,17 +87,16 @@ def test_ctypes_mirror_ends_with_the_fp8_fields_of_flashcore_h() -> None:
 
 def test_v_transpose_names_match_the_c_enum() -> None:
     """attention_fp8's v_transpose names map to kernel/flashcore.h's fc_fp8_v_transpose values; others raise."""
-    from flashcore import fp8
     from flashcore.errors import FlashCoreError
 
     header = (REPO / "kernel" / "flashcore.h").read_text()
     enum = dict(re.findall(r"FC_FP8_VT_(\w+) = (\d)", header))
-    assert {k.lower(): int(v) for k, v in enum.items()} == fp8.V_TRANSPOSE
-    assert [fp8.v_transpose_code(n) for n in ("auto", "pass", "smem")] == [0, 1, 2]
-    assert [fp8.v_transpose_name(c) for c in (0, 1, 2)] == ["", "pass", "smem"]
+    assert {k.lower(): int(v) for k, v in enum.items()} == checks.V_TRANSPOSE
+    assert [checks.v_transpose(n) for n in ("auto", "pass", "smem")] == [0, 1, 2]
+    assert [checks.v_transpose_name(c) for c in (0, 1, 2)] == ["", "pass", "smem"]
     for bad in ("SMEM", "", None, 2):
         with pytest.raises(FlashCoreError, match="v_transpose"):
-            fp8.v_transpose_code(bad)
+            checks.v_transpose(bad)
 
 
 def test_same_rounding_reference_is_close_to_exact() -> None:

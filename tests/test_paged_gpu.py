@@ -73,7 +73,7 @@ def test_paged_cache_matches_reference(case: tuple) -> None:
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     out, lse = serving.kvcache(q, k, v, seqlens, page_table=table, causal=causal, debug_checks=False)
     for b, n in enumerate(lengths):
-        kb, vb = serving.cached_keys(k, v, b, n, None, table)
+        kb, vb = reference.cached_keys(k, v, b, n, None, table)
         ref, ref_lse = reference.sequence(q[b], kb, vb, causal=causal, scale=1 / math.sqrt(d))
         close(out[b], ref, lse[b], ref_lse)
 
@@ -91,7 +91,7 @@ def test_paged_append_then_attend_equals_contiguous() -> None:
     out = flashcore.flash_attn_with_kvcache(q, k, v, new_k, new_v, cache_seqlens=seqlens, page_table=table,
                                             causal=True, debug_checks=True)
     for b, n in enumerate(lengths):
-        kb, vb = serving.cached_keys(k, v, b, n + 2, None, table)
+        kb, vb = reference.cached_keys(k, v, b, n + 2, None, table)
         assert torch.equal(kb[n:], new_k[b]) and torch.equal(vb[n:], new_v[b])
         ref, _ = reference.sequence(q[b], kb, vb, causal=True, scale=1 / math.sqrt(128))
         torch.testing.assert_close(out[b].float(), ref, atol=ATOL, rtol=RTOL)

@@ -1,4 +1,4 @@
-"""flashcore.api.workspace_bytes: fc_plan once per launch signature, then straight to the launch (host cost)."""
+"""flashcore.launch.workspace_bytes: fc_plan once per launch signature, then straight to the launch (host cost)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ctypes
 
 import pytest
 
-from flashcore import _lib, api
+from flashcore import _lib, launch
 from flashcore.errors import FlashCoreError
 
 
@@ -34,13 +34,13 @@ def _params(**kw: object) -> _lib.FcParams:
 
 @pytest.fixture(autouse=True)
 def empty_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api, "_PLAN_CACHE", {})
+    monkeypatch.setattr(launch, "_PLAN_CACHE", {})
 
 
 def test_one_plan_per_signature_whatever_the_pointers() -> None:
     lib = FakeLib()
-    assert api.workspace_bytes(lib, _params(), 0) == 2048  # type: ignore[arg-type]
-    assert api.workspace_bytes(lib, _params(q=0x9000, o=0xA000, workspace=0xB000), 0) == 2048  # type: ignore[arg-type]
+    assert launch.workspace_bytes(lib, _params(), 0) == 2048  # type: ignore[arg-type]
+    assert launch.workspace_bytes(lib, _params(q=0x9000, o=0xA000, workspace=0xB000), 0) == 2048  # type: ignore[arg-type]
     assert lib.plans == 1
 
 
@@ -49,25 +49,25 @@ def test_one_plan_per_signature_whatever_the_pointers() -> None:
                                     {"deterministic": 1}, {"lse": None}])
 def test_anything_the_plan_depends_on_plans_again(change: dict[str, object]) -> None:
     lib = FakeLib()
-    api.workspace_bytes(lib, _params(), 0)  # type: ignore[arg-type]
-    api.workspace_bytes(lib, _params(**change), 0)  # type: ignore[arg-type]
+    launch.workspace_bytes(lib, _params(), 0)  # type: ignore[arg-type]
+    launch.workspace_bytes(lib, _params(**change), 0)  # type: ignore[arg-type]
     assert lib.plans == 2
 
 
 def test_another_device_plans_again_and_a_failed_plan_is_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
     lib = FakeLib()
-    api.workspace_bytes(lib, _params(), 0)  # type: ignore[arg-type]
-    api.workspace_bytes(lib, _params(), 1)  # type: ignore[arg-type]
+    launch.workspace_bytes(lib, _params(), 0)  # type: ignore[arg-type]
+    launch.workspace_bytes(lib, _params(), 1)  # type: ignore[arg-type]
     assert lib.plans == 2
     monkeypatch.setattr(_lib, "last_error", lambda lib: "fc_plan: bad shape")
     for _ in range(2):
         with pytest.raises(FlashCoreError):
-            api.workspace_bytes(lib, _params(seqlen_q=13), 0)  # type: ignore[arg-type]
+            launch.workspace_bytes(lib, _params(seqlen_q=13), 0)  # type: ignore[arg-type]
     assert lib.plans == 4
 
 
 def test_the_key_leaves_out_only_pointers() -> None:
-    names = {f for f, _ in _lib.FcParams._fields_} - api._POINTERS
+    names = {f for f, _ in _lib.FcParams._fields_} - launch._POINTERS
     assert {"seqlen_q", "q_stride", "block_n", "schedule", "l2_section_pct", "debug_fault"} <= names
-    key = api.plan_key(_params(), 0)
+    key = launch.plan_key(_params(), 0)
     assert hash(key) and all(not isinstance(v, ctypes.Array) for v in key)  # hashable plain values

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import flashcore
-from flashcore import _lib, reference, serving
+from flashcore import _lib, check, fastpath, launch, reference, serving
 from flashcore.errors import FlashCoreError
 from flashcore.flash_attn import UnsupportedArgument
 
@@ -66,13 +66,13 @@ def test_rows_without_keys_get_zero_and_minus_inf() -> None:
 @pytest.mark.parametrize("bad", [(1,), (-2, 0), (0, "1"), (True, 0), (0, 1 << 31), None, 3])
 def test_window_values_are_checked(bad: object) -> None:
     with pytest.raises(FlashCoreError, match="window_size"):
-        serving.check_window(bad)
+        check.window(bad)
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan, "1", True])
 def test_softcap_values_are_checked(bad: object) -> None:
     with pytest.raises(FlashCoreError, match="softcap"):
-        serving.check_softcap(bad)
+        check.softcap(bad)
 
 
 def offsets(lengths: list[int]) -> torch.Tensor:
@@ -252,41 +252,41 @@ def test_fc_params_mirror_lists_the_header_fields_in_order() -> None:
 def test_repeat_call_signature_ignores_pointers_but_not_layouts() -> None:
     q, kc, lens = rand(2, 1, 4, 64), rand(2, 8, 2, 64), torch.tensor([1, 2], dtype=torch.int32)
     args = (False, None, (-1, -1), 0.0, None, 0, "error")
-    key = serving._signature("kvcache", (q, kc, kc, lens, None), args)
-    assert key == serving._signature("kvcache", (rand(2, 1, 4, 64), kc.clone(), kc, lens + 1, None), args)
+    key = fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), args)
+    assert key == fastpath.serving_signature("kvcache", (rand(2, 1, 4, 64), kc.clone(), kc, lens + 1, None), args)
     # a list window is hashable as a tuple (its own entry: the type is part of the key, as in flashcore/fastpath.py)
-    assert serving._signature("kvcache", (q, kc, kc, lens, None), (False, None, [-1, -1], 0.0, None, 0,
+    assert fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), (False, None, [-1, -1], 0.0, None, 0,
                                                                    "error")) is not None
     q3 = rand(2, 3, 4, 64)
-    assert serving._signature("kvcache", (q3, kc, kc, lens, None), args) != serving._signature(
+    assert fastpath.serving_signature("kvcache", (q3, kc, kc, lens, None), args) != fastpath.serving_signature(
         "kvcache", (q3.transpose(1, 2).contiguous().transpose(1, 2), kc, kc, lens, None), args)  # other strides
-    assert key != serving._signature("kvcache", (q.half(), kc, kc, lens, None), args)
-    assert key != serving._signature("varlen", (q, kc, kc, lens, None), args)
-    assert key != serving._signature("kvcache", (q, kc, kc, lens, None), (True, *args[1:]))
+    assert key != fastpath.serving_signature("kvcache", (q.half(), kc, kc, lens, None), args)
+    assert key != fastpath.serving_signature("varlen", (q, kc, kc, lens, None), args)
+    assert key != fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), (True, *args[1:]))
     with torch.no_grad():
-        assert key != serving._signature("kvcache", (q, kc, kc, lens, None), args)  # grad mode is part of it
-    assert serving._signature("kvcache", ([1], kc, kc, lens, None), args) is None  # not a tensor: checked path
+        assert key != fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), args)  # grad mode is part of it
+    assert fastpath.serving_signature("kvcache", ([1], kc, kc, lens, None), args) is None  # not a tensor: checked path
 
 
 def test_repeat_call_launches_the_remembered_params_with_new_pointers(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flashcore import api, fastpath
-
     seen: list[tuple[_lib.FcParams, int]] = []
-    monkeypatch.setattr(api, "_forward", lambda lib, params, need, device: seen.append((params, need)))
+    monkeypatch.setattr(launch, "c_forward", lambda lib, params, need, device: seen.append((params, need)))
     monkeypatch.setattr(_lib, "load", lambda: None)
     q, kc, lens = rand(2, 1, 4, 64), rand(2, 8, 2, 64), torch.tensor([1, 2], dtype=torch.int32)
-    key = serving._signature("kvcache", (q, kc, kc, lens, None), ("x",))
+    key = fastpath.serving_signature("kvcache", (q, kc, kc, lens, None), ("x",))
     arrays = {"seqused_k": lens, "kv_batch_idx": None}
-    assert serving._again(key, q, kc, kc, arrays, serving._lse_dense) is None
+    assert fastpath.lookup(key) is None
     fastpath.remember(key, _lib.FcParams(batch=2, heads_q=4, seqlen_k=8, workspace=1234, workspace_bytes=64), 64)
-    out, lse = serving._again(key, q, kc, kc, arrays, serving._lse_dense)
+    entry = fastpath.lookup(key)
+    assert entry is not None
+    out, lse = launch.again(entry, q, kc, kc, (2, 4, 1), arrays)
     params, need = seen[-1]
     assert need == 64 and params.batch == 2 and params.seqlen_k == 8
     assert params.q == q.data_ptr() and params.seqused_k == lens.data_ptr() and params.kv_batch_idx is None
     assert params.o == out.data_ptr() and params.lse == lse.data_ptr() and lse.shape == (2, 4, 1)
     assert params.workspace is None  # the remembered launch's workspace is never reused
     misaligned = rand(kc.numel() + 8)[4:4 + kc.numel()].view(kc.shape)  # kc's layout, base 8 bytes off
-    assert serving._again(key, q, misaligned, kc, arrays, serving._lse_dense) is None  # the checked path says why
+    assert not fastpath.aligned(q, misaligned, kc)  # the checked path then says why
 
 
 def test_serving_calls_write_into_the_callers_buffers() -> None:
@@ -315,3 +315,31 @@ def test_serving_calls_write_into_the_callers_buffers() -> None:
     out = torch.empty(1, 6, 4, 64, dtype=torch.bfloat16)
     assert serving.dense(qd, qd[:, :, :2].clone(), qd[:, :, :2].clone(), window_size=(2, 0), fallback="sdpa",
                          out=out)[0] is out
+
+
+def test_a_repeat_paged_append_call_skips_the_checks_and_still_appends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flash_attn_with_kvcache with one int length, a page table and an append: the second call with the same
+    layouts takes the repeat path (no checks, the remembered parameters) and still writes its new keys."""
+    from flashcore import check_serving, forward
+
+    checked, launched = [], []
+    real_check = check_serving.kvcache
+    monkeypatch.setattr(check_serving, "kvcache", lambda *a, **kw: checked.append(1) or real_check(*a, **kw))
+    monkeypatch.setattr(forward, "_device", lambda call: (0, "pretend H100", False))  # the kernel path, on the CPU
+
+    def pretend_launch(params: _lib.FcParams, device: torch.device, key: object = None) -> None:
+        launched.append(params.seqlen_k)
+        fastpath.remember(key, params, 0)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(launch, "launch", pretend_launch)
+    monkeypatch.setattr(launch, "c_forward", lambda lib, params, need, device: launched.append(params.page_size))
+    monkeypatch.setattr(_lib, "load", lambda: None)
+    monkeypatch.setattr(fastpath, "_CACHE", {})
+    q, k_cache, v_cache = rand(2, 1, 4, 64), rand(4, 16, 2, 64), rand(4, 16, 2, 64)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    for _ in range(2):  # FA3's int length: the same slot each time
+        new = rand(2, 1, 2, 64)
+        flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, new, new, cache_seqlens=5, page_table=table,
+                                          fallback="sdpa")
+        assert torch.equal(k_cache[0, 5], new[0, 0]) and torch.equal(k_cache[2, 5], new[1, 0])
+    assert checked == [1] and launched == [32, 16]  # checked once; the repeat launched the remembered paged call

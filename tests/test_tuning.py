@@ -172,24 +172,27 @@ def test_make_kernel_id_hashes_the_kernel_sources() -> None:
 
 
 def test_a_tables_split_count_yields_to_the_caller_and_to_deterministic_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    """api.tile_config / api._params on CPU tensors (nothing launched): the table's num_splits reaches fc_params
+    """launch.tile_config / launch.params on CPU tensors (nothing launched): the table's num_splits reaches fc_params
     unless the caller passes num_splits, and deterministic mode never takes it (nor block_n or a point)."""
     import torch
 
-    from flashcore import api
+    from flashcore import check, launch
 
     tuned = TileConfig(block_n=176, num_splits=12)
     monkeypatch.setattr(tuning, "config_for", lambda key, gpu, sms, kid: tuned)
-    monkeypatch.setattr(api, "_sm_count", lambda index: 132)
-    monkeypatch.setattr(api, "kernel_id", lambda: "k")
+    monkeypatch.setattr(launch, "sm_count", lambda index: 132)
+    monkeypatch.setattr(launch, "kernel_id", lambda: "k")
+    monkeypatch.setattr(launch, "device_info", lambda index: ((9, 0), "GPU X"))
+    launch._table_config.cache_clear()
     q, k = torch.randn(1, 1, 32, 128, dtype=torch.bfloat16), torch.randn(1, 4096, 8, 128, dtype=torch.bfloat16)
 
     def fields(**kw: object) -> tuple[int, int]:
-        call = api.check_call(q, k, k.clone(), device_type="cpu", **kw)  # type: ignore[arg-type]
-        config = api.tile_config(call, 0, "GPU X")
-        p = api._params(call, q, None, config)
+        call = check.dense(q, k, k.clone(), device_type="cpu", **kw)  # type: ignore[arg-type]
+        config = launch.tile_config(call, 0)
+        p = launch.params(call, q, None, config)
         return p.num_splits, p.block_n
 
     assert fields() == (12, 176)
     assert fields(num_splits=3) == (3, 176)  # the caller's count wins
     assert fields(deterministic=True) == (0, 0)  # the kernel's rule, the default tile
+    launch._table_config.cache_clear()  # the pretend GPU's answers stay in this test

@@ -47,7 +47,8 @@ def test_without_nvcc_the_package_installs_and_says_it_has_no_kernel(tmp_path: P
     wheel, log = _wheel(tmp_path)
     assert "installing without the kernel" in log
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"flashcore/py.typed", "flashcore/tuned.yaml", "flashcore/api.py"} <= set(names)
+    shipped = {"flashcore/py.typed", "flashcore/tuned.yaml", "flashcore/api.py", "flashcore/include/flashcore.h"}
+    assert shipped <= set(names)  # the header: the head-dim table without the library
     assert not any(n.startswith("flashcore/lib/") for n in names)
     assert "-none-any" not in wheel.name  # a platform wheel: it can carry the compiled library
     out = _installed_probe(tmp_path, wheel)

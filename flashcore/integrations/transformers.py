@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flashcore.api import attention
-from flashcore.errors import FlashCoreError
+from flashcore.errors import FlashCoreError, UnsupportedArgument
 from flashcore.serving import varlen
 
 if TYPE_CHECKING:
@@ -53,17 +53,17 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
     [B, Sq, Hq, D] and no attention weights. Causal masks are bottom-right aligned: queries are the last Sq
     positions of the Sk keys, which is what a decoder with a KV cache (prefill, chunked prefill, decode) needs."""
     if kwargs.get("softcap") is not None:
-        raise FlashCoreError("softcap: not mapped from Transformers' arguments yet (flashcore.flash_attn_func takes "
-                             "softcap); use attn_implementation='sdpa' or 'eager' for this model")
+        raise UnsupportedArgument("softcap: not mapped from Transformers' arguments (flashcore.flash_attn_func takes "
+                                  "softcap); use attn_implementation='sdpa' or 'eager' for this model")
     if kwargs.get("sliding_window") is not None:
-        raise FlashCoreError("sliding_window: Transformers' window convention is not mapped yet (flashcore."
-                             "flash_attn_func takes window_size); use attn_implementation='sdpa' or 'eager' for this "
-                             "model")
+        raise UnsupportedArgument("sliding_window: Transformers' window convention is not mapped (flashcore."
+                                  "flash_attn_func takes window_size); use attn_implementation='sdpa' or 'eager' for "
+                                  "this model")
     if kwargs.get("output_attentions"):
-        raise FlashCoreError("output_attentions: FlashCore never forms the attention matrix; use "
-                             "attn_implementation='eager' to get the weights")
+        raise UnsupportedArgument("output_attentions: FlashCore never forms the attention matrix; use "
+                                  "attn_implementation='eager' to get the weights")
     if dropout and getattr(module, "training", False):
-        raise FlashCoreError(f"dropout {dropout}: FlashCore is inference-only (model.eval())")
+        raise UnsupportedArgument(f"dropout {dropout}: FlashCore is inference-only (model.eval())")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     if attention_mask is not None:
         return padded(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attention_mask, causal,

@@ -1,0 +1,223 @@
+"""The host checks of a dense call (flashcore.attention, attention_fp8, plan, serving.dense) into a Call, and the
+argument checks every layout shares (window, softcap, fallback, FP8 descales, FA3 arguments refused by name). Each
+raises FlashCoreError naming the argument, its value and what is allowed; the primitives are flashcore/validate.py
+(called through the module, so a test can plant a no-op there: harness/planted_checks.py).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from flashcore import faults, head_dims, tuning, validate
+from flashcore.call import Call, out_dtype, out_shape
+from flashcore.errors import FlashCoreError, UnsupportedArgument
+
+if TYPE_CHECKING:
+    import torch
+
+MAX_FAULT = int(faults.MAX_FAULT)  # debug_fault 1..4: flashcore/faults.py (kernel/common.h FaultKind)
+MAX_SM_MARGIN = 1 << 20
+MAX_WINDOW = 1 << 30
+FALLBACKS = ("error", "sdpa")
+BSHD = "[B, S, H, D]"
+# fc_params.fp8_v_transpose (kernel/flashcore.h enum fc_fp8_v_transpose): where the kernel transposes V for P V.
+V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
+
+# Why each FA3 argument FlashCore does not take is refused (UnsupportedArgument names it with this reason).
+UNSUPPORTED = {
+    "qv": "a second query operand (FA3's MLA path) is not supported",
+    "q_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
+    "k_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
+    "v_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
+    "fp8 window_size": "sliding windows with FP8 inputs are not supported; pass (-1, -1)",
+    "fp8 softcap": "softcap with FP8 inputs is not supported; pass 0.0",
+    "fp8 fallback": "fallback='sdpa' has no FP8 path: FP8 runs on the Hopper kernel only",
+    "attention_chunk": "chunked attention is not supported; pass 0",
+    "rotary_cos": "rotary embedding inside the call is not supported; apply it to q and k first",
+    "rotary_sin": "rotary embedding inside the call is not supported; apply it to q and k first",
+    "rotary_seqlens": "rotary embedding inside the call is not supported",
+    "cache_leftpad": "caches whose tokens start past row 0 are not supported: store each sequence from row 0",
+    "seqused_q": "per-sequence query counts are not supported: pass cu_seqlens_q of the used rows",
+    "cu_seqlens_q": "packed queries into a KV cache are not supported: use a [B, Sq, Hq, D] q",
+    "max_seqlen_q": "packed queries into a KV cache are not supported: use a [B, Sq, Hq, D] q",
+    "cu_seqlens_k_new": "a different count of new keys per sequence is not supported: append k and v as "
+                        "[B, Snew, Hkv, D]",
+    "scheduler_metadata": "FA3's precomputed scheduler metadata has no FlashCore equivalent; pass None",
+    "sinks": "attention sinks are not supported",
+}
+
+
+def refuse(given: Mapping[str, bool]) -> None:
+    """Raise UnsupportedArgument for the first argument set away from its default."""
+    for name, set_ in given.items():
+        if set_:
+            raise UnsupportedArgument(f"{name}: {UNSUPPORTED[name]}")
+
+
+def device_type(q: object, fallback: object) -> str:
+    """The device type a call's tensors must be on: "cpu" for CPU tensors with fallback="sdpa" (torch computes the
+    same contract there), else "cuda"."""
+    import torch
+
+    return "cpu" if fallback == "sdpa" and isinstance(q, torch.Tensor) and q.device.type == "cpu" else "cuda"
+
+
+def fallback_choice(value: Any) -> str:
+    """fallback: "error" or "sdpa"."""
+    if value not in FALLBACKS:
+        raise FlashCoreError(f"fallback is {value!r}: expected 'error' (raise UnsupportedDeviceError on a GPU "
+                             "that is not SM 9.0) or 'sdpa' (compute with torch off SM 9.0 and on the CPU)")
+    return str(value)
+
+
+def window(window_size: Any) -> tuple[int, int]:
+    """(left, right), each an int in [-1, 2**30] (-1: unbounded)."""
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise FlashCoreError(f"window_size is {window_size!r}: expected a pair (left, right) of ints >= -1 "
+                             "((-1, -1): no window)") from None
+    for name, value in (("left", left), ("right", right)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -1 <= int(value) <= MAX_WINDOW:
+            raise FlashCoreError(f"window_size {name} is {value!r}: expected an int in [-1, {MAX_WINDOW}] "
+                                 "(-1: unbounded on that side)")
+    return int(left), int(right)
+
+
+def softcap(value: Any) -> float:
+    """A finite float >= 0 (0: off)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise FlashCoreError(f"softcap is {value!r}: expected a float >= 0 (0.0: no soft-capping)")
+    cap = float(value)
+    if not (math.isfinite(cap) and cap >= 0):
+        raise FlashCoreError(f"softcap is {cap}: it must be finite and >= 0 (0.0: no soft-capping)")
+    return cap
+
+
+def v_transpose(value: object) -> int:
+    """fc_params.fp8_v_transpose for attention_fp8's `v_transpose` ("auto", "pass" or "smem")."""
+    if not isinstance(value, str) or value not in V_TRANSPOSE:
+        raise FlashCoreError(f"v_transpose={value!r}: use 'auto' (by the shape), 'pass' (the kernel writes a "
+                             "transposed copy of V into the workspace) or 'smem' (it transposes V in shared memory)")
+    return V_TRANSPOSE[value]
+
+
+def v_transpose_name(code: int) -> str:
+    """fc_plan_info.fp8_v_transpose as attention_fp8 names it: "pass" or "smem"; "" for 16-bit inputs (0)."""
+    return next((name for name, c in V_TRANSPOSE.items() if c == code and name != "auto"), "")
+
+
+def descale(name: str, t: object, batch: int, heads_kv: int, device: torch.device) -> torch.Tensor | None:
+    """None, or a float32 tensor [batch, heads_kv] on q's device (any non-negative strides: expanded views too).
+    Its values are not read on the host (a copy would synchronize); a NaN or Inf factor gives NaN/Inf output."""
+    import torch
+
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise FlashCoreError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise FlashCoreError(f"{name}.dtype is {t.dtype}: descale factors are torch.float32")
+    if tuple(t.shape) != (batch, heads_kv):
+        raise FlashCoreError(f"{name} has shape {tuple(t.shape)}: expected [B, Hkv] = {(batch, heads_kv)} (one "
+                             "factor per batch entry and K/V head, as FA3)")
+    if t.device != device:
+        raise FlashCoreError(f"{name} is on {t.device} but q is on {device}: all tensors must be on one device")
+    if t.layout != torch.strided or any(s < 0 for s in t.stride()):
+        raise FlashCoreError(f"{name} has stride {t.stride()}: a dense tensor with non-negative strides is needed")
+    return t
+
+
+def head_dim_v(head_dim: int, value: int) -> None:
+    """v's head dim is q's, or another the head-dim table pairs with q's."""
+    allowed = head_dims.HEAD_DIM_V.get(head_dim, (head_dim,))
+    if value not in allowed:
+        raise FlashCoreError(f"v's head dim is {value} with q and k's {head_dim}: expected "
+                             f"{' or '.join(map(str, allowed))}")
+
+
+def dense(q: object, k: object, v: object, *, causal: object = False, softmax_scale: object = None,
+          out: object = None, lse: object = None, deterministic: object = False, fallback: object = "error",
+          debug_fault: object = 0, num_splits: object = None, sm_margin: object = 0, tile: object = None,
+          device_type: str = "cuda", fp8: bool = False) -> Call:
+    """Every host-side check of `attention`, in order. `device_type` is "cuda" except with fallback="sdpa" on CPU
+    tensors. fp8: the checks of flashcore.attention_fp8 (E4M3 inputs, the table's FP8 head dims, a bf16 out)."""
+    q = validate.tensor("q", q, device_type, None)
+    k = validate.tensor("k", k, device_type, q.device)
+    v = validate.tensor("v", v, device_type, q.device)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        validate.rank(name, t, 4, BSHD)
+    validate.no_grad_needed({"q": q, "k": k, "v": v})
+    if fp8:
+        validate.dtype_fp8("q", q)
+    else:
+        validate.dtype16("q", q)
+    validate.same("k", "dtype", k.dtype, q.dtype, "q, k and v must have one dtype")
+    validate.same("v", "dtype", v.dtype, q.dtype, "q, k and v must have one dtype")
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    if k.shape[:3] != v.shape[:3]:
+        raise FlashCoreError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}: they must match "
+                             "[B, Sk, Hkv, D] (v's head dim may differ: see below)")
+    validate.same("k", "shape[0] (batch)", k.shape[0], batch, "batch sizes must match")
+    validate.same("k", "shape[3] (head dim)", k.shape[3], head_dim, "head dims must match")
+    if head_dim not in (head_dims.FP8 if fp8 else head_dims.SUPPORTED):
+        what = f"FP8 inputs run head dims {head_dims.FP8}" if fp8 else f"FlashCore supports {head_dims.SUPPORTED}"
+        raise FlashCoreError(f"head dim (q.shape[3]) is {head_dim}: {what}")
+    if fp8 and v.shape[3] != head_dim:
+        raise FlashCoreError(f"v's head dim is {v.shape[3]} with q and k's {head_dim}: FP8 inputs need one head dim")
+    head_dim_v(head_dim, v.shape[3])
+    if heads_q and (heads_kv == 0 or heads_q % heads_kv):
+        raise FlashCoreError(f"q has {heads_q} heads and k/v have {heads_kv}: heads_q must be a multiple of "
+                             "heads_kv (GQA: query head h reads k/v head h // (heads_q // heads_kv))")
+    validate.at_most("q.shape[0] (batch)", batch, validate.MAX_GRID_YZ, "CUDA grid z dimension")
+    validate.at_most("q.shape[2] (heads_q)", heads_q, validate.MAX_GRID_YZ, "CUDA grid y dimension")
+    validate.at_most("q.shape[1] (seqlen_q)", seqlen_q, validate.MAX_SEQLEN, "32-bit row indices")
+    validate.at_most("k.shape[1] (seqlen_k)", seqlen_k, validate.MAX_SEQLEN, "32-bit row indices")
+    scale = validate.scale(softmax_scale, head_dim)
+    causal = validate.flag("causal", causal)
+    deterministic = validate.flag("deterministic", deterministic)
+    fallback = fallback_choice(fallback)
+    if isinstance(debug_fault, bool) or not isinstance(debug_fault, int) or not 0 <= debug_fault <= MAX_FAULT:
+        raise FlashCoreError(f"debug_fault is {debug_fault!r}: known faults are 0..{MAX_FAULT} (0 = none)")
+    splits = 0 if num_splits is None else validate.count("num_splits", num_splits, 1, tuning.MAX_SPLITS,
+                                                         " or None (chosen from the shapes and the GPU)")
+    margin = validate.count("sm_margin", sm_margin, 0, MAX_SM_MARGIN)
+    if tile is not None:
+        if not isinstance(tile, tuning.TileConfig):
+            raise FlashCoreError(f"tile is {type(tile).__name__}: expected a flashcore.TileConfig or None (the tuned "
+                                 "table's choice)")
+        if bad := tile.problems():
+            raise FlashCoreError("tile " + "; ".join(bad))
+    inputs = {"q": q, "k": k, "v": v}
+    if out is not None:
+        out = validate.tensor("out", out, device_type, q.device)
+        if tuple(out.shape) != out_shape(q, v):
+            raise FlashCoreError(f"out has shape {tuple(out.shape)}: expected {out_shape(q, v)} ([B, Sq, Hq] of q, "
+                                 "v's head dim)")
+        if fp8 and out.dtype != out_dtype(q):
+            raise FlashCoreError(f"out.dtype is {out.dtype}: expected {out_dtype(q)} (bf16 for FP8 inputs)")
+        validate.same("out", "dtype", out.dtype, out_dtype(q), "out must have q's dtype")
+        validate.self_overlap("out", out)
+        validate.not_aliased("out", out, inputs)
+    if lse is not None:
+        import torch
+
+        lse = validate.tensor("lse", lse, device_type, q.device)
+        expected = (batch, heads_q, seqlen_q)
+        if tuple(lse.shape) != expected:
+            raise FlashCoreError(f"lse has shape {tuple(lse.shape)}: expected [B, Hq, Sq] = {expected}")
+        if lse.dtype != torch.float32:
+            raise FlashCoreError(f"lse.dtype is {lse.dtype}: expected torch.float32")
+        if not lse.is_contiguous():
+            raise FlashCoreError(f"lse has stride {lse.stride()}: it must be contiguous (written row-major "
+                                 "[B, Hq, Sq])")
+        validate.not_aliased("lse", lse, {**inputs, **({"out": out} if out is not None else {})})
+    call = Call("dense", q, k, v, out, lse, causal, scale, deterministic, fallback, debug_fault, splits, margin, tile)
+    if q.numel() and seqlen_k:
+        for name, t in {**inputs, **({"out": out} if out is not None else {})}.items():
+            validate.layout(name, t)
+    return call

@@ -1,0 +1,71 @@
+"""The head dims FlashCore runs: kernel/flashcore.h's FC_HEAD_DIM_TABLE, the one list (X(head_dim, head_dim_v,
+fp8_supported) per entry). Read through the loaded library's fc_head_dims() when the library is loaded and exports
+it, else parsed from the header: the checkout's kernel/flashcore.h, or the copy a wheel ships
+(flashcore/include/flashcore.h, setup.py). Importing this module loads neither torch nor the library, so the
+harness's schema can use it on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from flashcore import _lib
+
+HEADERS = (Path(__file__).resolve().parent / "include" / "flashcore.h",  # a wheel's copy
+           Path(__file__).resolve().parent.parent / "kernel" / "flashcore.h")  # a source checkout
+# The tile instantiations of the kernel (kernel/tile_choice.h): the other head dims run padded on the next one up.
+KERNEL_HEAD_DIMS = (64, 128, 256)
+_MACRO = re.compile(r"#define\s+FC_HEAD_DIM_TABLE\(X\)((?:[^\n]*\\\n)*[^\n]*)")
+_ENTRY = re.compile(r"X\(\s*(\d+)\s*,\s*(\d+)\s*,\s*([01])\s*\)")
+_MAX_ENTRIES = 64
+
+
+@dataclass(frozen=True)
+class HeadDim:
+    head_dim: int  # q's and k's
+    head_dim_v: int  # v's (and out's)
+    fp8: bool  # flashcore.attention_fp8 runs it
+
+
+def parse_header(text: str, source: str = "flashcore.h") -> tuple[HeadDim, ...]:
+    """FC_HEAD_DIM_TABLE's entries in `text`; ValueError naming `source` when the macro is missing or empty."""
+    m = _MACRO.search(text)
+    entries = tuple(HeadDim(int(d), int(dv), fp8 == "1") for d, dv, fp8 in _ENTRY.findall(m.group(1))) if m else ()
+    if not entries:
+        raise ValueError(f"{source}: no FC_HEAD_DIM_TABLE(X) entries (expected lines X(head_dim, head_dim_v, fp8))")
+    return entries
+
+
+def from_library(lib: ctypes.CDLL) -> tuple[HeadDim, ...] | None:
+    """fc_head_dims() of a loaded library; None when the library predates it."""
+    fn = getattr(lib, "fc_head_dims", None)
+    if fn is None:
+        return None
+    fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_int32), ctypes.c_int], ctypes.c_int
+    buf = (ctypes.c_int32 * (3 * _MAX_ENTRIES))()
+    n = min(fn(buf, _MAX_ENTRIES), _MAX_ENTRIES)
+    return tuple(HeadDim(buf[3 * i], buf[3 * i + 1], bool(buf[3 * i + 2])) for i in range(n))
+
+
+def read() -> tuple[HeadDim, ...]:
+    """The table: the loaded library's when it has one (it is what runs), else the header's."""
+    if _lib.load.cache_info().currsize:
+        entries = from_library(_lib.load())
+        if entries:
+            return entries
+    for path in HEADERS:
+        if path.is_file():
+            return parse_header(path.read_text(), str(path))
+    raise FileNotFoundError(f"FlashCore's head-dim table is missing: none of {', '.join(map(str, HEADERS))} exists "
+                            "(reinstall the package)")
+
+
+TABLE = read()
+SUPPORTED = tuple(sorted({e.head_dim for e in TABLE}))  # q's head dims of flashcore.attention
+FP8 = tuple(sorted({e.head_dim for e in TABLE if e.fp8}))  # ... of flashcore.attention_fp8
+HEAD_DIM_V = {d: tuple(sorted({e.head_dim_v for e in TABLE if e.head_dim == d}, key=lambda dv: (dv != d, -dv)))
+              for d in SUPPORTED}  # v's head dims for q's: its own first
+

@@ -1,0 +1,56 @@
+"""flashcore/head_dims.py: the one head-dim list, kernel/flashcore.h's FC_HEAD_DIM_TABLE, read from the header or from
+the loaded library's fc_head_dims(), and what the Python checks and the harness schema take from it."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from flashcore import head_dims
+from flashcore.head_dims import HeadDim
+from tests.conftest import REPO
+
+
+def test_todays_table_from_the_header() -> None:
+    table = head_dims.parse_header((REPO / "kernel" / "flashcore.h").read_text())
+    assert table == head_dims.TABLE
+    assert head_dims.SUPPORTED == (64, 96, 128, 192, 256)
+    assert head_dims.FP8 == (64, 128, 256)
+    assert head_dims.HEAD_DIM_V == {64: (64,), 96: (96,), 128: (128,), 192: (192, 128), 256: (256,)}
+    assert set(head_dims.KERNEL_HEAD_DIMS) <= set(head_dims.SUPPORTED)
+
+
+def test_a_header_without_the_table_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="x.h: no FC_HEAD_DIM_TABLE"):
+        head_dims.parse_header("#define OTHER(X) X(64, 64, 1)\n", "x.h")
+    text = "#define FC_HEAD_DIM_TABLE(X) \\\n  X(32, 32, 0) \\\n  X(48, 64, 1)\nint x;  X(99, 99, 1)\n"
+    assert head_dims.parse_header(text) == (HeadDim(32, 32, False), HeadDim(48, 64, True))  # the macro's lines only
+
+
+class FakeHeadDims:
+    """fc_head_dims(out, capacity) as kernel/flashcore.h declares it: writes up to capacity triples, returns the
+    total count (argtypes and restype may be set on it, as on a CDLL function)."""
+
+    def __init__(self, triples: list[tuple[int, int, int]]) -> None:
+        self.triples = triples
+
+    def __call__(self, out: ctypes.Array[ctypes.c_int32], capacity: int) -> int:
+        for i, t in enumerate(self.triples[:capacity]):
+            out[3 * i: 3 * i + 3] = list(t)
+        return len(self.triples)
+
+
+def test_the_loaded_librarys_table_is_read_through_fc_head_dims() -> None:
+    lib = type("Lib", (), {})()
+    lib.fc_head_dims = FakeHeadDims([(64, 64, 1), (192, 128, 0)])
+    assert head_dims.from_library(lib) == (HeadDim(64, 64, True), HeadDim(192, 128, False))
+    assert head_dims.from_library(object()) is None  # type: ignore[arg-type]  # a library built before the export
+
+
+def test_the_checks_and_the_schema_take_the_table() -> None:
+    from flashcore import api
+    from harness import schema
+
+    assert api.SUPPORTED_HEAD_DIMS == schema.WORKLOAD_HEAD_DIMS == head_dims.SUPPORTED
+    assert api.FP8_HEAD_DIMS == schema.FP8_HEAD_DIMS == head_dims.FP8

@@ -157,17 +157,19 @@ def test_plan_takes_fp8_inputs_and_deterministic_mode_fixes_their_split_count() 
 
 def test_fp8_causal_sections_count_fp8_kv_bytes() -> None:
     """The dynamic order's sections hold the (batch, head) pairs whose K/V fit the L2 budget: FP8 K and V^T take half
-    the bytes of 16-bit K and V, so an FP8 causal call's sections hold twice the pairs of the same bf16 call's
-    (counted at 16-bit size they ended causal calls unevenly: docs/perf-notes.md step 8.22)."""
+    the bytes of 16-bit K and V, so an FP8 causal call at S keys is cut like a bf16 call at S / 2 keys, whose K and V
+    take the same bytes (counted at 16-bit size they ended causal calls unevenly: docs/perf-notes.md step 8.22).
+    Compared at equal bytes, not as "twice the pairs": the section count rounds up, so on a GPU whose L2 budget is
+    not a multiple of the pair size (the H200's) twice the pairs per section does not hold exactly."""
     import flashcore
     from flashcore.tuning import TileConfig
 
     q = fp8(4, 4096, 16, 128)
-    q16 = torch.randn(4, 4096, 16, 128, device="cuda", dtype=torch.bfloat16)
+    q16 = torch.randn(4, 2048, 16, 128, device="cuda", dtype=torch.bfloat16)
     plan8 = flashcore.plan(q, q, q, causal=True)
     plan16 = flashcore.plan(q16, q16, q16, causal=True, tile=TileConfig(block_n=176, schedule="dynamic"))
     assert plan8.dynamic and plan16.dynamic
-    assert plan8.section_heads == 2 * plan16.section_heads
+    assert plan8.section_heads == plan16.section_heads
 
 
 def test_fp8_hdim256_causal_sections_take_two_thirds_of_the_l2(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from harness.render import check_numbers, flat_environment, fmt_margin, fmt_number, fmt_seconds, is_relative_link
+from harness.render.format import check_numbers, flat_environment, fmt_margin, fmt_number, fmt_seconds, is_relative_link
 from harness.results import Check, Status
 
 

@@ -8,7 +8,8 @@ import json
 
 from test_render_samples import gate, run_of
 
-from harness.render import phase_summaries, render_html, render_json, render_markdown
+from harness.render import render_html, render_json, render_markdown
+from harness.render.format import phase_summaries
 from harness.render.terminal import render
 from harness.results import RunResult, Status
 

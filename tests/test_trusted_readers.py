@@ -113,7 +113,7 @@ def test_every_gate_pass_with_no_checks_and_every_phase_pass_is_refused(tmp_path
 
 def test_a_phase_cannot_pass_over_a_failing_gate() -> None:
     """A phase's status is never read from a file: it is the worst of its (verified) gates."""
-    from harness.render import phase_summaries
+    from harness.render.format import phase_summaries
 
     run = RunResult("r", 1, (GateResult("build", 1, Status.PASS, (_ok(),)),
                              GateResult("correctness", 1, Status.FAIL, (Check("w", "m", 1.0, 2.0, Status.FAIL),))),

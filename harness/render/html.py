@@ -9,7 +9,8 @@ from typing import Any
 import jinja2
 
 from harness.history.report import TrendReport
-from harness.render import (
+from harness.render import summary
+from harness.render.format import (
     OUTPUT_FILES,
     VERDICT_WORD,
     check_numbers,
@@ -18,7 +19,6 @@ from harness.render import (
     is_relative_link,
     phase_scope,
     phase_summaries,
-    summary,
     verdict_counts,
 )
 from harness.results import GateResult, RunResult

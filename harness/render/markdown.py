@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.render import (
+from harness.render.format import (
     VERDICT_WORD,
     check_numbers,
     flat_environment,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness.render import VERDICT_WORD, fmt_number
+from harness.render.format import VERDICT_WORD, fmt_number
 from harness.results import RunResult, Status
 
 MAX_ATTENTION = 40  # failing causes listed on the first screen; the rest are counted

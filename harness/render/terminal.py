@@ -3,7 +3,7 @@ message) with the checks that did not pass, then the verdict."""
 
 from __future__ import annotations
 
-from harness.render import phase_summaries
+from harness.render.format import phase_summaries
 from harness.results import Check, GateResult, RunResult, Status
 
 WORDS = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.NOT_RUN: "NOT RUN",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from harness.schema import Workload
 from harness.support import reference
-from harness.support.serving import Batch
+from harness.support.batch import Batch
 
 if TYPE_CHECKING:
     import torch

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from flashcore import head_dims
 from harness.support.fp8 import DESCALE_RANGE
 from harness.support.gpu import torch_dtype
 from harness.support.random_judge import Judge, judge, lse_rows, out_rows, score_magnitude
@@ -93,8 +94,10 @@ def draw_shape(rng: random.Random, max_scores: int) -> Shape:
         else:
             seqlen_k = (seqlen_k + 1) // 2
     dtype = rng.choice(("bf16", "fp16", "e4m3", "e4m3"))
-    head_dim = rng.choice((64, 128, 256) if dtype == "e4m3" else (64, 96, 128, 192, 256))
-    head_dim_v = 128 if head_dim == 192 and rng.random() < 0.5 else head_dim  # DeepSeek's q/k 192, v 128
+    head_dim = rng.choice(head_dims.FP8 if dtype == "e4m3" else head_dims.SUPPORTED)
+    # v's head dim: its own, or (half the time) another the table pairs with it (DeepSeek's q/k 192, v 128)
+    others = head_dims.HEAD_DIM_V[head_dim][1:] if dtype != "e4m3" else ()
+    head_dim_v = rng.choice(others) if others and rng.random() < 0.5 else head_dim
     return Shape(dtype=dtype, batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, heads_q=heads_kv * group,
                  heads_kv=heads_kv, head_dim=head_dim, head_dim_v=head_dim_v, causal=rng.random() < 0.5,
                  packed=rng.random() < 0.3)
@@ -177,7 +180,7 @@ def serving_features(rng: random.Random) -> dict[str, Any]:
     if rng.random() < 0.3:
         window = (rng.choice((-1, 0, 1, 63, 200)), rng.choice((-1, 0, 1, 17, 128)))
     return {"dtype": rng.choice(("bf16", "fp16")), "heads_kv": heads_kv, "heads_q": heads_kv * rng.choice((1, 2, 4)),
-            "head_dim": rng.choice((64, 96, 128, 192, 256)), "causal": rng.random() < 0.5, "window": window,
+            "head_dim": rng.choice(head_dims.SUPPORTED), "causal": rng.random() < 0.5, "window": window,
             "softcap": rng.choice((5.0, 30.0)) if rng.random() < 0.3 else 0.0}
 
 

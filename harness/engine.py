@@ -34,18 +34,19 @@ from harness.watchdog import WatchdogSettings, load_watchdog
 
 
 def run_watched(spec: GateSpec, ctx: GateContext, gpu_reason: str | None, worker: GateWorker,
-                limit_s: float) -> GateResult:
-    """One gate in the worker, at most `limit_s` seconds: a hang or a dead worker is the gate's ERROR."""
+                limit_s: float, plant: str = "") -> GateResult:
+    """One gate in the worker, at most `limit_s` seconds: a hang or a dead worker is the gate's ERROR. `plant`: a
+    test-only change to flashcore the worker makes (harness/planted_checks.py)."""
     gate_cls = registry.get(spec.name)
     if gate_cls is None or (gate_cls.needs_gpu and gpu_reason is not None):
         return run_gate(spec, ctx, gpu_reason)  # nothing to run on the GPU: answered here
-    job = Job(gate_cls, spec, ctx.config, ctx.run_dir, ctx.repo_root, ctx.seed, ctx.fault, gpu_reason)
+    job = Job(gate_cls, spec, ctx.config, ctx.run_dir, ctx.repo_root, ctx.seed, ctx.fault, gpu_reason, plant)
     out = worker.run(job, limit_s, ctx.step)
     if out.result is not None:
         if out.why:
             ctx.log(f"{spec.name}: the worker was replaced after this gate: {out.why}")
         return out.result
-    planted = fault_name(ctx.fault)
+    planted = ", ".join(x for x in (fault_name(ctx.fault), plant) if x)
     if out.timed_out:
         result = watchdog.hung(spec.name, spec.phase, out.step, limit_s, out.elapsed_s, planted)
     else:
@@ -54,13 +55,15 @@ def run_watched(spec: GateSpec, ctx: GateContext, gpu_reason: str | None, worker
     return dataclasses.replace(result, logs=(ctx.log_rel,))
 
 
-def gate_runner(spec: GateSpec, limits: WatchdogSettings, worker: GateWorker, gpu_reason: str | None) -> tuple[
-        Callable[[GateContext], GateResult], float | None]:
-    """How the engine runs `spec`: in the worker with its time limit when the watchdog lists it, else here."""
-    if not limits.watches(spec.name):
+def gate_runner(spec: GateSpec, limits: WatchdogSettings, worker: GateWorker, gpu_reason: str | None,
+                plant: str = "") -> tuple[Callable[[GateContext], GateResult], float | None]:
+    """How the engine runs `spec`: in the worker with its time limit when it is a GPU gate the watchdog lists, else
+    here (a gate that needs no GPU launches no kernel that could hang)."""
+    gate_cls = registry.get(spec.name)
+    if not limits.watches(spec.name) or gate_cls is None or not gate_cls.needs_gpu:
         return (lambda ctx: run_gate(spec, ctx, gpu_reason)), None
     limit = limits.limit(spec.name)
-    return (lambda ctx: run_watched(spec, ctx, gpu_reason, worker, limit)), limit
+    return (lambda ctx: run_watched(spec, ctx, gpu_reason, worker, limit, plant)), limit
 
 
 def fault_name(fault: int) -> str:
@@ -94,10 +97,12 @@ def run_phase(
     live: bool | None = None,
     only: Collection[str] | None = None,
     limits: WatchdogSettings | None = None,
+    plant: str = "",
 ) -> RunResult:
     """Run every gate of phases 1..`phase` (only those named in `only`, when given: a shard of a run over several
     GPUs, harness/shard.py); write raw logs under `run_dir/logs`. `limits`: the watchdog's (default: the gates
-    directory's watchdog.yaml)."""
+    directory's watchdog.yaml). `plant` (test-only, make selftest): a change to flashcore made in the gate worker,
+    so in the watched gates only (harness/planted_checks.py)."""
     progress = Progress(stream or sys.stderr, live=live)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     t_run = time.monotonic()
@@ -107,8 +112,9 @@ def run_phase(
     gpu_reason = cuda_unavailable_reason()
     needs_gpu = any((g := registry.get(s.name)) is not None and g.needs_gpu for s in specs)
     notice = gpu_reason if gpu_reason is not None and needs_gpu else ""
-    if fault:
-        notice = f"PLANTED FAULT {fault} (test-only): this run must fail. " + notice
+    if fault or plant:
+        what = ", ".join(x for x in (f"{fault} ({fault_name(fault)})" if fault else "", plant) if x)
+        notice = f"PLANTED FAULT {what} (test-only): this run must fail. " + notice
     if notice:
         progress.line(notice)
     limits = limits if limits is not None else load_watchdog(config.gates_dir)
@@ -120,7 +126,7 @@ def run_phase(
             if not phase_spec.gates and only is None:
                 results.append(phase_without_gates(phase_spec.number))
             for spec in (s for s in phase_spec.gates if s in specs):
-                run, limit = gate_runner(spec, limits, worker, gpu_reason)
+                run, limit = gate_runner(spec, limits, worker, gpu_reason, plant)
                 # the hang is planted in a worker only: in this process the gate runs unplanted
                 planted = fault if limit is not None or fault != Fault.HANG else 0
                 ctx = GateContext(spec=spec, config=config, run_dir=run_dir, repo_root=repo_root, seed=base_seed,

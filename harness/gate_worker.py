@@ -52,6 +52,7 @@ class Job:
     seed: int
     fault: int
     gpu_reason: str | None
+    plant: str = ""  # a test-only change to flashcore made in the worker (harness/planted_checks.py planted)
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,16 @@ class Outcome:
 # ---- the worker's side ------------------------------------------------------------------------------------------
 
 
-def _planted(fault: int, repo_root: Path) -> contextlib.AbstractContextManager[object]:
-    if fault == Fault.HANG:
+def _planted(job: Job) -> contextlib.AbstractContextManager[object]:
+    """The job's planted fault, made in this process where the gate runs (never in the engine's)."""
+    if job.fault == Fault.HANG:
         from harness.planted_hang import planted_hang
 
-        return planted_hang(repo_root)
+        return planted_hang(job.repo_root)
+    if job.plant:
+        from harness.planted_checks import planted
+
+        return planted(job.plant)
     return contextlib.nullcontext()
 
 
@@ -110,7 +116,7 @@ def serve(conn: Connection) -> None:
         kernel_fault = 0 if job.fault == Fault.HANG else job.fault
         ctx = GateContext(spec=job.spec, config=job.config, run_dir=job.run_dir, repo_root=job.repo_root,
                           seed=job.seed, step=step, fault=kernel_fault)
-        with _planted(job.fault, job.repo_root):
+        with _planted(job):
             result = run_gate_class(job.gate_cls, job.spec, ctx, job.gpu_reason)
         lost = cuda_lost()
         with lock:

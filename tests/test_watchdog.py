@@ -41,6 +41,7 @@ def _passed(ctx: GateContext, what: str) -> GateResult:
 
 class PassGate(Gate):
     Params = NoParams
+    needs_gpu = True  # the engine watches GPU gates only; the tests tell it a GPU is there (fake_gates)
 
     def run(self, ctx: GateContext) -> GateResult:
         ctx.step("w-pass (1/1)")
@@ -49,6 +50,7 @@ class PassGate(Gate):
 
 class SleepGate(Gate):
     Params = NoParams
+    needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
         ctx.step("w-fast (1/2)")
@@ -59,6 +61,7 @@ class SleepGate(Gate):
 
 class ExitGate(Gate):
     Params = NoParams
+    needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
         ctx.step("w-crash (1/1)")
@@ -67,6 +70,7 @@ class ExitGate(Gate):
 
 class RaiseGate(Gate):
     Params = NoParams
+    needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
         raise ZeroDivisionError("planted crash")
@@ -76,6 +80,7 @@ class LostContextGate(Gate):
     """Returns its verdict, then the worker's CUDA context is found dead (a stand-in torch.cuda says so)."""
 
     Params = NoParams
+    needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
         import torch
@@ -92,6 +97,7 @@ class KernelGate(Gate):
     """Calls flashcore.attention per workload, as the kernel gates do (the planted hang replaces it)."""
 
     Params = NoParams
+    needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
         import flashcore
@@ -121,6 +127,7 @@ LIMITS = WatchdogSettings(multiple=1.0, floor_s=14.0, startup_s=120.0, expected_
 def fake_gates(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, cls in FAKES.items():
         monkeypatch.setitem(registry._REGISTRY, name, cls)
+    monkeypatch.setattr("harness.engine.cuda_unavailable_reason", lambda: None)  # the worker is told the same
 
 
 def config_of(*names: str) -> Config:
@@ -224,6 +231,13 @@ def test_a_gate_the_watchdog_does_not_list_runs_in_this_process(tmp_path: Path) 
     assert gates["fake-pass"].details["pid"] != os.getpid()
 
 
+def test_a_cpu_gate_runs_in_this_process_even_when_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate that needs no GPU launches no kernel: no worker (a test's stand-in for a real gate stays here)."""
+    monkeypatch.setattr(PassGate, "needs_gpu", False)
+    result, _ = run(tmp_path, "fake-pass")
+    assert result.gates[0].status is Status.PASS and result.gates[0].details["pid"] == os.getpid()
+
+
 def test_heartbeat_lines_name_the_time_limit() -> None:
     stream = io.StringIO()
     p = Progress(stream, live=False, tick_s=0.01, heartbeat_s=0.05)
@@ -237,6 +251,7 @@ def test_the_repository_watchdog_file_covers_every_gpu_gate() -> None:
     limits = load_watchdog(REPO / "gates")
     gpu_gates = {n for n in registry.names() if (g := registry.get(n)) is not None and g.needs_gpu
                  and n not in FAKES}
+    assert {"correctness", "api", "perf-fa2", "autotune-gain", "integrations"} <= gpu_gates
     assert gpu_gates <= set(limits.expected_s), f"no time limit for {sorted(gpu_gates - set(limits.expected_s))}"
     assert limits.limit("correctness") == limits.multiple * limits.expected_s["correctness"] + limits.floor_s
     assert not {n for n in registry.names() if (g := registry.get(n)) is not None and not g.needs_gpu} \

@@ -29,7 +29,7 @@ from harness.schema import Config, ConfigError
 from harness.selftest_runs import WATCHDOG_KEY, Runner, once
 from harness.selftest_settings import SELFTEST_FILE, SelftestSettings, load_selftest_settings
 
-PLANTS = ("phase1", "gate", "hang", "spill", "validate-off", "flag-dropped", "perf", "sanitizer")
+PLANTS = ("phase1", "gate", "hang", "spill", "validate-off", "flag-dropped", "perf", "sanitizer", "cpu")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,12 @@ def runner_for(gate: str, t: SelfTest, settings: SelftestSettings) -> tuple[Runn
     if t.plant == "sanitizer":
         tool, _, mode = t.arg.partition(":")
         return runs.planted_sanitizer(tool, mode), ""
+    if t.plant == "cpu":
+        from harness.planted_cpu import RUNNERS
+
+        if t.arg not in RUNNERS:
+            raise ValueError(f"gate {gate}: selftest {t.name}: no CPU plant {t.arg!r} (known: {', '.join(RUNNERS)})")
+        return RUNNERS[t.arg], ""
     raise ValueError(f"gate {gate}: selftest {t.name}: unknown plant {t.plant!r} (known: {', '.join(PLANTS)})")
 
 
@@ -158,12 +164,12 @@ def share_of(cases: list[Case], share: str | None) -> list[Case]:
     """`I/N`: every N-th case from the I-th (1-based); None: all."""
     if not share:
         return cases
+    from harness.shard_runners import parse_shard  # the CI runners' I/N, the same rule
+
     try:
-        i, n = (int(x) for x in share.split("/"))
-    except ValueError:
-        raise SystemExit(f"selftest: --share {share!r}: expected I/N, e.g. 1/2") from None
-    if not 1 <= i <= n:
-        raise SystemExit(f"selftest: --share {share!r}: I must be in 1..N")
+        i, n = parse_shard(share)
+    except ValueError as e:
+        raise SystemExit(f"selftest: --share: {e}") from None
     return cases[i - 1::n]
 
 

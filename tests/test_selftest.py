@@ -230,3 +230,30 @@ def test_the_api_gate_is_red_with_the_layout_check_off_and_green_with_it(tmp_pat
     assert green.status is Status.PASS
     case = next(c for c in CASES if c.name == "api-no-layout-check")
     assert judge(case, {"api": red.status}, {"api": green.status})[0]
+
+
+# ---- CPU-planted cases: crafted input to the gate's real verdict ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [t.name for _, t in SETTINGS.cases if t.plant == "cpu"])
+def test_each_cpu_planted_case_is_red_beside_a_green_control(name: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # the project's suppressions file
+    case = next(c for c in CASES if c.name == name)
+    row = run_case(case, load_config(REPO / "gates"), tmp_path)
+    assert row.ok, row.text
+
+
+def test_the_cpu_cases_cover_the_gates_the_gpu_cannot_plant() -> None:
+    cpu = {gate for gate, t in SETTINGS.cases if t.plant == "cpu"}
+    assert cpu == {"ncu-sm", "ncu-sm-pipeline", "sanitizer-all", "autotune-table"}
+    assert len([c for c in CASES if c.gate in cpu]) >= len(cpu)
+
+
+def test_a_crafted_profile_keeps_the_csv_readable() -> None:
+    from harness.ncu.parse import parse_csv
+    from harness.planted_cpu import FIXTURES, with_metric
+
+    metric = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+    csv = parse_csv(with_metric((FIXTURES / "ncu" / "ours-prefill.csv").read_text(), metric, 12.5))
+    assert csv.launches and {v for k in csv.launches for v in [k.metrics.get(metric)]} == {12.5}

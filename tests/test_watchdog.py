@@ -39,18 +39,22 @@ def _passed(ctx: GateContext, what: str) -> GateResult:
     return ctx.result([Check(what, "m", 1.0, 0.5, Status.PASS, margin=0.5)], details={"pid": os.getpid()})
 
 
-class PassGate(Gate):
+class GpuFake(Gate):
     Params = NoParams
     needs_gpu = True  # the engine watches GPU gates only; the tests tell it a GPU is there (fake_gates)
+
+    def run(self, ctx: GateContext) -> GateResult:
+        raise NotImplementedError
+
+
+class PassGate(GpuFake):
 
     def run(self, ctx: GateContext) -> GateResult:
         ctx.step("w-pass (1/1)")
         return _passed(ctx, "w-pass")
 
 
-class SleepGate(Gate):
-    Params = NoParams
-    needs_gpu = True
+class SleepGate(GpuFake):
 
     def run(self, ctx: GateContext) -> GateResult:
         ctx.step("w-fast (1/2)")
@@ -59,28 +63,21 @@ class SleepGate(Gate):
             time.sleep(60)
 
 
-class ExitGate(Gate):
-    Params = NoParams
-    needs_gpu = True
+class ExitGate(GpuFake):
 
     def run(self, ctx: GateContext) -> GateResult:
         ctx.step("w-crash (1/1)")
         os._exit(3)
 
 
-class RaiseGate(Gate):
-    Params = NoParams
-    needs_gpu = True
+class RaiseGate(GpuFake):
 
     def run(self, ctx: GateContext) -> GateResult:
         raise ZeroDivisionError("planted crash")
 
 
-class LostContextGate(Gate):
+class LostContextGate(GpuFake):
     """Returns its verdict, then the worker's CUDA context is found dead (a stand-in torch.cuda says so)."""
-
-    Params = NoParams
-    needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
         import torch
@@ -93,11 +90,8 @@ class LostContextGate(Gate):
         return _passed(ctx, "w-lost")
 
 
-class KernelGate(Gate):
+class KernelGate(GpuFake):
     """Calls flashcore.attention per workload, as the kernel gates do (the planted hang replaces it)."""
-
-    Params = NoParams
-    needs_gpu = True
 
     def run(self, ctx: GateContext) -> GateResult:
         import flashcore

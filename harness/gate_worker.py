@@ -111,6 +111,10 @@ def serve(conn: Connection) -> None:
             job = conn.recv()
         except EOFError:
             return
+        except Exception as e:  # noqa: BLE001 - a gate class this interpreter cannot import: that gate's ERROR
+            with lock:
+                conn.send(("result", None, f"the worker could not load the gate ({type(e).__name__}: {e})"))
+            continue
         if job is None:
             return
         kernel_fault = 0 if job.fault == Fault.HANG else job.fault

@@ -266,3 +266,13 @@ def test_a_bad_watchdog_file_names_the_key(gates_dir: Path, key: str, value: str
         load_watchdog(gates_dir)
     assert e.value.key.startswith(key) and "watchdog.yaml" in str(e.value)
 
+
+
+def test_a_gate_the_worker_cannot_load_is_an_error_saying_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate class made at run time (no module attribute to import it by) cannot reach the worker."""
+    made = type("MadeAtRunTime", (GpuFake,), {"run": PassGate.run, "__module__": __name__})
+    monkeypatch.setitem(registry._REGISTRY, "fake-pass", made)
+    result, _ = run(tmp_path, "fake-pass", "fake-pass-2")
+    gates = by_name(result)
+    assert gates["fake-pass"].status is Status.ERROR and "MadeAtRunTime" in gates["fake-pass"].message
+    assert gates["fake-pass-2"].status is Status.PASS

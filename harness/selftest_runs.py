@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.results import Status
+from harness.results import GateResult, RunResult, Status
 from harness.schema import Config, ConfigError, GateSpec
 
 Runner = Callable[[Config, Path, bool], dict[str, Status]]
@@ -53,26 +53,34 @@ def trimmed(config: Config, gates: dict[str, tuple[str, ...]]) -> Config:
                                                     for p in config.phases))
 
 
+def engine_run(config: Config, out: Path, gates: tuple[str, ...], fault: int = 0, plant: str = "",
+               workloads: tuple[str, ...] = (), limit_s: float | None = None) -> RunResult:
+    """`gates` run by the engine in their watched worker (trimmed to `workloads` with the limit `limit_s`, when
+    given), with the kernel fault and the worker-side plant; the run's report is written to `out`."""
+    from harness import env
+    from harness.engine import run_phase
+    from harness.render import write_all
+    from harness.watchdog import load_watchdog
+
+    cfg = trimmed(config, dict.fromkeys(gates, workloads)) if workloads else config
+    limits = load_watchdog(config.gates_dir)
+    if limit_s is not None:
+        limits = dataclasses.replace(limits, fixed_s=dict.fromkeys(gates, limit_s))
+    phase = max(spec_of(config, g).phase for g in gates)
+    result = run_phase(cfg, phase, run_id=out.name, run_dir=out, environment=env.collect(Path.cwd()),
+                       repo_root=Path.cwd(), seed=0, fault=fault, plant=plant, only=set(gates), limits=limits,
+                       live=False)
+    write_all(result, out)
+    return result
+
+
 def engine_gates(gates: tuple[str, ...], fault: int = 0, plant: str = "", workloads: tuple[str, ...] = (),
                  limit_s: float | None = None) -> Runner:
-    """`gates` run by the engine in their watched worker (a trimmed case with the limit `limit_s`), with the kernel
-    fault and/or the worker-side plant when planted; the run's report is written to `out`."""
+    """engine_run with the fault and plant when planted, without them for the control; each gate's status."""
 
     def run(config: Config, out: Path, planted: bool) -> dict[str, Status]:
-        from harness import env
-        from harness.engine import run_phase
-        from harness.render import write_all
-        from harness.watchdog import load_watchdog
-
-        cfg = trimmed(config, dict.fromkeys(gates, workloads)) if workloads else config
-        limits = load_watchdog(config.gates_dir)
-        if limit_s is not None:
-            limits = dataclasses.replace(limits, fixed_s=dict.fromkeys(gates, limit_s))
-        phase = max(spec_of(config, g).phase for g in gates)
-        result = run_phase(cfg, phase, run_id=out.name, run_dir=out, environment=env.collect(Path.cwd()),
-                           repo_root=Path.cwd(), seed=0, fault=fault if planted else 0,
-                           plant=plant if planted else "", only=set(gates), limits=limits, live=False)
-        write_all(result, out)
+        result = engine_run(config, out, gates, fault if planted else 0, plant if planted else "", workloads,
+                            limit_s)
         return {g.name: g.status for g in result.gates}
 
     return run
@@ -84,22 +92,17 @@ def hang_caught(gate: str, then: str, workloads: tuple[str, ...], limit_s: float
     same way: a fresh worker), and the report was written. The control runs both gates clean: both must PASS."""
     from flashcore.faults import Fault
 
-    both = engine_gates((gate, then), fault=int(Fault.HANG), workloads=workloads, limit_s=limit_s)
+    def ended(r: GateResult | None) -> bool:
+        return r is not None and "planted fault: hang" in r.message and any(
+            c.metric == "time_limit_s" and any(w in c.workload for w in workloads) for c in r.checks)
 
     def run(config: Config, out: Path, planted: bool) -> dict[str, Status]:
-        from harness.render.stored import read_run
-
-        statuses = both(config, out, planted)
+        result = engine_run(config, out, (gate, then), int(Fault.HANG) if planted else 0, "", workloads, limit_s)
+        gates = {g.name: g for g in result.gates}
+        statuses = {g.name: g.status for g in result.gates}
         if not planted:
             return {**statuses, f"{gate}/{WATCHDOG_KEY}": combine_pass(statuses[gate], statuses[then])}
-        gates = {g.name: g for g in read_run(out / "results.json").gates}
-
-        def ended(name: str) -> bool:
-            r = gates.get(name)
-            return r is not None and "planted fault: hang" in r.message and any(
-                c.metric == "time_limit_s" and any(w in c.workload for w in workloads) for c in r.checks)
-
-        caught = ended(gate) and ended(then) and (out / "index.html").is_file()
+        caught = ended(gates.get(gate)) and ended(gates.get(then)) and (out / "index.html").is_file()
         print(f"  hang: {gate}: {gates[gate].message if gate in gates else 'missing'}", file=sys.stderr)
         return {**statuses, f"{gate}/{WATCHDOG_KEY}": Status.FAIL if caught else Status.ERROR}
 

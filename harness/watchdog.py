@@ -66,8 +66,8 @@ def _planted(fault: str) -> str:
 def hung(gate: str, phase: int, step: str, limit_s: float, elapsed_s: float, fault: str = "") -> GateResult:
     """The gate ran past its time limit: its worker was killed; the step it was on is the suspect."""
     on = step or "(before its first step)"
-    text = (f"{gate} exceeded its time limit of {limit_s:.0f} s (gates/{WATCHDOG_FILE}) on {on}{_planted(fault)}: "
-            "its worker was killed, the run goes on in a fresh one")
+    text = (f"{gate} exceeded its time limit of {limit_s:.0f} s on {on}{_planted(fault)}: its worker was killed, "
+            "the run goes on in a fresh one")
     check = Check(on, "time_limit_s", limit_s, round(elapsed_s, 1), Status.ERROR, "<=", message=text)
     return GateResult(gate, phase, Status.ERROR, checks=(check,), message=text,
                       details={"watchdog": "time limit", "step": step, "limit_s": limit_s, "fault": fault})

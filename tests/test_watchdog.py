@@ -276,3 +276,44 @@ def test_a_gate_the_worker_cannot_load_is_an_error_saying_why(tmp_path: Path, mo
     gates = by_name(result)
     assert gates["fake-pass"].status is Status.ERROR and "MadeAtRunTime" in gates["fake-pass"].message
     assert gates["fake-pass-2"].status is Status.PASS
+
+
+class FirstWorkloadKernelGate(GpuFake):
+    """Steps onto its first workload (the self-test trims it), then calls flashcore.attention: the real one refuses
+    these arguments at once (a pass here), the planted hang never returns."""
+
+    def run(self, ctx: GateContext) -> GateResult:
+        import flashcore
+
+        first = ctx.params.workloads[0]
+        ctx.step(f"{first} (1/{len(ctx.params.workloads)})")
+        try:
+            flashcore.attention(None, None, None)
+        except Exception:  # noqa: BLE001, S110 - the real call's refusal is the clean control
+            pass
+        return _passed(ctx, first)
+
+
+def test_the_selftest_hang_case_is_caught_and_its_control_passes(tmp_path: Path, hang_library: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """make selftest's hang case on the CPU: correctness, then determinism, both hang under the planted fault and
+    are each ended by the watchdog naming the workload and the fault; the report is written; the control (nothing
+    planted) passes both (stand-ins call a flashcore.attention that returns)."""
+    from harness.config import load_config
+    from harness.selftest import Case, judge
+    from harness.selftest_runs import hang_caught
+
+    config = load_config(REPO / "gates")  # the real gates' params: the stand-ins read their trimmed workloads
+    for name in ("correctness", "determinism"):
+        monkeypatch.setitem(registry._REGISTRY, name, FirstWorkloadKernelGate)
+    monkeypatch.chdir(hang_library)
+    monkeypatch.delenv("BUILD_DIR", raising=False)
+    runner = hang_caught("correctness", "determinism", ("s1", "odd-grid"), limit_s=15)
+    fault = runner(config, tmp_path / "hang", True)
+    assert fault["correctness"] is Status.ERROR and fault["determinism"] is Status.ERROR
+    assert fault["correctness/watchdog"] is Status.FAIL  # caught
+    text = (tmp_path / "hang" / "results.json").read_text()
+    assert "s1 (1/2)" in text and "planted fault: hang" in text
+    control = runner(config, tmp_path / "control", False)
+    assert control == {"correctness": Status.PASS, "determinism": Status.PASS, "correctness/watchdog": Status.PASS}
+    assert judge(Case("hang", "correctness", runner, "correctness/watchdog", ""), fault, control)[0]

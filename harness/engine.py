@@ -1,7 +1,7 @@
 """Run the gates of phases 1..N in order and collect one RunResult.
 
 A gate that raises becomes an ERROR (traceback in its log); a GPU gate on a machine without a GPU is NOT_RUN.
-The gates listed in gates/watchdog.yaml run in a worker process with a time limit (harness/gate_worker.py): one
+The GPU gates listed in gates/watchdog.yaml run in a worker process with a time limit (harness/gate_worker.py): one
 that hangs or kills its worker is an ERROR naming the workload it was on, and the next gate gets a fresh worker.
 None of these aborts the run, and none passes.
 """

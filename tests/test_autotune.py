@@ -318,4 +318,8 @@ def test_the_run_records_every_flashcore_variable(monkeypatch: pytest.MonkeyPatc
         "FLASHCORE_TUNE": "0", "FLASHCORE_TUNE_TABLE": "/t.yaml"}
     assert env.flashcore_variables({"PATH": "/bin"}) == "none set"
     monkeypatch.setenv("FLASHCORE_TUNE", "0")
-    assert env.collect(Path("."))["flashcore_env"]["FLASHCORE_TUNE"] == "0"
+    collected = env.collect(Path("."))
+    assert collected["flashcore_env"]["FLASHCORE_TUNE"] == "0"
+    from harness.render import flat_environment
+
+    assert ("flashcore_env.FLASHCORE_TUNE", "0") in flat_environment(collected)  # a line of the report's section

@@ -1,7 +1,8 @@
 """CPU-planted faults (make selftest, and the CPU suite): for a gate whose fault the GPU cannot plant (a profiler
-threshold the planted kernel faults do not cross for certain, a table, a second sanitizer gate), crafted input fed
-to the gate's real verdict: a profile or log recorded from the planted program and this kernel (tests/fixtures/),
-or a table made here. Each runner gives the planted input's status and, as its control, the clean input's.
+threshold the planted kernel faults do not cross for certain, a table, a second sanitizer gate, a kernel built
+without TMA or wgmma, a second GPU), crafted input fed to the gate's real verdict: a profile or log recorded from
+the planted program and this kernel (tests/fixtures/), or a table, an opcode list or hashes made here. Each runner
+gives the planted input's status and, as its control, the clean input's.
 
 Declared in gates/selftest.yaml (`cases`, plant `cpu`, arg: the runner's name below).
 """
@@ -88,9 +89,41 @@ def autotune_table(config: Config, out: Path, planted: bool) -> dict[str, Status
     return {"autotune-table": combine([c.status for c in checks])}
 
 
+def structure(gate: str) -> Runner:
+    """The gate's verdict on a kernel matching its pattern whose SASS has one opcode, the first alternative of each
+    required instruction, and nothing forbidden (the control), or only the forbidden ones and a plain load instead
+    (planted: a kernel back on mma.sync and LDG)."""
+
+    def run(config: Config, out: Path, planted: bool) -> dict[str, Status]:
+        from harness.gates.structure import verdict_structure
+
+        p = spec_of(config, gate).params
+        wanted = {instr.split("|")[0] for instr in p.sass_required}
+        ops = {*p.sass_forbidden, "LDG"} if planted else wanted
+        kernels = {f"{p.kernel_pattern}<128>": ops, "other_kernel": wanted}
+        checks = verdict_structure(kernels, p.kernel_pattern, p.sass_required, p.sass_forbidden, "planted SASS")
+        return {gate: combine([c.status for c in checks])}
+
+    return run
+
+
+def cross_gpu(config: Config, out: Path, planted: bool) -> dict[str, Status]:
+    """determinism-gpus' verdicts over the hashes of two GPUs of one kind: the second GPU's default-mode result
+    differs in its last bits (planted) or is the same (the control). The GPU run needs two GPUs."""
+    from harness.gates.determinism_gpus import Device, verdicts
+
+    devices = [Device(0, "NVIDIA H200", 132), Device(1, "NVIDIA H200", 132)]
+    default = {0: "a1", 1: "a2" if planted else "a1"}
+    checks, _ = verdicts("prefill-d128", devices, default, {(0, 0): "d", (1, 0): "d"})
+    return {"determinism-gpus": combine([c.status for c in checks])}
+
+
 RUNNERS: dict[str, Runner] = {
     "ncu-sm": ncu_throughput("ncu-sm"),
     "ncu-sm-pipeline": ncu_throughput("ncu-sm-pipeline"),
     "sanitizer-all": sanitizer_log("sanitizer-all"),
     "autotune-table": autotune_table,
+    "structure-tma": structure("structure-tma"),
+    "structure-wgmma": structure("structure-wgmma"),
+    "determinism-gpus": cross_gpu,
 }

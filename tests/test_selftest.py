@@ -246,7 +246,8 @@ def test_each_cpu_planted_case_is_red_beside_a_green_control(name: str, tmp_path
 
 def test_the_cpu_cases_cover_the_gates_the_gpu_cannot_plant() -> None:
     cpu = {gate for gate, t in SETTINGS.cases if t.plant == "cpu"}
-    assert cpu == {"ncu-sm", "ncu-sm-pipeline", "sanitizer-all", "autotune-table"}
+    assert cpu == {"ncu-sm", "ncu-sm-pipeline", "sanitizer-all", "autotune-table", "structure-tma",
+                   "structure-wgmma", "determinism-gpus"}
     assert len([c for c in CASES if c.gate in cpu]) >= len(cpu)
 
 

@@ -20,16 +20,18 @@ from harness.selftest_runs import Runner, spec_of
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 
 
-def with_metric(text: str, metric: str, value: float) -> str:
-    """An ncu CSV export with every launch's `metric` set to `value` (the profile of a slower or faster kernel)."""
+def with_metric(text: str, metric: str, value: float, launches: int) -> str:
+    """An ncu CSV export with exactly `launches` launches (the recorded ones repeated, renumbered), every one's
+    `metric` set to `value`: the profile of a slower or faster kernel, as many launches as the gate profiles."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
-    rows = list(csv.reader(lines[start:]))
-    col = rows[0].index(metric)
-    for row in rows[2:]:  # row 1: units
-        row[col] = f"{value:.2f}"
+    header, units, *recorded = list(csv.reader(lines[start:]))
+    col, ids = header.index(metric), header.index("ID")
+    rows = [list(recorded[i % len(recorded)]) for i in range(launches)]
+    for i, row in enumerate(rows):
+        row[col], row[ids] = f"{value:.2f}", str(i)
     out = io.StringIO()
-    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([header, units, *rows])
     return "\n".join(lines[:start]) + "\n" + out.getvalue()
 
 
@@ -43,7 +45,7 @@ def ncu_throughput(gate: str) -> Runner:
 
         p = spec_of(config, gate).params
         value = p.min_pct - 10.0 if planted else min(100.0, p.min_pct + 10.0)
-        text = with_metric((FIXTURES / "ncu" / "ours-prefill.csv").read_text(), p.metric, value)
+        text = with_metric((FIXTURES / "ncu" / "ours-prefill.csv").read_text(), p.metric, value, p.launch_count)
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{gate}.csv").write_text(text)
         checks = verdict_profile("prefill-d128", parse_csv(text), p.metrics, p.metric, p.min_pct, p.kernel_filter)

@@ -23,7 +23,7 @@ help:
 	@echo "make ptx | sass     dump the kernel's PTX / SASS (kernel/kernel.mk)"
 	@echo "make gate-phaseN    run the gates of phases 1..N (N = 1..7) on an H100; report under reports/<run-id>/"
 	@echo "                    GPUS=all (or 0,1): spread them over those GPUs, one worker each (gates/shard.yaml)"
-	@echo "make selftest       GPU: plant one fault per gate and check that each gate fails"
+	@echo "make selftest       GPU: plant one fault per gate: each gate fails, its clean control passes (SHARE=I/N)"
 	@echo "make bench          GPU: the benchmark suite (bench/, gates/bench.yaml) with live progress and a table"
 	@echo "make bench-baseline GPU: the suite, then store FlashCore's times as the perf gates' regression reference"
 	@echo "                    (this GPU's file: gates/baselines/bench-<gpu>.json, a new one for a new GPU)"
@@ -41,9 +41,11 @@ help:
 $(addprefix gate-phase,$(PHASES)): gate-phase%:
 	@PY=$$(ci/pyenv.sh gate) && $$PY -m harness gate --phase $* $(if $(GPUS),--gpus $(GPUS)) $(GATE_ARGS)
 
-# GPU host: plant one fault per gate (kernel faults, a spilling build, planted sanitizer bugs); each must turn red.
+# GPU host: plant one fault per gate (kernel faults, a spilling build, planted sanitizer bugs, a hung kernel); each
+# must turn its gate red while a clean control of the same gate stays green (gates/selftest.yaml: trims, parallelism).
+# SHARE=I/N runs every N-th case from the I-th (the N shares cover every case), e.g. one device call per share.
 selftest:
-	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build planted && $$PY -m harness selftest
+	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build planted && $$PY -m harness selftest $(if $(SHARE),--share $(SHARE))
 
 # GPU host: FlashCore and the baselines timed by pytest-benchmark; JSON and table under reports/bench-<time>/.
 # BENCH_ARGS passes options, e.g. BENCH_ARGS='--workloads prefill-d128 --backends flashcore,fa2'.

@@ -219,6 +219,7 @@ def parser() -> argparse.ArgumentParser:
                      help="sanitizer tool (inferred from the log when omitted)")
     st = sub.add_parser("selftest", help="GPU: plant one fault per gate and check that each gate fails")
     st.add_argument("--cases", help="comma-separated case names (default: every case)")
+    st.add_argument("--share", metavar="I/N", help="every N-th case from the I-th: the N shares cover every case")
     bench = sub.add_parser("bench", help="GPU: run the benchmark suite (bench/), print a table; --update-baseline")
     from harness.bench.cli import add_arguments as bench_arguments
 
@@ -340,7 +341,7 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command == "selftest":
         from harness import selftest
 
-        return selftest.main(cases=args.cases)
+        return selftest.main(cases=args.cases, share=args.share)
     try:
         config = load_config(args.gates_dir)
     except ConfigError as e:

@@ -112,6 +112,13 @@ def git_info(repo_root: Path) -> dict[str, Any]:
     }
 
 
+def flashcore_variables(environ: dict[str, str] | None = None) -> dict[str, str] | str:
+    """Every FLASHCORE_* variable this process sees (FLASHCORE_TUNE=0 or FLASHCORE_TUNE_TABLE change what the
+    library runs), or "none set": an empty mapping would leave no line in the report."""
+    got = {k: v for k, v in sorted((os.environ if environ is None else environ).items()) if k.startswith("FLASHCORE_")}
+    return got or "none set"
+
+
 def collect(repo_root: Path) -> dict[str, Any]:
     """Every fact a reviewer needs to trust (or reproduce) a run."""
     env: dict[str, Any] = {}
@@ -126,4 +133,5 @@ def collect(repo_root: Path) -> dict[str, Any]:
     env["platform"] = platform.platform()
     env.update(git_info(repo_root))
     env["utc_time"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env["flashcore_env"] = flashcore_variables()
     return env

@@ -1,5 +1,7 @@
 """Test-only planted API faults (make selftest): one host-side check of flashcore/validate.py made a no-op, or
 flashcore.attention's `deterministic` flag ignored (`flag_dropped`: the determinism-strict gate must then FAIL).
+`planted("validate-off:layout")` names either, so the gate worker (harness/gate_worker.py) can make it where the
+gate runs.
 
 flashcore.api calls its checks through the module (`validate.layout(...)`), so replacing the attribute on
 flashcore.validate, in this process and only inside the `with` block, lets the inputs that check guards reach the
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 VALIDATE = "flashcore.validate"
 
@@ -49,3 +51,14 @@ def flag_dropped(flag: str) -> Iterator[None]:
         yield
     finally:
         setattr(fc, "attention", real)  # noqa: B010
+
+
+PLANTS = {"validate-off": check_disabled, "flag-dropped": flag_dropped}
+
+
+def planted(spec: str) -> AbstractContextManager[None]:
+    """`kind:arg` (validate-off:layout, flag-dropped:deterministic) as its context manager; ValueError if unknown."""
+    kind, _, arg = spec.partition(":")
+    if kind not in PLANTS or not arg:
+        raise ValueError(f"unknown plant {spec!r}: expected one of {', '.join(f'{k}:<name>' for k in PLANTS)}")
+    return PLANTS[kind](arg)

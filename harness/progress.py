@@ -2,7 +2,8 @@
 
 On a TTY the line is redrawn in place with \\r (and its seconds keep ticking); elsewhere (CI logs) every step
 is its own line, so the log reads as a timeline, and a step that runs on without a new line gets a heartbeat line
-every `heartbeat_s` (10 s), so a 30 s build or a long sanitizer run never looks like a hang.
+every `heartbeat_s` (10 s), so a 30 s build or a long sanitizer run never looks like a hang. A gate with a time limit
+(gates/watchdog.yaml) names it in those lines, so a reader of a stuck log knows when the watchdog will end it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Progress:
         self._label = ""
         self._what = ""
         self._t0 = 0.0
+        self._limit = ""
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -36,9 +38,10 @@ class Progress:
         with self._lock:
             self._write(("\r" + _CLEAR if self.live else "") + text + "\n")
 
-    def start(self, label: str) -> None:
+    def start(self, label: str, limit_s: float | None = None) -> None:
         with self._lock:
             self._label, self._what, self._t0 = label, "starting", time.monotonic()
+            self._limit = f"; time limit {limit_s:.0f} s" if limit_s is not None else ""
             self._draw()
         self._stop.clear()
         self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
@@ -71,7 +74,7 @@ class Progress:
                 if self.live:
                     self._draw()
                 elif time.monotonic() - self._last_line >= self.heartbeat_s:
-                    self._draw("  (still running)")
+                    self._draw(f"  (still running{self._limit})")
 
     def _write(self, text: str) -> None:
         self.stream.write(text)

@@ -167,3 +167,13 @@ class RunResult:
             "environment": self.environment,
             "gates": [g.to_dict() for g in self.gates],
         }
+
+
+def phase_without_gates(number: int) -> GateResult:
+    """A phase whose gates are not written yet cannot be certified: an ERROR, never a silent pass."""
+    return GateResult(
+        name=f"phase{number}-gates",
+        phase=number,
+        status=Status.ERROR,
+        message=f"phase {number} has no gates implemented yet (gates/phases.yaml): it cannot pass",
+    )

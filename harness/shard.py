@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from harness.results import GateResult, RunResult, Status, combine
+from harness.results import GateResult, RunResult, Status, combine, phase_without_gates
 from harness.schema import Config, GateSpec
 from harness.shard_plan import (
     PARTS_ENV,
@@ -131,8 +131,6 @@ def in_config_order(config: Config, phase: int, result_for: Callable[[GateSpec],
         GateResult, ...]:
     """One result per gate of phases 1..N in the configuration's order (result_for: a gate's result, None to leave
     it out); a phase without gates gets its failing entry, as in a one-GPU run."""
-    from harness.engine import phase_without_gates
-
     ordered: list[GateResult] = []
     for p in (p for p in config.phases if p.number <= phase):
         if not p.gates:

@@ -74,9 +74,13 @@ ptx:
 sass: $(BUILD_DIR)/libflashcore.so
 	cuobjdump --dump-sass $(BUILD_DIR)/libflashcore.so > $(BUILD_DIR)/flashcore.sass
 
-# Test-only planted-bug program (tests/planted/planted.cu) for the sanitizer gate's selftest.
+# Test-only planted bugs: the planted-bug program (tests/planted/planted.cu) for the sanitizer gate's selftest, and
+# the planted hang (tests/planted/planted_hang.cu, a kernel that never finishes) for the watchdog's.
 .PHONY: planted
-planted: $(BUILD_DIR)/planted
+planted: $(BUILD_DIR)/planted $(BUILD_DIR)/libplanted_hang.so
 $(BUILD_DIR)/planted: tests/planted/planted.cu
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) -std=c++17 $(ARCH_FLAGS) -lineinfo -o $@ $<
+$(BUILD_DIR)/libplanted_hang.so: tests/planted/planted_hang.cu
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) -std=c++17 $(ARCH_FLAGS) -lineinfo -Xcompiler=-fPIC,-Wall -shared -o $@ $< -cudart=static

@@ -13,7 +13,8 @@ from flashcore.points import Point
 from flashcore.tuning import DEFAULT, Entry, Table, TableError, TileConfig, dump_tables, parse_tables
 from harness.config import load_config
 from harness.gates.autotune_table import Host, verdict_table
-from harness.results import Status
+from harness.gates.base import GateContext
+from harness.results import Check, Status
 from harness.schema import ConfigError
 from harness.tune import runner
 from harness.tune.settings import Space, load_tune_settings
@@ -218,3 +219,107 @@ def test_autotune_gain_judges_only_buckets_the_table_changes(gates_dir: Path) ->
     # a planted (slow-kernel) fault makes every launch differ from the default: all are judged, so it turns red
     judged, same = split_same_launch(wls, config_of, planted=True)
     assert len(judged) == len(wls) and same == []
+
+
+# ---- the table the library would use (flashcore.tuning's resolution, environment included) ---------------------
+
+
+def _effect(gates_dir: Path, environ: dict[str, str], used_text: str | None, committed_text: str | None) -> Check:
+    from harness.gates.autotune_table import in_effect
+
+    return in_effect(environ, Path("/used.yaml"), used_text, Path("flashcore/tuned.yaml"), committed_text, HOST)
+
+
+def test_the_committed_table_in_effect_passes(gates_dir: Path) -> None:
+    good = _good_table(gates_dir)
+    assert _effect(gates_dir, {}, good, good).status is Status.PASS
+
+
+@pytest.mark.parametrize("attack, environ, used, why", [
+    ("tuning-off", {"FLASHCORE_TUNE": "0"}, "good", "FLASHCORE_TUNE=0"),
+    ("another-table", {"FLASHCORE_TUNE_TABLE": "/used.yaml"}, "other", "FLASHCORE_TUNE_TABLE"),
+    ("table-missing", {}, None, "does not exist"),
+    ("table-stale", {}, "stale", "measured on kernel k0"),
+    ("table-foreign", {}, "foreign", "no table for NVIDIA H100"),
+])  # fmt: skip
+def test_a_table_not_in_effect_is_an_error(gates_dir: Path, attack: str, environ: dict[str, str],
+                                           used: str | None, why: str) -> None:
+    texts = {"good": _good_table(gates_dir), "other": _good_table(gates_dir, sms=114),
+             "stale": _good_table(gates_dir, kid="k0"), "foreign": _good_table(gates_dir, gpu="NVIDIA H200")}
+    used_text = texts[used] if used else None
+    committed = used_text if attack in ("table-stale", "table-foreign") else texts["good"]
+    check = _effect(gates_dir, environ, used_text, committed)
+    assert check.status is Status.ERROR and why in check.message, attack
+
+
+class _Props:
+    name, multi_processor_count = HOST.gpu, HOST.sm_count
+
+
+def _fake_fc() -> object:
+    from types import SimpleNamespace
+
+    api = SimpleNamespace(kernel_id=lambda: HOST.kernel_id, SUPPORTED_HEAD_DIMS=tuple(HOST.compiled),
+                          block_n_options=lambda d: HOST.compiled[d], compiled_points=lambda d: HOST.points.get(d, ()))
+    return SimpleNamespace(api=api)
+
+
+@pytest.fixture
+def library_table(gates_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repo root whose committed table is good for HOST, read by the library through FLASHCORE_TUNE_TABLE."""
+    import torch
+
+    root = tmp_path / "root"
+    (root / "flashcore").mkdir(parents=True)
+    (root / "flashcore/tuned.yaml").write_text(_good_table(gates_dir))
+    monkeypatch.setenv("FLASHCORE_TUNE_TABLE", str(root / "flashcore/tuned.yaml"))
+    monkeypatch.delenv("FLASHCORE_TUNE", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _: _Props())
+    return root
+
+
+def _gate_context(gates_dir: Path, root: Path, gate: str) -> GateContext:
+    config = load_config(gates_dir)
+    spec = next(g for g in config.phase(5).gates if g.name == gate)
+    return GateContext(spec=spec, config=config, run_dir=root / "run", repo_root=root, seed=0)
+
+
+def test_the_table_gate_judges_what_the_library_reads(gates_dir: Path, library_table: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.gates.autotune_table import AutotuneTableGate
+
+    ctx = _gate_context(gates_dir, library_table, "autotune-table")
+    assert AutotuneTableGate().measure(ctx, _fake_fc()).status is Status.PASS  # type: ignore[arg-type]
+    monkeypatch.setenv("FLASHCORE_TUNE", "0")  # the file is still good; the library no longer reads it
+    result = AutotuneTableGate().measure(ctx, _fake_fc())  # type: ignore[arg-type]
+    assert result.status is Status.ERROR and "FLASHCORE_TUNE=0" in result.message
+
+
+@pytest.mark.parametrize("attack", ["tuning-off", "stale-table"])
+def test_autotune_gain_is_an_error_when_the_table_is_not_in_effect(gates_dir: Path, library_table: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   attack: str) -> None:
+    """Not a pass on "same launch" checks: with tuning off every bucket is the default's launch."""
+    from harness.gates import autotune_gain
+
+    if attack == "tuning-off":
+        monkeypatch.setenv("FLASHCORE_TUNE", "0")
+    else:
+        (library_table / "flashcore/tuned.yaml").write_text(_good_table(gates_dir, kid="k0"))
+    monkeypatch.setattr(autotune_gain, "flashcore_for", lambda ctx: _fake_fc())
+    result = autotune_gain.AutotuneGainGate().run(_gate_context(gates_dir, library_table, "autotune-gain"))
+    assert result.status is Status.ERROR and [c.metric for c in result.checks] == ["table_in_effect"]
+
+
+def test_the_run_records_every_flashcore_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import env
+
+    assert env.flashcore_variables({"FLASHCORE_TUNE": "0", "FLASHCORE_TUNE_TABLE": "/t.yaml", "PATH": "/bin"}) == {
+        "FLASHCORE_TUNE": "0", "FLASHCORE_TUNE_TABLE": "/t.yaml"}
+    assert env.flashcore_variables({"PATH": "/bin"}) == "none set"
+    monkeypatch.setenv("FLASHCORE_TUNE", "0")
+    collected = env.collect(Path("."))
+    assert collected["flashcore_env"]["FLASHCORE_TUNE"] == "0"
+    from harness.render.format import flat_environment
+
+    assert ("flashcore_env.FLASHCORE_TUNE", "0") in flat_environment(collected)  # a line of the report's section

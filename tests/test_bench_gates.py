@@ -405,10 +405,11 @@ def test_selftest_perf_cases_behave_as_planted(config: Config, tmp_path: Path, g
     from harness.selftest import CASES, judge
 
     c = next(c for c in CASES if c.name == case)
-    statuses = c.run(config, tmp_path / case)
+    statuses = c.run(config, tmp_path / case, True)
     assert statuses == expected
-    assert judge(c, statuses)[0]
-    assert (tmp_path / case / case.removeprefix("perf-") / "index.html").is_file()  # the planted run's report
+    control = c.run(config, tmp_path / f"{case}-control", False) if c.must_fail else None  # a clean re-run
+    assert judge(c, statuses, control)[0]
+    assert (tmp_path / ("perf-clean" if case == "perf-clean" else case) / "index.html").is_file()  # its report
 
 
 def test_long_context_pairs_are_held_to_their_own_spread_limit(config: Config) -> None:

@@ -7,11 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
-# Cycles known today, each as two modules of one cycle. Remove an entry when its cycle is gone.
-HARNESS_ALLOWED = [("harness.engine", "harness.shard")]
 
 
 def modules(package: str) -> dict[str, Path]:
@@ -116,14 +112,5 @@ def test_flashcore_has_no_import_cycle() -> None:
     assert cycles(graph("flashcore")) == []
 
 
-def test_harness_has_no_import_cycle_but_the_allowlisted_ones() -> None:
-    found = cycles(graph("harness", "flashcore"))
-    allowed = [c for c in found if any(a in c and b in c for a, b in HARNESS_ALLOWED)]
-    assert [sorted(c) for c in found if c not in allowed] == []
-
-
-@pytest.mark.parametrize("pair", HARNESS_ALLOWED, ids=lambda p: " <-> ".join(p))
-def test_each_allowlisted_harness_cycle_is_still_a_cycle(pair: tuple[str, str]) -> None:
-    """When a cycle is broken, its entry must go (the allowlist only shrinks)."""
-    assert any(pair[0] in c and pair[1] in c for c in cycles(graph("harness", "flashcore"))), \
-        f"{pair} is no longer a cycle: remove it from HARNESS_ALLOWED"
+def test_harness_has_no_import_cycle() -> None:
+    assert [sorted(c) for c in cycles(graph("harness", "flashcore"))] == []

@@ -1,58 +1,198 @@
-"""The selftest's judgement: a planted case is OK only when its named gate FAILs; the clean case only when all pass."""
+"""The selftest's judgement: a case holds only when its fault turns its gate red AND its clean control stays green
+(an always-red gate fails its self-test); every gate declares a planted fault; gates/selftest.yaml's trims, shares
+and names; plants made in the gate worker, where the gate runs."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import io
+import os
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
-from conftest import REPO, make_context
+from conftest import REPO, make_context, workload
 from test_api_gate import TABLE, cpu_cases, stand_in
 
 from flashcore import validate
 from harness.config import load_config
+from harness.engine import run_phase
 from harness.gates import api as api_gate
-from harness.gates.base import GateContext
-from harness.planted_checks import check_disabled
-from harness.results import GateResult, Status
-from harness.schema import GateSpec
-from harness.selftest import CASES, Case, judge
+from harness.gates import registry
+from harness.gates.base import Gate, GateContext, SelfTest
+from harness.planted_checks import check_disabled, planted
+from harness.results import Check, GateResult, Status
+from harness.schema import Config, ConfigError, GateSpec, PhaseSpec
+from harness.selftest import PLANTS, Case, check_settings, declared_cases, judge, run_case, runner_for, select, share_of
+from harness.selftest_settings import load_selftest_settings
 from harness.support.api_cases import load_cases
+from harness.watchdog import WatchdogSettings
+
+SETTINGS = load_selftest_settings(REPO / "gates")
+CASES = declared_cases(SETTINGS)
 
 
-def _case(must_fail: str | None) -> Case:
-    return Case("c", lambda config, out: {}, must_fail, "")
+def _case(must_fail: str | None, statuses: dict[str, Status] | None = None,
+          control: dict[str, Status] | None = None) -> Case:
+    def run(config: Config, out: Path, planted: bool) -> dict[str, Status]:
+        return dict((statuses if planted else control) or {})
+
+    return Case("c", "g", run, must_fail, "")
 
 
-def test_planted_case_needs_its_gate_to_fail() -> None:
-    assert judge(_case("correctness"), {"build": Status.PASS, "correctness": Status.FAIL})[0]
-    ok, why = judge(_case("correctness"), {"correctness": Status.PASS})
+def test_a_case_holds_only_when_the_fault_is_red_and_the_control_green() -> None:
+    assert judge(_case("correctness"), {"correctness": Status.FAIL}, {"correctness": Status.PASS})[0]
+    ok, why = judge(_case("correctness"), {"correctness": Status.PASS}, {"correctness": Status.PASS})
     assert not ok and "expected fail" in why
-    assert not judge(_case("correctness"), {"correctness": Status.ERROR})[0]  # an error is not a caught fault
-    assert not judge(_case("determinism"), {"correctness": Status.FAIL})[0]  # missing gate
+    assert not judge(_case("correctness"), {"correctness": Status.ERROR}, {"correctness": Status.PASS})[0]
+    assert not judge(_case("determinism"), {"correctness": Status.FAIL}, {"correctness": Status.PASS})[0]
 
 
-def test_clean_case_needs_every_gate_to_pass() -> None:
-    assert judge(_case(None), {"build": Status.PASS, "correctness": Status.PASS})[0]
-    assert not judge(_case(None), {"build": Status.PASS, "determinism": Status.NOT_RUN})[0]
+def test_an_always_red_gate_fails_its_selftest() -> None:
+    ok, why = judge(_case("correctness"), {"correctness": Status.FAIL}, {"correctness": Status.FAIL})
+    assert not ok and "control fail (expected pass)" in why
+    assert not judge(_case("correctness"), {"correctness": Status.FAIL}, None)[0]  # no control: no pass
 
 
-def test_every_phase1_gate_has_a_planted_fault() -> None:
-    assert {c.must_fail for c in CASES} >= {"build", "correctness", "determinism", None}
+def test_a_clean_case_needs_every_gate_to_pass() -> None:
+    assert judge(_case(None), {"build": Status.PASS, "correctness": Status.PASS}, None)[0]
+    assert not judge(_case(None), {"build": Status.PASS, "determinism": Status.NOT_RUN}, None)[0]
+    assert not judge(_case(None), {}, None)[0]
 
 
-# ---- the api gate's planted case (a host-side check of flashcore/validate.py made a no-op) -------------------
+def test_run_case_runs_the_control_beside_the_fault(tmp_path: Path) -> None:
+    case = _case("g", {"g": Status.FAIL}, {"g": Status.PASS})
+    row = run_case(case, load_config(REPO / "gates"), tmp_path)
+    assert row.ok and row.text == "g: fault fail (red), control pass (green)" and row.control_s >= 0
+    always_red = _case("g", {"g": Status.FAIL}, {"g": Status.FAIL})
+    assert not run_case(always_red, load_config(REPO / "gates"), tmp_path / "2").ok
 
 
-def api_case() -> Case:
-    (case,) = [c for c in CASES if c.must_fail == "api"]
-    return case
+# ---- declarations ---------------------------------------------------------------------------------------------
 
 
-def test_the_api_gate_has_a_planted_case() -> None:
-    case = api_case()
-    assert case.name == "api-no-layout-check" and "flashcore.validate.layout" in case.why
+def test_every_registered_gate_declares_its_planted_faults_or_where_they_are_planted() -> None:
+    """A gate joins the selftest in its own module (harness/gates/base.py SelfTest) or in gates/selftest.yaml; one
+    without a planted GPU case says where its fault is planted (on the CPU). Declared on the class itself: a
+    subclass inherits nothing."""
+    in_yaml = {gate for gate, _ in SETTINGS.cases}
+    for name in registry.names():
+        gate = registry.get(name)
+        assert gate is not None
+        own = gate.__dict__
+        assert own.get("selftests") or own.get("selftest_none") or name in in_yaml, name
+
+
+def test_declared_cases_and_their_plants() -> None:
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names))
+    assert {"tail-mask", "skip-row", "nondeterministic", "spill", "slow-loads", "strict-flag-ignored",
+            "api-no-layout-check", "perf-slow", "perf-noisy", "memcheck-oob", "hang"} <= set(names)
+    for name in registry.names():
+        gate = registry.get(name)
+        assert gate is not None and all(t.plant in PLANTS for t in gate.selftests), name
+    with pytest.raises(ValueError, match="unknown plant 'laser'"):
+        runner_for("build", SelfTest("x", "laser"), SETTINGS)
+    by_name = {c.name: c for c in CASES}
+    assert by_name["perf-clean"].must_fail is None and by_name["perf-slow"].must_fail == "perf-fa2/regression"
+    assert by_name["long-skip-row"].must_fail == "correctness-long" and by_name["memcheck-clean"].must_fail is None
+    assert by_name["hang"].must_fail == "correctness/watchdog"
+    assert by_name["tail-mask"].control == by_name["skip-row"].control  # one control run for both
+    assert by_name["perf-slow"].serial and not by_name["tail-mask"].serial
+
+
+def test_the_repository_selftest_file_names_real_cases_and_workloads() -> None:
+    config = load_config(REPO / "gates")
+    check_settings(SETTINGS, CASES, config)
+    assert SETTINGS.trim["tail-mask"] == ("s1", "odd-grid") and SETTINGS.parallel >= 2
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda s: s.replace("tail-mask: [s1, odd-grid]", "tail-maks: [s1]"), "trim.tail-maks"),
+    (lambda s: s.replace("tail-mask: [s1, odd-grid]", "tail-mask: [s1, no-such]"), "trim.tail-mask"),
+    (lambda s: s.replace("serial: [perf-fa2, ncu-dram]", "serial: [perf-fa9]"), "serial"),
+    (lambda s: s.replace("parallel: 4", "parallel: 0"), "parallel"),
+    (lambda s: s.replace("limit_s: 60", "limit_s: -1"), "limit_s"),
+])  # fmt: skip
+def test_a_bad_selftest_file_names_the_key(gates_dir: Path, edit: object, key: str) -> None:
+    path = gates_dir / "selftest.yaml"
+    path.write_text(edit(path.read_text()))  # type: ignore[operator]
+    with pytest.raises(ConfigError) as e:
+        settings = load_selftest_settings(gates_dir)
+        check_settings(settings, declared_cases(settings), load_config(gates_dir))
+    assert e.value.key == key
+
+
+# ---- selection and shares ---------------------------------------------------------------------------------------
+
+
+def test_cases_can_be_chosen_by_name() -> None:
+    assert [c.name for c in select(CASES, "api-no-layout-check, hang")] == ["api-no-layout-check", "hang"]
+    assert len(select(CASES, None)) == len(CASES)
+    with pytest.raises(SystemExit, match="unknown case"):
+        select(CASES, "hang,nope")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_the_shares_together_run_every_case_once(n: int) -> None:
+    shares = [share_of(list(CASES), f"{i}/{n}") for i in range(1, n + 1)]
+    names = [c.name for s in shares for c in s]
+    assert sorted(names) == sorted(c.name for c in CASES) and len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("share", ["0/2", "3/2", "1-2", "a/b"])
+def test_a_bad_share_is_refused(share: str) -> None:
+    with pytest.raises(SystemExit, match="--share"):
+        share_of(list(CASES), share)
+
+
+# ---- plants made in the gate worker ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoParams:
+    pass
+
+
+class LayoutCheckGate(Gate):
+    """PASS when flashcore.validate.layout is the real check where the gate runs, FAIL when it is the no-op."""
+
+    Params = NoParams
+    needs_gpu = True  # the engine watches GPU gates only (the test tells it a GPU is there)
+
+    def run(self, ctx: GateContext) -> GateResult:
+        from flashcore import validate as v
+
+        real = v.layout.__name__ == "layout"
+        return ctx.result([Check("layout", "real_check", None, None, Status.PASS if real else Status.FAIL, "==",
+                                 message=f"pid {os.getpid()}")])
+
+
+def test_a_flashcore_plant_is_made_in_the_worker_where_the_gate_runs(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry._REGISTRY, "fake-layout", LayoutCheckGate)
+    monkeypatch.setattr("harness.engine.cuda_unavailable_reason", lambda: None)
+    config = Config(REPO / "gates", MappingProxyType({"w": workload("w")}), MappingProxyType({}),
+                    (PhaseSpec(1, "p1", (GateSpec("fake-layout", 1, NoParams()),)),))
+    limits = WatchdogSettings(1.0, 60.0, 120.0, {"fake-layout": 1.0})
+
+    def run(plant: str) -> GateResult:
+        return run_phase(config, 1, run_id="t", run_dir=tmp_path / (plant or "clean"), environment={},
+                         repo_root=tmp_path, seed=0, stream=io.StringIO(), live=False, limits=limits,
+                         plant=plant).gates[0]
+
+    planted_run, clean = run("validate-off:layout"), run("")
+    assert planted_run.status is Status.FAIL and clean.status is Status.PASS
+    assert planted_run.checks[0].message != f"pid {os.getpid()}"  # it ran in the worker
+    assert validate.layout.__name__ == "layout"  # and this process was never touched
+
+
+def test_an_unknown_plant_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown plant"):
+        planted("laser:beam")
+    with pytest.raises(ValueError, match="unknown plant"):
+        planted("validate-off")
 
 
 def test_check_disabled_plants_a_no_op_and_always_restores_the_check() -> None:
@@ -67,79 +207,54 @@ def test_check_disabled_plants_a_no_op_and_always_restores_the_check() -> None:
         pass
 
 
-def test_the_planted_case_fails_the_api_gate_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The selftest case end to end, with the api gate's loop on CPU tensors (test_api_gate's stand-in: the real
-    host checks, then SDPA): with the layout check planted as a no-op the gate must FAIL (not ERROR); the same
-    loop with the real check passes. Every CPU-meaningful reject case, and one accept case (the plant does not
-    touch valid inputs; the accept cases are test_api_gate's)."""
+def test_the_api_gate_is_red_with_the_layout_check_off_and_green_with_it(tmp_path: Path) -> None:
+    """The api case's two runs, with the api gate's loop on CPU tensors (test_api_gate's stand-in: the real host
+    checks, then SDPA): planted, the gate must FAIL (not ERROR); the control, the same loop, PASS."""
     full = cpu_cases(load_cases(TABLE))
     table = dataclasses.replace(full, cases=tuple(c for c in full.cases if c.kind == "reject" or c.name == "s1"))
     judge_p = api_gate.judge_params(load_config(REPO / "gates").gates_through(7), "correctness")
     assert judge_p is not None
-    seen: list[bool] = []
 
-    def cpu_gate(spec: GateSpec, ctx: GateContext, gpu_reason: str | None) -> GateResult:
-        seen.append(validate.layout is real)
+    def gate(run_dir: Path) -> GateResult:
         fc, fake_api = stand_in()
-        return api_gate.check_cases(ctx, fc, fake_api, table, judge_p, devices=1, device="cpu")
+        return api_gate.check_cases(make_context(run_dir, "api", None), fc, fake_api, table, judge_p, devices=1,
+                                    device="cpu")
 
-    real = validate.layout
-    monkeypatch.setattr("harness.engine.run_gate", cpu_gate)
-    statuses = api_case().run(load_config(REPO / "gates"), tmp_path / "planted")
-    assert judge(api_case(), statuses) == (True, "api failed as planted")
-    assert seen == [False] and validate.layout is real
-    result = json.loads((tmp_path / "planted" / "results.json").read_text())
-    checks = {c["workload"]: c for c in result["gates"][0]["checks"]}
-    assert checks["q-misaligned"]["status"] == "fail" and "accepted: no error" in checks["q-misaligned"]["message"]
-    assert "error" not in {c["status"] for c in checks.values()}
-    assert "PLANTED no-op flashcore.validate.layout (test-only): api must fail" in result["notice"]
-    clean = cpu_gate(GateSpec("api", 7, None), make_context(tmp_path / "clean", "api", None), None)
-    assert clean.status is Status.PASS and seen == [False, True]
-
-
-def test_cases_can_be_chosen_by_name() -> None:
-    from harness.selftest import select
-
-    assert [c.name for c in select("api-no-layout-check, clean")] == ["api-no-layout-check", "clean"]
-    assert len(select(None)) == len(CASES)
-    with pytest.raises(SystemExit, match="unknown case"):
-        select("clean,nope")
+    with planted("validate-off:layout"):
+        red = gate(tmp_path / "planted")
+    green = gate(tmp_path / "clean")
+    checks = {c.workload: c for c in red.checks}
+    assert red.status is Status.FAIL and checks["q-misaligned"].status is Status.FAIL
+    assert "accepted: no error" in checks["q-misaligned"].message
+    assert Status.ERROR not in {c.status for c in red.checks}
+    assert green.status is Status.PASS
+    case = next(c for c in CASES if c.name == "api-no-layout-check")
+    assert judge(case, {"api": red.status}, {"api": green.status})[0]
 
 
-# ---- each gate declares its own planted faults --------------------------------------------------------------
+# ---- CPU-planted cases: crafted input to the gate's real verdict ------------------------------------------------
 
 
-def test_every_gate_declares_its_planted_faults_or_why_it_has_none() -> None:
-    """A new gate joins the selftest in its own module (harness/gates/base.py SelfTest); one without a planted GPU
-    case says where its fault is planted instead. Declared on the class itself: a subclass inherits nothing."""
-    from harness.gates import registry
-
-    for name in registry.names():
-        gate = registry.get(name)
-        assert gate is not None
-        own = gate.__dict__
-        assert own.get("selftests") or own.get("selftest_none"), f"{name}: no selftests and no selftest_none"
+@pytest.mark.parametrize("name", [t.name for _, t in SETTINGS.cases if t.plant == "cpu"])
+def test_each_cpu_planted_case_is_red_beside_a_green_control(name: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # the project's suppressions file
+    case = next(c for c in CASES if c.name == name)
+    row = run_case(case, load_config(REPO / "gates"), tmp_path)
+    assert row.ok, row.text
 
 
-def test_declared_cases_are_the_selftest_and_each_plant_is_known() -> None:
-    from harness.gates import registry
-    from harness.gates.base import SelfTest
-    from harness.selftest import PLANTS, runner_for
+def test_the_cpu_cases_cover_the_gates_the_gpu_cannot_plant() -> None:
+    cpu = {gate for gate, t in SETTINGS.cases if t.plant == "cpu"}
+    assert cpu == {"ncu-sm", "ncu-sm-pipeline", "sanitizer-all", "autotune-table", "structure-tma",
+                   "structure-wgmma", "determinism-gpus"}
+    assert len([c for c in CASES if c.gate in cpu]) >= len(cpu)
 
-    names = [c.name for c in CASES]
-    assert len(names) == len(set(names)) and names[0] == "clean"
-    assert set(names) == {"clean", "tail-mask", "skip-row", "long-skip-row", "hf-skip-row", "random-skip-row",
-                          "nondeterministic",
-                          "spill", "slow-loads", "strict-flag-ignored", "api-no-layout-check", "perf-clean",
-                          "perf-slow", "perf-noisy", "memcheck-oob", "memcheck-leak", "racecheck-race",
-                          "synccheck-divergent", "synccheck-mbar", "initcheck-uninit", "memcheck-clean",
-                          "racecheck-clean", "synccheck-clean", "initcheck-clean"}
-    for name in registry.names():
-        gate = registry.get(name)
-        assert gate is not None
-        assert all(t.plant in PLANTS for t in gate.selftests), name
-    with pytest.raises(ValueError, match="unknown plant 'laser'"):
-        runner_for("build", SelfTest("x", "laser"))
-    by_name = {c.name: c for c in CASES}
-    assert by_name["perf-clean"].must_fail is None and by_name["perf-slow"].must_fail == "perf-fa2/regression"
-    assert by_name["long-skip-row"].must_fail == "correctness-long" and by_name["memcheck-clean"].must_fail is None
+
+def test_a_crafted_profile_keeps_the_csv_readable() -> None:
+    from harness.ncu.parse import parse_csv
+    from harness.planted_cpu import FIXTURES, with_metric
+
+    metric = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+    csv = parse_csv(with_metric((FIXTURES / "ncu" / "ours-prefill.csv").read_text(), metric, 12.5, 3))
+    assert len(csv.launches) == 3 and {k.metrics.get(metric) for k in csv.launches} == {12.5}

@@ -5,6 +5,8 @@ own: a workload whose bucket the table leaves at the default makes the same laun
 its ratio is 1 by construction. It is timed and shown (report-only) but not judged, and the geometric mean is taken
 over the workloads whose entry differs: otherwise timing noise on identical launches (+-0.4 % per shape on the H100)
 decides a geomean >= 1.0. Under a planted fault (which slows FlashCore, never the baseline) every workload is judged.
+With the table not in effect (tuning off, another or a missing, stale or foreign table: autotune_table.in_effect)
+every bucket would be "the same launch": the gate is then an ERROR, never a pass on same-launch checks alone.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from flashcore.tuning import TileConfig
+from harness.gates.autotune_table import host_of, library_table_check
 from harness.gates.base import GateContext, flashcore_for
 from harness.gates.perf import PerfGate, run_perf
 from harness.gates.registry import register
@@ -52,6 +55,9 @@ class AutotuneGainGate(PerfGate):
 
         props = torch.cuda.get_device_properties(0)
         kernel_id = fc.api.kernel_id()
+        effect, _ = library_table_check(ctx, host_of(fc, props.name, props.multi_processor_count))
+        if effect.status is not Status.PASS:
+            return ctx.result([effect], message=f"no gain to judge: {effect.message}")
 
         def config_of(wl: Workload) -> TileConfig:
             with warnings.catch_warnings():  # the table gate reports a missing or stale table

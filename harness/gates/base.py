@@ -78,14 +78,16 @@ class GateContext:
 
 @dataclass(frozen=True)
 class SelfTest:
-    """A planted fault that must turn this gate red (`python -m harness selftest`, harness/selftest.py).
+    """A planted fault that must turn this gate red (`python -m harness selftest`, harness/selftest.py) while a clean
+    control, the same gate on the same inputs with nothing planted, stays green.
 
-    plant: how it is planted, one of harness/selftest.py PLANTS: "phase1" (phases 1's gates with kernel fault
-    `arg`), "gate" (this gate alone with kernel fault `arg`), "spill" (a build with a planted register cap),
-    "validate-off" (flashcore.validate.`arg` made a no-op), "flag-dropped" (attention() ignoring the flag `arg`),
-    "perf" (`arg`: clean, slow or noisy, against a stored run measured moments before), "sanitizer" (`arg`:
-    tool:mode of tests/planted/planted.cu). must_fail: the gate, or gate/part, that must FAIL ("": this gate;
-    "-": nothing may fail, a clean case)."""
+    plant: how it is planted, one of harness/selftest.py PLANTS: "phase1" or "gate" (this gate alone with kernel
+    fault `arg`), "hang" (every kernel call hangs; `arg`: the gate run after it), "spill" (a build with a planted
+    register cap), "validate-off" (flashcore.validate.`arg` made a no-op), "flag-dropped" (attention() ignoring the
+    flag `arg`), "perf" (`arg`: clean, slow or noisy, against a stored run measured moments before), "sanitizer"
+    (`arg`: tool:mode of tests/planted/planted.cu), "cpu" (crafted input to the real verdict: `arg` names a runner
+    of harness/planted_cpu.py). must_fail: the gate, or gate/part, that must FAIL ("": this gate; "-": nothing may
+    fail, a clean case). gates/selftest.yaml trims a case to the workloads its fault needs."""
 
     name: str
     plant: str

@@ -1,6 +1,7 @@
 """kernel/tile_choice.h use_fp8_vt_smem, the host rule that picks where FP8 V is transposed, compiled as it is (a
-host-only inline function) and asked about every shape of the H100 sweep in reports/evidence/ab/fp8-vt-copy-sweep.txt
-(bench/fp8_v_transpose.py): it must take the way that was faster there. Needs a C++ compiler, no GPU."""
+host-only inline function) and asked about every shape of the H100 sweep of bench/fp8_v_transpose.py
+(fp8-vt-copy-sweep.txt; reports/evidence/ab-index.txt names its archive): it must take the way that was faster
+there. Needs a C++ compiler, no GPU."""
 
 from __future__ import annotations
 

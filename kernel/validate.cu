@@ -1,4 +1,7 @@
-// C ABI helpers: input validation (nothing reaches the GPU unless it passes), error text, device check.
+// Host-side validation: every fc_params field is checked here before anything reaches the GPU, with the error
+// text fc_last_error() returns, the device check, and the small C entries that describe the build (head dims,
+// version, kernel id). fc_kernel_id lives here, not in flashcore.cu, because its value changes with every kernel
+// source: only this small object recompiles for it.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -7,6 +10,7 @@
 
 #include "common.h"
 #include "flashcore.h"
+#include "head_dims.h"
 #include "launch.h"
 #include "tile_point.h"
 
@@ -22,6 +26,30 @@ int fail(int status, const char* fmt, va_list args) {
 
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// "64, 96, 128, 192 or 256": FC_HEAD_DIM_TABLE's head dims (FP8's only with fp8), each once, for error messages.
+const char* head_dim_list(bool fp8) {
+  static thread_local char text[2][128];
+  char* out = text[fp8 ? 1 : 0];
+  int dims[32] = {}, n = 0;
+  auto add = [&](int hd) {
+    for (int i = 0; i < n; ++i) {
+      if (dims[i] == hd) return;
+    }
+    dims[n++] = hd;
+  };
+#define FC_COLLECT(hd, hd_v, fp8_ok) \
+  if (!fp8 || ((fp8_ok) && (hd) == (hd_v))) add(hd);
+  FC_HEAD_DIM_TABLE(FC_COLLECT)
+#undef FC_COLLECT
+  int at = 0;
+  out[0] = '\0';
+  for (int i = 0; i < n; ++i) {
+    const char* sep = i == 0 ? "" : (i == n - 1 ? " or " : ", ");
+    at += snprintf(out + at, sizeof(text[0]) - at, "%s%d", sep, dims[i]);
+  }
+  return out;
+}
 
 // Strides of a [B, S, H, D] tensor: each must be >= 0 and a multiple of 16 bytes (8 16-bit or 16 FP8 elements),
 // since every row is copied in 16-byte chunks.
@@ -121,9 +149,9 @@ int check_fp8(const fc_params* in) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "fp8_v_transpose %d: use FC_FP8_VT_AUTO (0), FC_FP8_VT_PASS (1) or "
                         "FC_FP8_VT_SMEM (2)", in->fp8_v_transpose);
   }
-  if (kernel_head_dim(in->head_dim) != in->head_dim) {  // a compiled head dim itself: FP8 has no padded 96 or 192
-    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims 64, 128 and 256",
-                        static_cast<long long>(in->head_dim));
+  if (!fp8_head_dim(in->head_dim)) {  // FC_HEAD_DIM_TABLE's fp8_supported: no padded head dim
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims %s",
+                        static_cast<long long>(in->head_dim), head_dim_list(true));
   }
   if (uses_serving(in)) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 inputs take dense batches only: packed rows, per-sequence keys, "
@@ -154,17 +182,6 @@ int64_t launch_head_dim(const fc_params* in) {
   return in->page_table != nullptr && in->head_dim == 64 ? 128 : kernel_head_dim(in->head_dim);
 }
 
-int64_t kernel_head_dim(int64_t head_dim) {
-  switch (head_dim) {
-    case 64: return 64;
-    case 96:
-    case 128: return 128;
-    case 192:
-    case 256: return 256;
-    default: return 0;
-  }
-}
-
 int report_error(int status, const char* fmt, ...) {
   va_list args;
   va_start(args, fmt);
@@ -191,13 +208,13 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
                         "(2)", in->dtype);
   }
   if (kernel_head_dim(in->head_dim) == 0) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: use 64, 96, 128, 192 or 256",
-                static_cast<long long>(in->head_dim));
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: use %s",
+                        static_cast<long long>(in->head_dim), head_dim_list(false));
   }
-  if (in->head_dim_v != 0 && in->head_dim_v != in->head_dim && !(in->head_dim == 192 && in->head_dim_v == 128)) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim_v %lld with head_dim %lld: v's head dim is q's (0), or 128 "
-                        "with head_dim 192", static_cast<long long>(in->head_dim_v),
-                        static_cast<long long>(in->head_dim));
+  if (!listed_head_dims(in->head_dim, in->head_dim_v)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim_v %lld with head_dim %lld: v's head dim is q's (0), or "
+                        "one of the (head_dim, head_dim_v) pairs fc_head_dims() lists",
+                        static_cast<long long>(in->head_dim_v), static_cast<long long>(in->head_dim));
   }
   const int64_t sizes[5] = {in->batch, in->heads_q, in->heads_kv, in->seqlen_q, in->seqlen_k};
   const char* names[5] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"};
@@ -356,3 +373,17 @@ extern "C" const char* fc_version(void) { return "flashcore 0.1.0 phase1 sm_90a"
 #define FLASHCORE_KERNEL_ID "unknown"
 #endif
 extern "C" const char* fc_kernel_id(void) { return FLASHCORE_KERNEL_ID; }
+
+extern "C" int fc_head_dims(int32_t* out, int capacity) {
+  int n = 0;
+#define FC_WRITE(hd, hd_v, fp8)                 \
+  if (out != nullptr && n < capacity) {         \
+    out[3 * n] = (hd);                          \
+    out[3 * n + 1] = (hd_v);                    \
+    out[3 * n + 2] = (fp8);                     \
+  }                                             \
+  ++n;
+  FC_HEAD_DIM_TABLE(FC_WRITE)
+#undef FC_WRITE
+  return n;
+}

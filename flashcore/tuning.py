@@ -167,7 +167,7 @@ class Table:
 _KEY_TYPES: dict[str, type] = {"head_dim": int, "dtype": str, "causal": bool, "mode": str, "group": int, "seqlen": int}
 assert list(_KEY_TYPES) == [f.name for f in fields(ShapeKey)]
 _CONFIG_FIELDS = {f.name for f in fields(TileConfig)}
-_TABLE_KEYS = {"gpu", "sm_count", "kernel_id", "tuned_at", "commit", "entries"}
+_TABLE_KEYS = {"gpu", "sm_count", "kernel_id", "tuned_at", "commit", "entries", "rekeyed_from"}  # harness/tune/rekey.py
 
 
 def parse_tables(text: str, source: str = "table") -> list[Table]:

@@ -1,8 +1,8 @@
 // Division by a runtime divisor as a multiply-high, an add and a shift (Granlund and Montgomery, "Division by
 // invariant integers using multiplication", 1994: the round-up method), for the tile decode of the producer thread.
 // A plain `/` by a runtime value compiles to I2F, MUFU.RCP and F2I, which queue on the SM sub-partition's MUFU
-// unit behind the consumers' exponentials; the producer's decode sits on the path of the next tile's Q load
-// (docs/perf-notes.md 8.41, 8.45). Host and device: the host builds the constants, tests check them on the host.
+// unit behind the consumers' exponentials; the producer's decode sits on the path of the next tile's Q load.
+// Host and device: the host builds the constants, tests check them on the host.
 #pragma once
 #include <cstdint>
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "flashcore.h"
+#include "head_dims.h"
 #include "hopper_config.h"
 #include "launch.h"
 #include "params.h"
@@ -214,21 +215,16 @@ int run_phase1(const fc_params*, const KernelParams& p, cudaStream_t stream) {
   return report_cuda(launch_mma_sync<kHeadDim, Element>(p, stream), "phase-1 kernel");
 }
 
+// The phase-1 kernel takes unpadded head dims only (fc_attention_forward_phase1 refuses the others first).
 int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream, bool phase1) {
-  const bool bf16 = in->dtype == FC_BF16;
   if (phase1) {
-    switch (in->head_dim) {
-      case 64: return bf16 ? run_phase1<64, Bf16>(in, p, stream) : run_phase1<64, Fp16>(in, p, stream);
-      case 128: return bf16 ? run_phase1<128, Bf16>(in, p, stream) : run_phase1<128, Fp16>(in, p, stream);
-      default: return bf16 ? run_phase1<256, Bf16>(in, p, stream) : run_phase1<256, Fp16>(in, p, stream);
-    }
+    return with_kernel_head_dim(in->head_dim, in->head_dim, [&](auto hd) {
+      constexpr int kHeadDim = decltype(hd)::value;
+      return in->dtype == FC_BF16 ? run_phase1<kHeadDim, Bf16>(in, p, stream) : run_phase1<kHeadDim, Fp16>(in, p, stream);
+    });
   }
-  switch (launch_head_dim(in)) {  // FP8: validate_and_convert allows head dims 64, 128 and 256 only
-    case 64: return run_dtype<64>(in, p, stream);
-    case 128: return run_dtype<128>(in, p, stream);
-    case 256: return run_dtype<256>(in, p, stream);
-    default: return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld", static_cast<long long>(in->head_dim));
-  }
+  return with_kernel_head_dim(in->head_dim, launch_head_dim(in),
+                              [&](auto hd) { return run_dtype<decltype(hd)::value>(in, p, stream); });
 }
 
 }  // namespace flashcore
@@ -245,11 +241,9 @@ extern "C" int fc_plan(const fc_params* params, fc_plan_info* plan) {
   flashcore::KernelParams kp;
   const int status = flashcore::validate_and_convert(params, &kp);
   if (status != FC_OK) return status;
-  switch (flashcore::launch_head_dim(params)) {
-    case 64: return flashcore::plan_info<64>(params, kp, plan);
-    case 128: return flashcore::plan_info<128>(params, kp, plan);
-    default: return flashcore::plan_info<256>(params, kp, plan);
-  }
+  return flashcore::with_kernel_head_dim(params->head_dim, flashcore::launch_head_dim(params), [&](auto hd) {
+    return flashcore::plan_info<decltype(hd)::value>(params, kp, plan);
+  });
 }
 
 extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream) {
@@ -267,22 +261,23 @@ extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream
   return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream), true);
 }
 
+// A head dim the table does not list has no options: 0, with fc_last_error() saying why.
 extern "C" int fc_block_n_options(int head_dim, int32_t* out, int max) {
-  switch (flashcore::kernel_head_dim(head_dim)) {
-    case 64: return flashcore::block_n_options<64>(out, max);
-    case 128: return flashcore::block_n_options<128>(out, max);
-    case 256: return flashcore::block_n_options<256>(out, max);
-    default: return 0;
-  }
+  int n = 0;
+  flashcore::with_kernel_head_dim(head_dim, flashcore::kernel_head_dim(head_dim), [&](auto hd) {
+    n = flashcore::block_n_options<decltype(hd)::value>(out, max);
+    return FC_OK;
+  });
+  return n;
 }
 
 extern "C" int fc_points(int head_dim, int32_t* out, int max, int defaults_only) {
-  switch (flashcore::kernel_head_dim(head_dim)) {
-    case 64: return flashcore::point_options<64>(out, max, defaults_only == 0);
-    case 128: return flashcore::point_options<128>(out, max, defaults_only == 0);
-    case 256: return flashcore::point_options<256>(out, max, defaults_only == 0);
-    default: return 0;
-  }
+  int n = 0;
+  flashcore::with_kernel_head_dim(head_dim, flashcore::kernel_head_dim(head_dim), [&](auto hd) {
+    n = flashcore::point_options<decltype(hd)::value>(out, max, defaults_only == 0);
+    return FC_OK;
+  });
+  return n;
 }
 
 #ifdef FLASHCORE_TIMELINE

@@ -23,6 +23,18 @@ extern "C" {
 
 enum fc_dtype { FC_FP16 = 0, FC_BF16 = 1, FC_E4M3 = 2 };
 
+// The head dims FlashCore takes, one X(head_dim, head_dim_v, fp8_supported) per line: every other head dim (and pair)
+// is refused with FC_ERR_INVALID_ARGUMENT. 96 and 192 run padded on the kernels of 128 and 256 (TMA zero-fills the
+// missing columns on loads and clips them on the store); 192 with v 128 is DeepSeek-style prefill. FP8 (FC_E4M3)
+// runs the head dims with fp8_supported 1. fc_head_dims() gives the table to callers that cannot read this header.
+#define FC_HEAD_DIM_TABLE(X) \
+  X(64, 64, 1)               \
+  X(96, 96, 0)               \
+  X(128, 128, 1)             \
+  X(192, 192, 0)             \
+  X(192, 128, 0)             \
+  X(256, 256, 1)
+
 // FP8: where V is transposed for the P V GEMM (kernel/fp8_vt.cuh). AUTO: by the shape (kernel/tile_choice.h
 // use_fp8_vt_smem: few query rows per K/V head, as in decode, take SMEM); PASS: V^T is a copy in the workspace, each
 // block written once per call by the attention kernel's producer warpgroup while its GEMMs run (the name is from
@@ -96,9 +108,8 @@ typedef struct fc_params {
   int32_t window_left;   // d = its sequence's seqlen_k - seqlen_q (bottom-right), -1 = unbounded on that side;
   int32_t window_right;  // causal sets window_right to 0. Not with the phase-1 kernel.
   float softcap;         // > 0: scores = softcap * tanh(softmax_scale * q.k / softcap) (Gemma-style); 0: off
-  // Head dim of v and o when it differs from q and k's (0: head_dim). Head dims 96 and 192 run on the kernel of
-  // the next compiled one (128, 256): TMA fills the missing columns with zeros and clips them on the store.
-  // head_dim_v is head_dim, or 128 with head_dim 192 (DeepSeek-style prefill).
+  // Head dim of v and o when it differs from q and k's (0: head_dim): a (head_dim, head_dim_v) pair of
+  // FC_HEAD_DIM_TABLE.
   int64_t head_dim_v;
   // Paged KV cache: k and v are [kv_batch pages, page_size, Hkv, D] (k_stride[0]: the page stride); sequence b's
   // key j is row j % page_size of page page_table[b * page_table_stride + j / page_size]. Needs seqused_k (its
@@ -107,8 +118,8 @@ typedef struct fc_params {
   const int32_t* page_table;
   int64_t page_table_stride;  // elements between sequences' rows of page_table (>= pages per sequence)
   int64_t page_size;
-  // FP8 (dtype FC_E4M3): q, k and v are E4M3 (strides multiples of 16 elements), o is bf16; head dims 64, 128 and 256,
-  // dense batches (no serving field). The real q is q * q_descale[b, h / (Hq / Hkv)], likewise k and v: device fp32
+  // FP8 (dtype FC_E4M3): q, k and v are E4M3 (strides multiples of 16 elements), o is bf16; the head dims
+  // FC_HEAD_DIM_TABLE marks fp8_supported, dense batches (no serving field). The real q is q * q_descale[b, h / (Hq / Hkv)], likewise k and v: device fp32
   // arrays [batch, heads_kv] with element strides {batch, head} (NULL: 1; FA3's q_descale, k_descale, v_descale).
   // The workspace (fc_plan) then also holds V's transposed copy and its block flags where V goes through the copy
   // (fp8_v_transpose). NULL for 16-bit dtypes.
@@ -169,6 +180,9 @@ int fc_block_n_options(int head_dim, int32_t* out, int max);
 // The compiled points for `head_dim` (kernel/tile_point.h codes: the defaults first, then, unless defaults_only,
 // the points file's) into out[0 .. max); returns how many there are (0 for an unsupported head dim).
 int fc_points(int head_dim, int32_t* out, int max, int defaults_only);
+// FC_HEAD_DIM_TABLE's entries, in its order: up to `capacity` triples (head_dim, head_dim_v, fp8_supported) into
+// out[3 * i .. 3 * i + 2]; returns the table's length (out may be NULL with capacity 0 to ask for it).
+int fc_head_dims(int32_t* out, int capacity);
 
 #ifdef __cplusplus
 }

@@ -3,8 +3,7 @@
 // use_fp8_vt_smem), both by the producer warpgroup's warps 1-3 with the same transposing step
 // (kernel/fp8_vt_smem.cuh transpose_v_block): a copy V^T [B][Hkv][D][vt_keys] in the workspace, each block written once
 // per call while the consumers compute (kernel/fp8_vt_fused.cuh: long prefill), or each block transposed in shared
-// memory for every query tile that reads it (kernel/fp8_vt_smem.cuh: decode and short prefill). Measured in
-// docs/perf-notes.md 8.14, 8.16, 8.17.
+// memory for every query tile that reads it (kernel/fp8_vt_smem.cuh: decode and short prefill).
 //
 // Key order: inside each 32-key group, position 4t + j (and 16 + 4t + j) holds key 2t + (j & 1) + 8 (j >> 1) (and
 // 16 + that). That is the order in which a thread's softmaxed S registers (C layout: columns 2t, 2t+1, 8+2t, 9+2t of

@@ -2,9 +2,9 @@
 // is kernel/tile_choice.h use_fp8_vt_smem). TMA loads V as it is into a raw ring (K's boxes and swizzle), and warps
 // 1-3 of the producer warpgroup, idle otherwise, transpose each block into the V stage the consumers read, in
 // kernel/fp8_vt.cuh's key order (FA3 transposes in its producer warpgroup too). No copy of V: decode no longer reads
-// and writes the whole V cache per call (B64 H32/8 S8K D128: 0.76 -> 0.41 ms against the pre-pass of step 8.16). Long
+// and writes the whole V cache per call (B64 H32/8 S8K D128: 0.76 -> 0.41 ms against a pre-pass kernel that wrote the copy). Long
 // prefill takes the copy (kernel/fp8_vt_fused.cuh, the same transposing step once per block): there every block is
-// read by many query tiles, and transposing it for each costs more (docs/perf-notes.md steps 8.14, 8.16, 8.17).
+// read by many query tiles, and transposing it for each costs more.
 //
 // V^T stage: kBlockN / 128 chunks [kHeadDim rows][128 keys] (128-byte swizzle), then at most one [kHeadDim][64 keys]
 // (64-byte swizzle), as the consumers' descriptors read it (hopper_mainloop.h pv_issue). ldmatrix.trans hands the
@@ -77,7 +77,7 @@ __device__ __forceinline__ void transpose_v_block(uint32_t raw, uint32_t vt, int
   constexpr int kSteps = Cfg::kBlockN / 32 * kUnits;
   // Steps in flight per warp: their loads are all issued before the first store (the asm statements keep their
   // order), so a warp waits for one shared-memory round trip per kIlp steps, not per step. 4 needs the 40-register
-  // producer. The 24-register one (hdim 256) takes 1: at 2 it spilled 72-96 B and ran 5 % slower (perf-notes 8.14).
+  // producer. The 24-register one (hdim 256) takes 1: at 2 it spilled 72-96 B and ran 5 % slower.
   constexpr int kIlp = Cfg::Registers::kProducer >= 40 ? 4 : 1;
   // Per lane: the load's key row is 32 g + lane, whose swizzle (key % 8, or (key / 2) % 4 for 64-byte rows) does not
   // depend on g; the store's row is 16 u + d_lane, whose swizzle does not depend on u either. The swizzles XOR

@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include "common.h"
+#include "head_dims.h"
 #include "tile_choice.h"
 #include "tile_point.h"
 #include "tile_scheduler.h"
@@ -82,38 +83,20 @@ enum NamedBarrier : int {
 //   kConsumerWGs: hdim 64 takes 3 (BLOCK_M 192): each K/V tile serves more rows, and its short GEMMs leave softmax
 //                 as the long pole, which a third warpgroup in the ping-pong ring helps hide; 2 otherwise.
 //   kPingPong:    consumer warpgroups take turns issuing GEMMs (named barriers), so one's softmax hides under the
-//                 other's GEMMs. hdim 256 without it measured the same (step 4.3); kept on everywhere. FP8 hdim 128
+//                 other's GEMMs. hdim 256 without it measured the same; kept on everywhere. FP8 hdim 128
 //                 passes the turn around the softmax instead (kSoftmaxRing below).
 //   kRescaleEarly: O *= alpha(n-1) between issuing S(n) and P(n-1) V(n-1) instead of after P V is done (FA3's
-//                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same (step 4.3): off.
+//                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same: off.
 //   kStages:      2 K/V stages (hdim 128 at 176 keys and hdim 256 have no room for a third).
 //   kProducerRegs: 32 (see RegisterSplit).
 // BLOCK_N is chosen per call among the values of kernel/tile_choice.h.
-// FLASHCORE_D<hdim>_<KEY> macros override a choice for experiments (bench/ab_kernels.py builds).
-#ifndef FLASHCORE_D128_RESCALE_EARLY
-#define FLASHCORE_D128_RESCALE_EARLY 0
-#endif
-#ifndef FLASHCORE_D256_PINGPONG
-#define FLASHCORE_D256_PINGPONG 1
-#endif
-#ifndef FLASHCORE_D256_RESCALE_EARLY
-#define FLASHCORE_D256_RESCALE_EARLY 0
-#endif
-#ifndef FLASHCORE_NARROW_LAST
-#define FLASHCORE_NARROW_LAST 1
-#endif
-#ifndef FLASHCORE_O_LATE_ARRIVE
-#define FLASHCORE_O_LATE_ARRIVE 1
-#endif
 template <int kHeadDim>
 struct HeadDimTraits {
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim must be 64, 128 or 256");
+  static_assert(is_kernel_head_dim(kHeadDim), "not a compiled head dim (kernel/head_dims.h KernelHeadDims)");
   static constexpr int kConsumerWGs = kHeadDim == 64 ? 3 : 2;
   static constexpr int kStages = 2;
-  static constexpr bool kPingPong = kHeadDim == 256 ? FLASHCORE_D256_PINGPONG : true;
-  static constexpr bool kRescaleEarly = kHeadDim == 128   ? FLASHCORE_D128_RESCALE_EARLY
-                                        : kHeadDim == 256 ? FLASHCORE_D256_RESCALE_EARLY
-                                                          : false;
+  static constexpr bool kPingPong = true;
+  static constexpr bool kRescaleEarly = false;
   static constexpr int kProducerRegs = 32;
   // The default point at `block_n` keys per tile (kernel/tile_choice.h picks block_n per call).
   static constexpr int point(int block_n) {
@@ -124,12 +107,12 @@ struct HeadDimTraits {
 constexpr int kSmemLimit = 227 * 1024;  // what one H100 block may use
 
 // Everything the kernel derives from (head dim, point, input element bytes: 2, or 1 for FP8); the static_asserts are
-// the rules make tune checks before it builds a point (harness/tune/points.py says the same in Python, with the rule
+// the rules make tune checks before it builds a point (flashcore/points.py says the same in Python, with the rule
 // each point breaks).
 template <int kHeadDim, int kPoint, int kElemBytes = 2>
 struct HopperTileConfig {
   using Point = TilePoint<kPoint>;
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim must be 64, 128 or 256");
+  static_assert(is_kernel_head_dim(kHeadDim), "not a compiled head dim (kernel/head_dims.h KernelHeadDims)");
   static_assert(kElemBytes == 2 || kElemBytes == 1, "16-bit or FP8 inputs");
   static constexpr bool kFp8 = kElemBytes == 1;
   static constexpr int kConsumerWGs = Point::kConsumerWGs;
@@ -190,7 +173,7 @@ struct HopperTileConfig {
   // O over V: a warpgroup waits for its store's read and arrives on kOEmpty + w at its next tile's first S issue
   // (kernel_wgmma.cuh o_arrive), not at the end of its epilogue. Not with V transposed in shared memory, whose
   // transposing warps wait for every warpgroup's arrival before the next tile's V(0) (hopper_mainloop.h).
-  static constexpr bool kOLateArrive = FLASHCORE_O_LATE_ARRIVE && !kVtSmem;
+  static constexpr bool kOLateArrive = !kVtSmem;
   static constexpr int kSmemBytes = kBaseBytes + (kOAliasV ? 0 : kOBytes);
   static_assert(kSmemBytes <= kSmemLimit, "shared memory exceeds the 227 KB an H100 block may use");
   static_assert(!kOAliasV || (kOWgBytes <= kKVBytes && kConsumerWGs <= kStages),
@@ -205,10 +188,10 @@ struct HopperTileConfig {
   // A warpgroup whose rows see at most kNarrowN keys of a tile's last block (causal diagonal, ragged seqlen_k) runs
   // that block's S and P V GEMMs on its first kNarrowN keys only (0: never). Causal 128 x 128 tiles: the first
   // warpgroup's diagonal block is half the work.
-  static constexpr int kNarrowN = FLASHCORE_NARROW_LAST && kBlockN >= 128 ? 64 : 0;
+  static constexpr int kNarrowN = kBlockN >= 128 ? 64 : 0;
   // The narrow block's softmax (mask, max, exponentials, sum, P packing) on its live keys only, at hdim 128. At hdim
   // 64 and 256 the same code changed ptxas's schedule of kernels and cost 0.3-1 % on FP8 calls that never run a
-  // narrow block (docs/perf-notes.md 8.43), so they keep the full width.
+  // narrow block, so they keep the full width.
   static constexpr bool kNarrowSoftmax = kHeadDim == 128;
   static_assert(kQBytes % kAlign == 0 && kKVBytes % kAlign == 0, "tiles must keep 1024-byte alignment");
 };

@@ -3,11 +3,13 @@
 // each chunk swizzled by TMA over its span; FP8 V arrives transposed (hopper_config.h kKVBytes).
 #pragma once
 #include "barriers.h"
+#include "block.h"
 #include "fp8_vt_fused.cuh"
 #include "fp8_vt_smem.cuh"
 #include "hopper_config.h"
 #include "mask.h"
 #include "element.h"
+#include "fp8_descales.h"
 #include "params.h"
 #include "seqlens.h"
 #include "softmax.h"
@@ -54,7 +56,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     SeqLens seq;
     // Stream-K tail items (kernel/stream_tail.h; kTail instantiations only) run part of a tail tile's blocks; empty
     // ones are skipped too. The item is decoded again for its K/V range below rather than kept: kept across this
-    // loop, it made FP8 hdim 256's 24-register producer spill more (96/100 against 80/80 bytes, perf-notes 8.44).
+    // loop, it made FP8 hdim 256's 24-register producer spill more (96/100 against 80/80 bytes).
     for (;;) {
       valid = tile < p.total_tiles;
       int at = valid ? tile : 0;
@@ -68,7 +70,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       }
       c = tile_coord(p, at);
       seq = seq_lens(p, c.batch);
-      if (!valid || tile_has_rows<Cfg::kBlockM>(p, c, seq)) break;
+      if (!valid || tile_has_rows<Cfg::kBlockM>(p, c.m_block, seq)) break;
       tile = next_tile(p, tile);
     }
     // FP8 (kDescalesProducer): the tile's descales, loaded now; their latency hides behind the waits below.
@@ -79,7 +81,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         v_d = descale(p.v_descale, p.v_descale_stride, p, c);
       }
     }
-    KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c, seq);
+    KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c.m_block, c.split, seq);
     if (kTail && valid && tile >= p.tail_first) kv = tail_range(p, kv, tail_item(p, tile));
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = kv_head(p, c);
@@ -302,7 +304,7 @@ struct WgmmaConsumer {
   // O *= alpha. FP8 hdim 128 skips it for the whole warp when none of its alphas differs from 1: no row of its 16 got
   // a new max in the block, and multiplying by exactly 1 changes nothing, so the outputs are the same bits. Measured
   // +1-2 % there; bf16 (-4 %) and FP8 hdim 256 (-3 %) lost more to the branch's scheduling than the skipped FMULs
-  // saved (docs/perf-notes.md step 8.10).
+  // saved.
   __device__ __forceinline__ void rescale_o(const float (&alpha)[2]) {
     if (!kRescaleSkip || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o_reg, alpha);
   }

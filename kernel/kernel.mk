@@ -8,7 +8,7 @@ ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
 NVCC_EXTRA ?=
 NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall $(NVCC_EXTRA)
 KERNEL_HEADERS := $(wildcard kernel/*.h kernel/*.cuh kernel/phase1/*.h kernel/phase1/*.cuh)
-LIB_SOURCES := kernel/flashcore.cu kernel/api.cu kernel/tensor_maps.cu
+LIB_SOURCES := kernel/flashcore.cu kernel/validate.cu kernel/tensor_maps.cu
 # fc_kernel_id(): a content hash of every kernel source, so a tuned table (harness/tune) knows the kernel it was
 # measured on (tests/test_tuning.py recomputes it from the same files). The standalone driver (driver.cu) and its
 # naive reference (naive.cu, naive.h) are not in the library: a change to them changes no kernel, so they are left out.
@@ -21,7 +21,7 @@ KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
 POINTS_FILE ?= kernel/tuned_points.inc
 POINT_NAMES := $(shell sed -n 's/^FC_POINT(\([0-9, ]*\)).*/\1/p' $(POINTS_FILE) | tr -d ' ' | tr ',' '_' | sort -u)
 POINT_OBJS := $(POINT_NAMES:%=$(BUILD_DIR)/points/p%.o)
-LIB_OBJS := $(BUILD_DIR)/flashcore.o $(POINT_OBJS) $(BUILD_DIR)/api.o $(BUILD_DIR)/tensor_maps.o
+LIB_OBJS := $(BUILD_DIR)/flashcore.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/tensor_maps.o
 point_arg = $(word $(1),$(subst _, ,$*))
 
 .PHONY: build ptx sass kernel-id
@@ -47,7 +47,7 @@ $(BUILD_DIR)/points/p%.o: kernel/point.cu $(KERNEL_HEADERS)
 	  2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
 	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
 
-$(BUILD_DIR)/api.o: kernel/api.cu $(KERNEL_SOURCES)
+$(BUILD_DIR)/validate.o: kernel/validate.cu $(KERNEL_SOURCES)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHCORE_KERNEL_ID='"$(KERNEL_ID)"' -c $< -o $@
 

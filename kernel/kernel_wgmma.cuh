@@ -10,6 +10,7 @@
 
 #include "barriers.h"
 #include "epilogue.h"
+#include "fp8_descales.h"
 #include "hopper_config.h"
 #include "hopper_mainloop.h"
 #include "mask.h"
@@ -94,8 +95,8 @@ __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consume
 // 20 bytes), and so did a second copy of the consumer in the same kernel (hdim 128 at 176 keys: 12 bytes), so it is
 // an instantiation of its own, compiled for the short default point of each head dim only (run_tiles.cuh).
 // kTail: the stream-K tail's items (kernel/stream_tail.h), launched only for a plan with a tail: compiled into every
-// kernel, its code moved ptxas's schedule of calls that never cut a tile (-0.3-0.6 % on causal S2K-S4K rows,
-// docs/perf-notes.md 8.44), so those run kernels without it.
+// kernel, its code moved ptxas's schedule of calls that never cut a tile (-0.3-0.6 % on causal S2K-S4K rows),
+// so those run kernels without it.
 // Element E4m3: FP8 inputs, the per-(batch, K/V head) descale factors folded into the tile's softmax scale and O's
 // normalization, P offset by 2^8 (softmax.h), V read transposed (a copy in the workspace that warps 1-3 of the
 // producer warpgroup write during the call, kernel/fp8_vt_fused.cuh, or transposed in shared memory at kPointVtSmem
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   if (warpgroup == 0) {
     // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
     // beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh make_plan).
-    // FP8 takes dense batches only (api.cu check_fp8): no paged copy.
+    // FP8 takes dense batches only (validate.cu check_fp8): no paged copy.
     if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
       grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
@@ -272,8 +273,8 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       constexpr int kLive = live_keys(keys) / 8;
       if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
       if constexpr (decltype(masked)::value) {
-        // FP8 calls take no window (api.cu), so FP8 kernels compile no left bound: behind the window's branch, ptxas
-        // kept the mask and the row max inside the softmax ring's turn (docs/perf-notes.md 8.54).
+        // FP8 calls take no window (validate.cu), so FP8 kernels compile no left bound: behind the window's
+        // branch, ptxas kept the mask and the row max inside the softmax ring's turn.
         constexpr bool kLeftBound = !Cfg::kFp8;
         mask_scores<Consumer::kNTiles, kLive, Cfg::kFp8, kLeftBound>(s, p, seq, mask_rows,
                                                                      (kv.n_begin + n) * Cfg::kBlockN, lane);

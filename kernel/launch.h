@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "flashcore.h"
+#include "head_dims.h"
 #include "params.h"
 
 namespace flashcore {
@@ -14,10 +15,6 @@ int validate_and_convert(const fc_params* in, KernelParams* out);
 // Whether a call uses a serving field (packed rows, per-sequence keys, cache slots, paged keys, window,
 // soft-capping, head dims 96/192 or a v head dim of its own), which only the Hopper kernel implements.
 bool uses_serving(const fc_params* in);
-
-// The Hopper kernel's head dim that runs `head_dim` (96 on 128, 192 on 256: TMA zero-fills the missing columns);
-// 0 for a head dim FlashCore does not take.
-int64_t kernel_head_dim(int64_t head_dim);
 
 // The kernel head dim a call launches: kernel_head_dim, but a paged cache at head dim 64 runs on the 128 kernel
 // (the 64 kernel's 3 consumer warpgroups leave its producer 32 registers, too few for the page walk; decode reads

@@ -43,7 +43,7 @@ __device__ __forceinline__ void mask_pair(float& s0, float& s1, uint32_t row_h2,
 // Without a left window bound (causal and tail blocks of dense calls), kPairs tests the first kPairTiles column tiles
 // of a row two scores at a time (mask_pair), the rest one at a time. FP8 kernels take it: with every tile paired,
 // ptxas moved FP8 hdim 128's unmasked loop (its turn's BAR.SYNC after 83 of 98 exponentials, not 5) and that cost
-// 1.3-2.7 % (docs/perf-notes.md 8.49); at 16 paired tiles the loop is head's, instruction for instruction. The 16-bit
+// 1.3-2.7 %; at 16 paired tiles the loop is head's, instruction for instruction. The 16-bit
 // kernels keep one compare per score: pairs moved the unmasked loops of 16-bit hdim 64 and 256.
 constexpr int kPairTiles = 16;
 static_assert(kPairTiles * 8 <= 1022, "paired columns must stay below hi's clamp, exact in f16");

@@ -12,6 +12,7 @@
 #include "combine.cuh"
 #include "flashcore.h"
 #include "fp8_vt.cuh"
+#include "heuristics.h"
 #include "hopper_config.h"
 #include "kernel_wgmma.cuh"
 #include "launch.h"
@@ -53,8 +54,8 @@ struct LaunchPlan {
   int64_t workspace_bytes;
 };
 
-// Bytes of L2 the K/V of the (batch, head) pairs in flight may take: `pct` percent of it, 0 = a third (step 4.12
-// of docs/perf-notes.md: S = 1K causal 0.970 / 1.023 / 1.020x FA3 at a half / third / quarter), so Q, O and the
+// Bytes of L2 the K/V of the (batch, head) pairs in flight may take: `pct` percent of it, 0 = a third (measured,
+// S = 1K causal 0.970 / 1.023 / 1.020x FA3 at a half / third / quarter), so Q, O and the
 // other traffic keep their share.
 inline int64_t l2_budget_bytes(int device, int pct) {
   int l2 = 0;
@@ -121,7 +122,7 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   plan->ctas = plan->tiles < usable_sms ? plan->tiles : usable_sms;
   // K/V bytes one (batch, head) pair of the tile list reads: K and V (FP8: K and V^T) at the inputs' element size;
   // query heads of one GQA group share theirs. Counting FP8 at 2 bytes halved its sections (S4K causal: 8 pairs,
-  // 256 tiles for 132 CTAs) and its causal calls ended unevenly (docs/perf-notes.md steps 8.21-8.22).
+  // 256 tiles for 132 CTAs) and its causal calls ended unevenly.
   const int64_t elem_bytes = in->dtype == FC_E4M3 ? 1 : 2;
   const int64_t kv_bytes = 2 * elem_bytes * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
   const int64_t bh = static_cast<int64_t>(plan->grid_heads) * p.batch;

@@ -17,7 +17,7 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 
 // 1/x and log2(x) by one MUFU each (rcp.approx.ftz: at most 1 ulp off; lg2.approx.ftz: about 2^-22 absolute), for
 // the epilogue's 1/l and LSE: the IEEE division and logf compile to software sequences that held each warpgroup's
-// tile boundary ~0.2 steps longer (docs/perf-notes.md 8.30). FA3 builds with --use_fast_math, which makes its
+// tile boundary ~0.2 steps longer. FA3 builds with --use_fast_math, which makes its
 // 1.f / sum and logf these two instructions. l is at least 1 (2^kOffset for FP8) or 0 (handled apart): no denormals.
 __device__ __forceinline__ float rcp_approx(float x) {
   float y;
@@ -47,7 +47,7 @@ struct OnlineSoftmax {
   // [0, 1]. The factor is in l too, so O / l is unchanged; finalize takes it out of the LSE.
   // The block max is a tree: kMaxWays independent partial maxima per row, then two levels, and the quad shuffles of
   // both rows together. One chain over the row (24 dependent FMNMX at 192 keys) held back the row's first
-  // exponential while the warp had nothing else to issue (docs/perf-notes.md step 8.7). A max is exact in any order.
+  // exponential while the warp had nothing else to issue. A max is exact in any order.
   static constexpr int kMaxWays = 4;
   static_assert(kNTiles >= kMaxWays && (kMaxWays & (kMaxWays - 1)) == 0, "at least 32 keys; a power-of-two tree");
 

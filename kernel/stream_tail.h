@@ -5,7 +5,7 @@
 // [i U / P, (i + 1) U / P) of the tail's U = tiles x blocks, so a piece may end one tile and start the next (two
 // items, run by the same CTA in the static order). Each item writes its rows' fp32 partials (O normalized by its own
 // softmax sum, and its LSE) to a slot of the workspace; combine_tail_kernel, launched after the attention kernel,
-// adds each tile's slots in piece order and writes O (docs/perf-notes.md 8.44: the sum done by the attention
+// adds each tile's slots in piece order and writes O (the sum done by the attention
 // kernel's last piece cost more than the tail saved, and its code moved ptxas's allocation of every kernel).
 // Host half (plain C++: tests compile it with the system compiler): the plan and the index arithmetic. Device half
 // (nvcc only): the items' K/V ranges, the partials and the combine kernel.
@@ -16,7 +16,7 @@
 
 namespace flashcore {
 
-// A tail filling more than kTailMaxFill of a wave runs whole: measured on the H100 (8.44), B4 H16 S4K's 68 tiles of 132
+// A tail filling more than kTailMaxFill of a wave runs whole: measured on the H100, B4 H16 S4K's 68 tiles of 132
 // (52 %) gained 0.3-0.6 % before their partials were summed, less than the sum costs; S8K's 4 (3 %) 2 %. A piece
 // takes at least kTailMinBlocks K/V blocks.
 constexpr double kTailMaxFill = 0.25;

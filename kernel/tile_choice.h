@@ -1,21 +1,14 @@
+// The tile of each head dim and call (FA3's tile_size.h), each choice with what it measured on the H100.
 // BLOCK_N per call: every head dim compiles a "short" and a "long" key tile (one instantiation when they agree);
-// the host picks by the shape. Measured on the H100 (docs/perf-notes.md step 4.3, paired against FA3):
+// the host picks by the shape. Paired against FA3:
 //   hdim 128: 128 keys for causal masking and short key ranges (less diagonal waste, 2x fewer registers
 //             for S; S = 1K causal 0.85x -> 0.98x FA3), 176 otherwise (fewer iterations: 8K +2-3 % over 128).
 //   hdim 64 : 128 keys (S is 64 of the 160 registers three consumer warpgroups get).
 //   hdim 256: 80 keys (Q 64 KB + 2 stages of K and V at 40 KB each fill the 227 KB).
-// FLASHCORE_D128_BLOCK_N (long) and FLASHCORE_D128_BLOCK_N_SHORT override the hdim-128 pair for experiments.
 #pragma once
 #include <cstdint>
 
 namespace flashcore {
-
-#ifndef FLASHCORE_D128_BLOCK_N
-#define FLASHCORE_D128_BLOCK_N 176
-#endif
-#ifndef FLASHCORE_D128_BLOCK_N_SHORT
-#define FLASHCORE_D128_BLOCK_N_SHORT 128
-#endif
 
 template <int kHeadDim>
 struct BlockNChoice;
@@ -25,7 +18,7 @@ struct BlockNChoice<64> {
 };
 template <>
 struct BlockNChoice<128> {
-  static constexpr int kShort = FLASHCORE_D128_BLOCK_N_SHORT, kLong = FLASHCORE_D128_BLOCK_N;
+  static constexpr int kShort = 128, kLong = 176;
 };
 template <>
 struct BlockNChoice<256> {
@@ -33,57 +26,16 @@ struct BlockNChoice<256> {
 };
 
 // FP8 (E4M3) inputs: one compiled point per head dim (no tuned table yet). V^T tiles are 128-key chunks plus at most
-// one 64-key chunk (kernel/fp8_vt.cuh), so BLOCK_N is a multiple of 64. Measured against FA3's FP8 (B4 H16 S8K,
-// docs/perf-notes.md step 8.1): hdim 128 at 192 keys 0.952x (128 keys 0.920x; 256 keys spill 356 B); hdim 256 at
-// 128 keys with a 24-register producer (consumers 240) 0.997x, with 32 (consumers 232, spilling) 0.79x.
+// one 64-key chunk (kernel/fp8_vt.cuh), so BLOCK_N is a multiple of 64. Measured against FA3's FP8 (B4 H16 S8K):
+// hdim 128 at 192 keys 0.952x (128 keys 0.920x; 256 keys spill 356 B); hdim 256 at 128 keys with a 24-register
+// producer (consumers 240) 0.997x, with 32 (consumers 232, spilling) 0.79x.
 // Each head dim compiles the tile twice, V^T from a copy the kernel writes (kernel/fp8_vt_fused.cuh) and V transposed
 // in shared memory (kPointVtSmem, kernel/fp8_vt_smem.cuh); either way the producer warpgroup runs the transposing
 // warps. Its registers: hdim 128 40 both ways (at 32 ptxas spilled 4 B; the consumers keep 232); hdim 256 24 both
 // ways; hdim 64 40 in shared memory (at 32 it spilled 4-8 B; the three consumers get 152, not 160) and 32 with the
-// copy (it spills 4-8 B there, which cost less than 152 consumer registers: S8K 0.883x FA3 at 40, docs/perf-notes.md
-// step 8.17).
-// FLASHCORE_FP8_* override the choices for experiments.
-#ifndef FLASHCORE_FP8_D128_BLOCK_N
-#define FLASHCORE_FP8_D128_BLOCK_N 192
-#endif
-#ifndef FLASHCORE_FP8_D128_STAGES
-#define FLASHCORE_FP8_D128_STAGES 2
-#endif
-#ifndef FLASHCORE_FP8_D256_STAGES
-#define FLASHCORE_FP8_D256_STAGES 2
-#endif
-#ifndef FLASHCORE_FP8_D128_PRODUCER_REGS
-#define FLASHCORE_FP8_D128_PRODUCER_REGS 40
-#endif
-#ifndef FLASHCORE_FP8_D256_PRODUCER_REGS
-#define FLASHCORE_FP8_D256_PRODUCER_REGS 24
-#endif
-#ifndef FLASHCORE_FP8_D256_RESCALE_EARLY
-#define FLASHCORE_FP8_D256_RESCALE_EARLY 0
-#endif
-#ifndef FLASHCORE_FP8_D128_RESCALE_SKIP
-#define FLASHCORE_FP8_D128_RESCALE_SKIP 1
-#endif
-#ifndef FLASHCORE_FP8_D64_PRODUCER_REGS
-#define FLASHCORE_FP8_D64_PRODUCER_REGS 32
-#endif
-#ifndef FLASHCORE_FP8_D64_BLOCK_N
-#define FLASHCORE_FP8_D64_BLOCK_N 128
-#endif
-#ifndef FLASHCORE_FP8_D64_CONSUMERS
-#define FLASHCORE_FP8_D64_CONSUMERS 3
-#endif
-#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D64
-#define FLASHCORE_FP8_VT_SMEM_ROWS_D64 4096
-#endif
-#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D128
-#define FLASHCORE_FP8_VT_SMEM_ROWS_D128 512
-#endif
-#ifndef FLASHCORE_FP8_VT_SMEM_ROWS_D256
-#define FLASHCORE_FP8_VT_SMEM_ROWS_D256 256
-#endif
-// Where an FP8 tile's descale factors reach its consumers (Fp8Choice::kDescales). Measured on the H100, FP8 B4 H16
-// prefill, time against kDescalesEpilogue's in paired rounds (docs/perf-notes.md steps 8.18-8.20):
+// copy (it spills 4-8 B there, which cost less than 152 consumer registers: S8K 0.883x FA3 at 40).
+// kDescales: where an FP8 tile's descale factors reach its consumers (kernel/fp8_descales.h). Measured on the H100,
+// FP8 B4 H16 prefill, time against kDescalesEpilogue's in paired rounds:
 //   kDescalesEpilogue:  q x k descale loaded at the tile's start, q, k and v again in the epilogue (two dependent L2
 //                       loads after the tile info's reload, on each tile's path). hdim 64: its three consumer
 //                       warpgroups have 160 registers, and two more kept live across the mainloop made S8K take
@@ -92,84 +44,63 @@ struct BlockNChoice<256> {
 //                       S4K 0.98x, causal 0.99x; the producer way read 1.00x / 0.98x and doubled the spills of its
 //                       24-register producer.
 //   kDescalesProducer:  loaded by the producer thread when it reaches the tile (its waits hide the latency) and
-//                       handed over beside the tile info (tile_scheduler.h store_descales). hdim 128: S4K causal
+//                       handed over beside the tile info (fp8_descales.h store_descales). hdim 128: S4K causal
 //                       0.96-0.97x, 4K queries x 1088 keys 0.91-0.92x, S8K causal 0.99x, S4K 1.00-1.01x.
-// Whether the consumer warpgroups' ring (kernel_wgmma.cuh) passes the turn around each block's softmax instead of
-// around the GEMM issue, so the softmaxes never overlap (their MUFU and issue slots are the long pole at FP8, whose
-// GEMMs are half of 16-bit's). Measured on the H100 against the GEMM ring, three runs (docs/perf-notes.md step 8.23):
-// hdim 128 S4K +2 %, 4K x 1088 keys +3-4 %, S4K causal -0.5-0 %, S8K causal -1.2 to +1.4 %; hdim 64 S8K +2 % but
-// causal -4 % (three warpgroups' softmaxes in turn); hdim 256 -2 to -3 % (its consumers spill twice as much). Only
-// hdim 128 takes it. A run-time switch (the ring by the call's mask) cost 1 % at hdim 128 and 6 % at hdim 64.
-// 16-bit inputs always take the GEMM ring (-2 to -4 %).
-#ifndef FLASHCORE_FP8_D64_SOFTMAX_RING
-#define FLASHCORE_FP8_D64_SOFTMAX_RING 0
-#endif
-#ifndef FLASHCORE_FP8_D128_SOFTMAX_RING
-#define FLASHCORE_FP8_D128_SOFTMAX_RING 1
-#endif
-#ifndef FLASHCORE_FP8_D256_SOFTMAX_RING
-#define FLASHCORE_FP8_D256_SOFTMAX_RING 0
-#endif
+// kSoftmaxRing: whether the consumer warpgroups' ring (kernel_wgmma.cuh) passes the turn around each block's softmax
+// instead of around the GEMM issue, so the softmaxes never overlap (their MUFU and issue slots are the long pole at
+// FP8, whose GEMMs are half of 16-bit's). Measured on the H100 against the GEMM ring, three runs: hdim 128 S4K +2 %,
+// 4K x 1088 keys +3-4 %, S4K causal -0.5-0 %, S8K causal -1.2 to +1.4 %; hdim 64 S8K +2 % but causal -4 % (three
+// warpgroups' softmaxes in turn); hdim 256 -2 to -3 % (its consumers spill twice as much). Only hdim 128 takes it.
+// A run-time switch (the ring by the call's mask) cost 1 % at hdim 128 and 6 % at hdim 64. 16-bit inputs always
+// take the GEMM ring (-2 to -4 %).
+// kFastFinalize: whether the epilogue takes 1/l and log2(l) by one MUFU each (softmax.h finalize<true>) or by the
+// IEEE division and logf (finalize<false>). Measured on the H100 against the IEEE form: +0.3-1.6 % on FP8 hdim
+// 128/256 and bf16 rows, but FP8 hdim 64 S8K -12 % (causal unchanged) with the same registers and spills: FP8 hdim 64
+// keeps the IEEE form. 16-bit inputs always take the fast form (bf16 hdim 64 +0.6 %).
+// kVtHeadCount: whether the producer thread of the V^T copy (kernel/fp8_vt_fused.cuh) reads a per-head count of
+// stored blocks at each tile's first V block and skips the per-block flags once the head is complete. Measured on
+// the H100, B4 H16, against the per-block flags, two runs of 12 flushed rounds: hdim 256 S4K +1.2 / +1.6 %, S4K
+// causal +1.2 / +1.1 %; hdim 128 -0.5 to +0.4 % (S4K, S4K causal, S8K, S8K causal): only hdim 256, whose 24-register
+// producer thread waits on each flag, takes it.
+// kRescaleSkip: O's rescale skipped by a warp whose rows kept their max (hopper_mainloop.h rescale_o): hdim 128
+// +1-2 %, hdim 256 -3 %.
+// kVtSmemRows: use_fp8_vt_smem's limit (below).
 enum Fp8Descales : int { kDescalesEpilogue = 0, kDescalesTileStart = 1, kDescalesProducer = 2 };
-#ifndef FLASHCORE_FP8_D64_DESCALES
-#define FLASHCORE_FP8_D64_DESCALES 0
-#endif
-#ifndef FLASHCORE_FP8_D128_DESCALES
-#define FLASHCORE_FP8_D128_DESCALES 2
-#endif
-#ifndef FLASHCORE_FP8_D256_DESCALES
-#define FLASHCORE_FP8_D256_DESCALES 1
-#endif
-
-// Whether the epilogue takes 1/l and log2(l) by one MUFU each (softmax.h finalize<true>) or by the IEEE division and
-// logf (finalize<false>). Measured on the H100 against the IEEE form (docs/perf-notes.md 8.30): +0.3-1.6 % on FP8
-// hdim 128/256 and bf16 rows, but FP8 hdim 64 S8K -12 % (causal unchanged) with the same registers and spills: FP8
-// hdim 64 keeps the IEEE form. 16-bit inputs always take the fast form (bf16 hdim 64 +0.6 %).
-#ifndef FLASHCORE_FP8_D64_FAST_FINALIZE
-#define FLASHCORE_FP8_D64_FAST_FINALIZE 0
-#endif
-
-// Whether the producer thread of the V^T copy (kernel/fp8_vt_fused.cuh) reads a per-head count of stored blocks at
-// each tile's first V block and skips the per-block flags once the head is complete (Fp8Choice::kVtHeadCount).
-// Measured on the H100, B4 H16, against the per-block flags, two runs of 12 flushed rounds (docs/perf-notes.md
-// 8.30): hdim 256 S4K +1.2 / +1.6 %, S4K causal +1.2 / +1.1 %; hdim 128 -0.5 to +0.4 % (S4K, S4K causal, S8K, S8K
-// causal): only hdim 256, whose 24-register producer thread waits on each flag, takes it.
 template <int kHeadDim>
 struct Fp8Choice;
 // hdim 64 takes the 16-bit hdim 64's shape (3 consumer warpgroups, BLOCK_M 192, 128 keys; FA3's FP8 hdim 64 also
 // runs BLOCK_M 192): its short GEMMs leave the softmax as the long pole.
 template <>
 struct Fp8Choice<64> {
-  static constexpr int kConsumerWGs = FLASHCORE_FP8_D64_CONSUMERS, kBlockN = FLASHCORE_FP8_D64_BLOCK_N, kStages = 2;
-  static constexpr int kProducerRegs = FLASHCORE_FP8_D64_PRODUCER_REGS, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
-  static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D64;  // use_fp8_vt_smem
+  static constexpr int kConsumerWGs = 3, kBlockN = 128, kStages = 2;
+  static constexpr int kProducerRegs = 32, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
+  static constexpr int kVtSmemRows = 4096;
   static constexpr bool kRescaleSkip = false;  // not measured at hdim 64
-  static constexpr int kDescales = FLASHCORE_FP8_D64_DESCALES;
-  static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D64_SOFTMAX_RING;
+  static constexpr int kDescales = kDescalesEpilogue;
+  static constexpr bool kSoftmaxRing = false;
   static constexpr bool kVtHeadCount = false;
-  static constexpr bool kFastFinalize = FLASHCORE_FP8_D64_FAST_FINALIZE;
+  static constexpr bool kFastFinalize = false;
 };
 template <>
 struct Fp8Choice<128> {
-  static constexpr int kConsumerWGs = 2, kBlockN = FLASHCORE_FP8_D128_BLOCK_N, kStages = FLASHCORE_FP8_D128_STAGES;
-  static constexpr int kProducerRegs = FLASHCORE_FP8_D128_PRODUCER_REGS, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
-  static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D128;
-  // O's rescale skipped by a warp whose rows kept their max (hopper_mainloop.h rescale_o; step 8.10: +1-2 %).
-  static constexpr bool kRescaleSkip = FLASHCORE_FP8_D128_RESCALE_SKIP;
-  static constexpr int kDescales = FLASHCORE_FP8_D128_DESCALES;
-  static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D128_SOFTMAX_RING;
+  static constexpr int kConsumerWGs = 2, kBlockN = 192, kStages = 2;
+  static constexpr int kProducerRegs = 40, kVtSmemProducerRegs = 40, kRescaleEarly = 0;
+  static constexpr int kVtSmemRows = 512;
+  static constexpr bool kRescaleSkip = true;
+  static constexpr int kDescales = kDescalesProducer;
+  static constexpr bool kSoftmaxRing = true;
   static constexpr bool kVtHeadCount = false;
   static constexpr bool kFastFinalize = true;
 };
 template <>
 struct Fp8Choice<256> {
-  static constexpr int kConsumerWGs = 2, kBlockN = 128, kStages = FLASHCORE_FP8_D256_STAGES;
-  static constexpr int kProducerRegs = FLASHCORE_FP8_D256_PRODUCER_REGS, kVtSmemProducerRegs = 24;
-  static constexpr int kVtSmemRows = FLASHCORE_FP8_VT_SMEM_ROWS_D256;
-  static constexpr int kRescaleEarly = FLASHCORE_FP8_D256_RESCALE_EARLY;
-  static constexpr bool kRescaleSkip = false;  // -3 % (step 8.10)
-  static constexpr int kDescales = FLASHCORE_FP8_D256_DESCALES;
-  static constexpr bool kSoftmaxRing = FLASHCORE_FP8_D256_SOFTMAX_RING;
+  static constexpr int kConsumerWGs = 2, kBlockN = 128, kStages = 2;
+  static constexpr int kProducerRegs = 24, kVtSmemProducerRegs = 24;
+  static constexpr int kVtSmemRows = 256;
+  static constexpr int kRescaleEarly = 0;
+  static constexpr bool kRescaleSkip = false;
+  static constexpr int kDescales = kDescalesTileStart;
+  static constexpr bool kSoftmaxRing = false;
   static constexpr bool kVtHeadCount = true;
   static constexpr bool kFastFinalize = true;
 };
@@ -182,22 +113,18 @@ inline bool use_short_block_n(bool causal, int64_t seqlen_k) { return causal || 
 
 // FP8: the share of the L2 that the K and V^T of one section of the dynamic order's (batch, head) pairs may take when
 // the caller names none (fc_params.l2_section_pct 0); 0 = the 16-bit default, a third. Measured on the H100, FP8 B4
-// H16 causal, two runs of 10 rounds against FA3 (docs/perf-notes.md 8.37): hdim 256 at two thirds (16 pairs a
+// H16 causal, two runs of 10 rounds against FA3: hdim 256 at two thirds (16 pairs a
 // section at S4K) S4K 0.994-0.996x -> 1.000-1.003x, S8K 1.027-1.028x -> 1.038x (all of the L2: 0.980x, 1.036x); hdim
 // 128 at two thirds lost 1-2.5 % (S4K causal 0.975x -> 0.951x), so it keeps a third.
-#ifndef FLASHCORE_FP8_D256_L2_PCT
-#define FLASHCORE_FP8_D256_L2_PCT 67
-#endif
-constexpr int fp8_l2_section_pct(int head_dim) { return head_dim == 256 ? FLASHCORE_FP8_D256_L2_PCT : 0; }
+constexpr int fp8_l2_section_pct(int head_dim) { return head_dim == 256 ? 67 : 0; }
 
 // FP8: where V is transposed. The copy (kernel/fp8_vt_fused.cuh) costs one read and write of V per call, whatever
 // the query count, beside the GEMMs; the shared-memory transpose costs each query tile's producer warpgroup one pass
 // over every V block the tile sees, so its total grows with the query rows per K/V head (seqlen_q x the GQA group)
 // times the share of keys a row sees (causal, bottom-right: 1 - Sq / 2Sk, or Sk / 2Sq when Sq > Sk). Up to this many
-// such rows the shared-memory transpose wins (H100, bench/fp8_v_transpose.py, docs/perf-notes.md step 8.17: decode
-// 1.2-2.1x; hdim 128 wins 5 % at 512 rows, loses 2 % at 1K; hdim 256 loses 9 % at 512 non-causal, wins 7 % at 512
-// causal; hdim 64 wins 2-4 % at 4K). Above, the copy.
-// The limits are Fp8Choice's kVtSmemRows (FLASHCORE_FP8_VT_SMEM_ROWS_D* above override them for experiments).
+// such rows the shared-memory transpose wins (H100, bench/fp8_v_transpose.py: decode 1.2-2.1x; hdim 128 wins 5 % at
+// 512 rows, loses 2 % at 1K; hdim 256 loses 9 % at 512 non-causal, wins 7 % at 512 causal; hdim 64 wins 2-4 % at
+// 4K). Above, the copy. The limits are Fp8Choice's kVtSmemRows.
 template <int kHeadDim>
 bool use_fp8_vt_smem(int64_t seqlen_q, int64_t seqlen_k, int64_t group, bool causal) {
   double rows = static_cast<double>(seqlen_q) * static_cast<double>(group);

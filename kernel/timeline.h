@@ -6,7 +6,7 @@
 // turn to issue, 3 issued, 4 S ready, 5 softmax done, 6 P V done, 7 P packed), roles 6..7 the epilogue of consumer
 // warpgroups 0..1 (0 finalized, 1 staging slot free, 2 O staged, 3 store issued, 4 store read (O over V), 5 LSE
 // written; 6 and 7 the next block's step 1: entry, K/V in). fc_timeline_clear / fc_timeline_read (kernel/flashcore.cu)
-// zero and copy them; bench/tile_timeline.py runs and summarizes them (docs/perf-notes.md steps 8.21, 8.24). Without
+// zero and copy them; bench/tile_timeline.py runs and summarizes them. Without
 // the macro it compiles to nothing.
 #pragma once
 #include <cstdint>

@@ -16,19 +16,15 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                : "memory");
 }
 
-// L2 eviction priority of a TMA transfer (PTX createpolicy.fractional + .L2::cache_hint). FLASHCORE_L2_HINTS
-// picks where the kernels name one: bit 0 the attention loads (K and V evict_last, Q evict_first), bit 1 the FP8
-// V^T copy (raw V evict_first, the V^T stores evict_last). Measured on the H100 (docs/perf-notes.md 8.31): bit 1
-// +1.5-1.9 % at FP8 hdim 128 S4K causal, +0.2-0.3 % at S4K, 0 elsewhere; bit 0 -0.2..-1.3 % at FP8 hdim 128 (and
-// more spills at FP8 hdim 256): only bit 1 is set.
-#ifndef FLASHCORE_L2_HINTS
-#define FLASHCORE_L2_HINTS 2
-#endif
+// L2 eviction priority of a TMA transfer (PTX createpolicy.fractional + .L2::cache_hint). The FP8 V^T copy's
+// transfers take one (raw V evict_first, the V^T stores evict_last): measured on the H100, +1.5-1.9 % at FP8 hdim
+// 128 S4K causal, +0.2-0.3 % at S4K, 0 elsewhere. The attention loads keep the normal priority: K and V evict_last
+// with Q evict_first measured -0.2..-1.3 % at FP8 hdim 128 and made FP8 hdim 256 spill more.
 enum L2Hint : int { kL2Normal = 0, kL2EvictFirst = 1, kL2EvictLast = 2 };
-constexpr int kKvHint = (FLASHCORE_L2_HINTS & 1) ? kL2EvictLast : kL2Normal;
-constexpr int kQHint = (FLASHCORE_L2_HINTS & 1) ? kL2EvictFirst : kL2Normal;
-constexpr int kVtRawHint = (FLASHCORE_L2_HINTS & 2) ? kL2EvictFirst : kL2Normal;
-constexpr int kVtStoreHint = (FLASHCORE_L2_HINTS & 2) ? kL2EvictLast : kL2Normal;
+constexpr int kKvHint = kL2Normal;
+constexpr int kQHint = kL2Normal;
+constexpr int kVtRawHint = kL2EvictFirst;
+constexpr int kVtStoreHint = kL2EvictLast;
 // No side effects (plain asm, not volatile): the compiler may reuse one policy across a loop's transfers.
 template <int kHint>
 __device__ __forceinline__ uint64_t l2_policy() {

@@ -2,7 +2,7 @@
 // by a kernel of their own that the attention kernel follows as a programmatic dependent launch: its CTAs launch and
 // set up as this kernel's blocks exit, without waiting for the grid's completion, and only the producer warpgroup,
 // the one that reads those words, waits for that (grid_dependency_wait). Against a cudaMemsetAsync before a plain
-// launch: +0.2-0.5 % on FP8 S4K/S8K causal calls (docs/perf-notes.md step 8.53). This kernel never triggers the
+// launch: +0.2-0.5 % on FP8 S4K/S8K causal calls. This kernel never triggers the
 // dependent launch early: a trigger at its start cost those calls 11-14 us.
 #pragma once
 

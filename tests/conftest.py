@@ -25,7 +25,7 @@ DRIVER = REPO / "build/flashcore_driver"
 
 def load_bench(name: str) -> types.ModuleType:
     """bench/<name>.py as a module (the bench scripts are not a package), registered under `name` so that a script
-    importing another (bench/block_timeline.py imports tile_timeline) finds the same one."""
+    importing another (`from tile_timeline import ...`) finds the same one."""
     import importlib.util
     import sys
 

@@ -1,6 +1,7 @@
 """kernel/tile_choice.h use_fp8_vt_smem, the host rule that picks where FP8 V is transposed, compiled as it is (a
-host-only inline function) and asked about every shape of the H100 sweep in reports/evidence/ab/fp8-vt-copy-sweep.txt
-(bench/fp8_v_transpose.py): it must take the way that was faster there. Needs a C++ compiler, no GPU."""
+host-only inline function) and asked about every shape of the H100 sweep of bench/fp8_v_transpose.py
+(fp8-vt-copy-sweep.txt; reports/evidence/ab-index.txt names its archive): it must take the way that was faster
+there. Needs a C++ compiler, no GPU."""
 
 from __future__ import annotations
 
@@ -12,7 +13,20 @@ import pytest
 
 from tests.conftest import REPO, build_host_program
 
-SWEEP = REPO / "reports" / "evidence" / "ab" / "fp8-vt-copy-sweep.txt"
+EVIDENCE = REPO / "reports" / "evidence"
+SWEEP_NAME = "fp8-vt-copy-sweep.txt"
+
+
+def sweep_text() -> str:
+    """The sweep's file from the archive reports/evidence/ab-index.txt names for it."""
+    import tarfile
+
+    index = dict(line.split() for line in (EVIDENCE / "ab-index.txt").read_text().splitlines()
+                 if line.strip() and not line.startswith("#"))
+    with tarfile.open(EVIDENCE / index[SWEEP_NAME]) as tar:
+        member = tar.extractfile(f"reports/evidence/ab/{SWEEP_NAME}")
+        assert member is not None
+        return member.read().decode()
 ROW = re.compile(r"^D(\d+) B\d+ H(\d+)/(\d+) Sq(\d+) Sk(\d+)( causal)?\s.*\bfaster (pass|smem)\b", re.M)
 
 PROGRAM = """
@@ -42,7 +56,7 @@ def ask(rule: Path, shapes: list[tuple[int, int, int, int, bool]]) -> list[str]:
 
 
 def test_the_rule_takes_the_way_measured_faster_on_every_swept_shape(rule: Path) -> None:
-    rows = ROW.findall(SWEEP.read_text())
+    rows = ROW.findall(sweep_text())
     assert len(rows) == 30  # 3 head dims x (4 row counts x causal or not + 2 decode shapes)
     shapes = [(int(d), int(sq), int(sk), int(hq) // int(hkv), bool(c)) for d, hq, hkv, sq, sk, c, _ in rows]
     assert ask(rule, shapes) == [faster for *_, faster in rows]

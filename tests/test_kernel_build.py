@@ -41,7 +41,7 @@ def test_kernel_builds_for_sm90a_without_spills(tmp_path: Path) -> None:
     # 16-bit: wgmma (non-split and split-KV) x (4 (hdim, BLOCK_N) tiles (kernel/tile_choice.h) + 3 soft-capping
     # copies of each head dim's short tile); split-KV combine and phase-1 mma.sync x 3 head dims; everything x 2
     # dtypes. FP8: wgmma (non-split and split-KV) x hdim 64, 128 and 256 x V^T from the kernel's copy or transposed in
-    # shared memory (their combine is bf16's); no pre-pass kernel (docs/perf-notes.md step 8.17). Each point that
+    # shared memory (their combine is bf16's); no V transpose pre-pass kernel. Each point that
     # kernel/tuned_points.inc names (make tune's table) is one more translation unit: its 16-bit wgmma kernel
     # (non-split and split-KV, 2 dtypes) and its head dim's combine kernels again (2 dtypes). The stream-K tail
     # (kernel/stream_tail.h): a kTail copy of each non-split wgmma kernel but soft-capping's and FP8's with V

@@ -1,4 +1,4 @@
-"""The split-KV heuristic (kernel/tile_scheduler.h, host half), compiled for the host with the system C++ compiler."""
+"""The split-KV heuristic (kernel/heuristics.h), compiled for the host with the system C++ compiler."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.conftest import build_host_program
 PROGRAM = r"""
 #include <cstdio>
 #include <cstdlib>
-#include "tile_scheduler.h"
+#include "heuristics.h"
 int main(int argc, char** argv) {
   for (int i = 1; i + 2 < argc; i += 3) {
     const long long tiles = std::atoll(argv[i]);
@@ -82,7 +82,7 @@ def test_ragged_keys_split_full_grids_into_more_tiles(choose) -> None:  # type: 
 SECTIONS_PROGRAM = r"""
 #include <cstdio>
 #include <cstdlib>
-#include "tile_scheduler.h"
+#include "heuristics.h"
 int main(int argc, char** argv) {
   const flashcore::Sections s = flashcore::plan_sections(std::atoll(argv[1]), std::atoll(argv[2]),
                                                          std::atoll(argv[3]), std::atoi(argv[4]) != 0);

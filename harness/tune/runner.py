@@ -156,7 +156,13 @@ def merge_table(path: Path, table: Table) -> None:
 
 
 def main(argv: list[str] | None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness tune", description=__doc__.splitlines()[0])
+    if argv and argv[0] == "rekey":  # no GPU, no gate files: harness/tune/rekey.py
+        from harness.tune.rekey import main as rekey_main
+
+        return rekey_main(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m harness tune", description=__doc__.splitlines()[0],
+                                 epilog="python -m harness tune rekey --help: carry the tables over a kernel source "
+                                        "change whose SASS is identical (harness/tune/rekey.py)")
     ap.add_argument("--gates-dir", type=Path, default=Path("gates"), help="directory of the YAML (default gates)")
     ap.add_argument("--out", help="progress directory (default reports/tune-<UTC time>)")
     ap.add_argument("--resume", help="an interrupted run's progress directory: its finished shapes are kept")

@@ -1,0 +1,119 @@
+"""`python -m harness tune rekey --old-lib OLD.so --new-lib NEW.so`: carry the tuned tables over a kernel source change
+that left the machine code as it was.
+
+The tables of flashcore/tuned.yaml are keyed by fc_kernel_id(), a hash of the kernel sources, so moving code, renaming a
+file or rewording a comment makes every table stale although the GPU runs the same instructions. This command dumps
+the SASS of every kernel of both libraries (harness/tune/sass.py) and, only when each kernel is identical and neither
+library has a kernel the other lacks, rewrites the kernel_id of every table measured on the old library's kernel to
+the new library's, recording where it came from:
+
+    kernel_id: <new id>
+    rekeyed_from: {kernel_id: <old id>, sass_sha256: <digest of every kernel's SASS>, kernels: <count>}
+
+Otherwise it refuses, naming the kernels that differ, and the file stays as it was: those tables need `make tune`.
+The old library must be a build of the sources the tables were measured on (its fc_kernel_id is their kernel_id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.tune.sass import SassComparison, SassError, compare_libraries
+
+DEFAULT_TABLE = Path("flashcore/tuned.yaml")
+
+
+class RekeyError(RuntimeError):
+    """Why a table file was left as it was."""
+
+
+def library_kernel_id(library: Path) -> str:
+    """fc_kernel_id() of a built library (dlopen needs no GPU)."""
+    try:
+        lib = ctypes.CDLL(str(library.resolve()))
+    except OSError as e:
+        raise RekeyError(f"{library}: cannot load it: {e}") from None
+    fn = lib.fc_kernel_id
+    fn.restype = ctypes.c_char_p
+    value = fn()
+    return value.decode() if value else ""
+
+
+def rekey_text(text: str, old_id: str, new_id: str, sass: SassComparison) -> tuple[str, int]:
+    """The table file with every `kernel_id: old_id` line of a table replaced by new_id and its `rekeyed_from`
+    record (an earlier record of that table, which follows its kernel_id, is replaced); the count of tables
+    rewritten. Line edits keep the file's order, comments and formatting."""
+    if not sass.same:
+        raise RekeyError("the SASS differs: " + ", ".join(sass.names.get(n, n) for n in sass.differing()))
+    out: list[str] = []
+    count = 0
+    record_pad: str | None = None  # the indent of the rewritten table's keys while its old record may follow
+    dropping = False
+    for line in text.splitlines(keepends=True):
+        stripped = line.lstrip(" ")
+        indent = line[: len(line) - len(stripped)]
+        if dropping and stripped.strip() and len(indent) > len(record_pad or ""):
+            continue  # a line of the old record
+        dropping = False
+        if record_pad is not None and indent == record_pad and stripped.startswith("rekeyed_from:"):
+            dropping = True
+            continue
+        record_pad = None
+        m = re.fullmatch(r"(\s*(?:- )?)kernel_id: *['\"]?([0-9A-Za-z]+)['\"]? *\n?", line)
+        if m and m.group(2) == old_id:
+            pad = " " * len(m.group(1))
+            out.append(f"{m.group(1)}kernel_id: {new_id}\n")
+            out.append(f"{pad}rekeyed_from:\n{pad}  kernel_id: {old_id}\n{pad}  sass_sha256: {sass.new_digest}\n"
+                       f"{pad}  kernels: {sass.total}\n")
+            count += 1
+            record_pad = pad
+            continue
+        out.append(line)
+    return "".join(out), count
+
+
+def rekey(table: Path, old_lib: Path, new_lib: Path, say: Callable[[str], None] = print) -> int:
+    """Rewrite `table` in place when every kernel's SASS is identical; returns the tables rewritten."""
+    from flashcore.tuning import parse_tables
+
+    old_id, new_id = library_kernel_id(old_lib), library_kernel_id(new_lib)
+    if not old_id or not new_id or old_id == "unknown" or new_id == "unknown":
+        raise RekeyError(f"a library without a kernel id (old {old_id!r}, new {new_id!r}): build both with make build")
+    text = table.read_text()
+    tables = parse_tables(text, str(table))
+    if not any(t.kernel_id == old_id for t in tables):
+        raise RekeyError(f"{table}: no table is keyed by the old library's kernel {old_id} (tables: "
+                         f"{', '.join(sorted({t.kernel_id for t in tables})) or 'none'})")
+    if old_id == new_id:
+        raise RekeyError(f"both libraries are kernel {old_id}: nothing to rekey")
+    say(f"comparing the SASS of {old_lib} (kernel {old_id}) and {new_lib} (kernel {new_id})")
+    sass = compare_libraries(old_lib, new_lib)
+    for line in sass.lines():
+        say(line)
+    new_text, count = rekey_text(text, old_id, new_id, sass)
+    rewritten = parse_tables(new_text, str(table))  # the result must still parse, every table in its place
+    if [t.gpu for t in rewritten] != [t.gpu for t in tables] or \
+            [len(t.entries) for t in rewritten] != [len(t.entries) for t in tables]:
+        raise RekeyError("the rewritten file lost a table or an entry; left as it was")
+    table.write_text(new_text)
+    say(f"{table}: {count} table(s) rekeyed {old_id} -> {new_id} (SASS sha256 {sass.new_digest[:16]})")
+    return count
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness tune rekey", description=__doc__.splitlines()[0])
+    ap.add_argument("--old-lib", type=Path, required=True, help="a build of the sources the tables were measured on")
+    ap.add_argument("--new-lib", type=Path, required=True, help="a build of the current sources (make build)")
+    ap.add_argument("--table", type=Path, default=DEFAULT_TABLE, help=f"the table file (default {DEFAULT_TABLE})")
+    args = ap.parse_args(argv)
+    try:
+        rekey(args.table, args.old_lib, args.new_lib)
+    except (RekeyError, SassError) as e:
+        print(f"flashcore tune rekey: refused: {e}", file=sys.stderr)
+        return 1
+    return 0

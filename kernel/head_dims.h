@@ -1,0 +1,90 @@
+// Head dims: FC_HEAD_DIM_TABLE (flashcore.h) says which ones a call may use, KernelHeadDims which kernels are
+// compiled; every head-dim decision on the host goes through here, so a head dim the table does not list is an
+// error everywhere, never a fall-through to some kernel.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+#include <utility>
+
+#include "flashcore.h"
+
+namespace flashcore {
+
+// The head dims a Hopper kernel is compiled for, ascending (each has its HeadDimTraits, BlockNChoice and Fp8Choice:
+// kernel/hopper_config.h, kernel/tile_choice.h). A table entry runs on the smallest one that holds it.
+using KernelHeadDims = std::integer_sequence<int, 64, 128, 256>;
+
+template <int... kDims>
+constexpr bool in_sequence(int head_dim, std::integer_sequence<int, kDims...>) {
+  return ((head_dim == kDims) || ...);
+}
+constexpr bool is_kernel_head_dim(int head_dim) { return in_sequence(head_dim, KernelHeadDims{}); }
+
+template <int... kDims>
+constexpr int64_t smallest_kernel_at_least(int64_t head_dim, std::integer_sequence<int, kDims...>) {
+  int64_t found = 0;
+  for (int k : {kDims...}) {
+    if (found == 0 && head_dim <= k) found = k;
+  }
+  return found;
+}
+
+// Whether (head_dim, head_dim_v) is an entry of FC_HEAD_DIM_TABLE; head_dim_v 0 means head_dim.
+constexpr bool listed_head_dims(int64_t head_dim, int64_t head_dim_v) {
+  const int64_t v = head_dim_v != 0 ? head_dim_v : head_dim;
+  bool found = false;
+#define FC_LISTED(hd, hd_v, fp8) found = found || (head_dim == (hd) && v == (hd_v));
+  FC_HEAD_DIM_TABLE(FC_LISTED)
+#undef FC_LISTED
+  return found;
+}
+
+// Whether FP8 inputs take head_dim (the table's fp8_supported of its entry with v of the same head dim).
+constexpr bool fp8_head_dim(int64_t head_dim) {
+  bool found = false;
+#define FC_FP8(hd, hd_v, fp8) found = found || (head_dim == (hd) && (hd) == (hd_v) && (fp8) != 0);
+  FC_HEAD_DIM_TABLE(FC_FP8)
+#undef FC_FP8
+  return found;
+}
+
+// The kernel head dim that runs `head_dim` (96 on 128, 192 on 256: TMA zero-fills the missing columns); 0 for a
+// head dim the table does not list.
+constexpr int64_t kernel_head_dim(int64_t head_dim) {
+  bool listed = false;
+#define FC_ANY_V(hd, hd_v, fp8) listed = listed || head_dim == (hd);
+  FC_HEAD_DIM_TABLE(FC_ANY_V)
+#undef FC_ANY_V
+  return listed ? smallest_kernel_at_least(head_dim, KernelHeadDims{}) : 0;
+}
+
+// Every entry runs on a compiled kernel that holds both of its head dims; FP8 runs unpadded kernels only.
+#define FC_CHECK_ENTRY(hd, hd_v, fp8)                                                                              \
+  static_assert(kernel_head_dim(hd) != 0 && (hd_v) <= kernel_head_dim(hd), "FC_HEAD_DIM_TABLE: no kernel holds " \
+                "head dims " #hd " / " #hd_v);                                                                   \
+  static_assert(!(fp8) || kernel_head_dim(hd) == (hd), "FC_HEAD_DIM_TABLE: FP8 at " #hd " needs a kernel of it");
+FC_HEAD_DIM_TABLE(FC_CHECK_ENTRY)
+#undef FC_CHECK_ENTRY
+
+int report_error(int status, const char* fmt, ...);  // kernel/validate.cu
+
+// Calls f(std::integral_constant<int, kernel head dim>) with the kernel of `kernel_hd` (kernel_head_dim's answer),
+// or reports FC_ERR_INVALID_ARGUMENT naming `head_dim` when no kernel is compiled for it. The one place that turns
+// a run-time head dim into a compiled one.
+template <typename F, int... kDims>
+int with_kernel_head_dim(int64_t head_dim, int64_t kernel_hd, F&& f, std::integer_sequence<int, kDims...>) {
+  int status = FC_ERR_INVALID_ARGUMENT;
+  const bool found = ((kernel_hd == kDims && (status = f(std::integral_constant<int, kDims>{}), true)) || ...);
+  if (!found) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: fc_head_dims() lists the head dims "
+                        "(kernel/flashcore.h FC_HEAD_DIM_TABLE)", static_cast<long long>(head_dim));
+  }
+  return status;
+}
+template <typename F>
+int with_kernel_head_dim(int64_t head_dim, int64_t kernel_hd, F&& f) {
+  return with_kernel_head_dim(head_dim, kernel_hd, static_cast<F&&>(f), KernelHeadDims{});
+}
+
+}  // namespace flashcore

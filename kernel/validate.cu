@@ -1,0 +1,389 @@
+// Host-side validation: every fc_params field is checked here before anything reaches the GPU, with the error
+// text fc_last_error() returns, the device check, and the small C entries that describe the build (head dims,
+// version, kernel id). fc_kernel_id lives here, not in flashcore.cu, because its value changes with every kernel
+// source: only this small object recompiles for it.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+
+#include "common.h"
+#include "flashcore.h"
+#include "head_dims.h"
+#include "launch.h"
+#include "tile_point.h"
+
+namespace flashcore {
+namespace {
+
+thread_local char g_last_error[512] = "";
+
+int fail(int status, const char* fmt, va_list args) {
+  vsnprintf(g_last_error, sizeof(g_last_error), fmt, args);
+  return status;
+}
+
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// "64, 96, 128, 192 or 256": FC_HEAD_DIM_TABLE's head dims (FP8's only with fp8), each once, for error messages.
+const char* head_dim_list(bool fp8) {
+  static thread_local char text[2][128];
+  char* out = text[fp8 ? 1 : 0];
+  int dims[32] = {}, n = 0;
+  auto add = [&](int hd) {
+    for (int i = 0; i < n; ++i) {
+      if (dims[i] == hd) return;
+    }
+    dims[n++] = hd;
+  };
+#define FC_COLLECT(hd, hd_v, fp8_ok) \
+  if (!fp8 || ((fp8_ok) && (hd) == (hd_v))) add(hd);
+  FC_HEAD_DIM_TABLE(FC_COLLECT)
+#undef FC_COLLECT
+  int at = 0;
+  out[0] = '\0';
+  for (int i = 0; i < n; ++i) {
+    const char* sep = i == 0 ? "" : (i == n - 1 ? " or " : ", ");
+    at += snprintf(out + at, sizeof(text[0]) - at, "%s%d", sep, dims[i]);
+  }
+  return out;
+}
+
+// Strides of a [B, S, H, D] tensor: each must be >= 0 and a multiple of 16 bytes (8 16-bit or 16 FP8 elements),
+// since every row is copied in 16-byte chunks.
+int check_strides(const char* name, const int64_t (&stride)[3], int elems = kChunkElems) {
+  const char* dims[3] = {"batch", "seq", "head"};
+  for (int i = 0; i < 3; ++i) {
+    if (stride[i] < 0 || stride[i] % elems != 0) {
+      return report_error(FC_ERR_INVALID_ARGUMENT,
+                  "%s: %s stride %lld is not allowed: strides must be non-negative multiples of %d elements (16 bytes)",
+                  name, dims[i], static_cast<long long>(stride[i]), elems);
+    }
+  }
+  return FC_OK;
+}
+
+// The serving fields (flashcore.h): packed rows, per-sequence key counts, cache slots, window, soft-capping.
+int check_serving(const fc_params* in) {
+  const int64_t kMaxRows = int64_t{1} << 30;
+  if (in->cu_seqlens_q != nullptr && (in->total_q < 1 || in->total_q > kMaxRows)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "total_q = %lld: packed queries (cu_seqlens_q) need 1 .. 2^30 rows",
+                        static_cast<long long>(in->total_q));
+  }
+  if (in->cu_seqlens_k != nullptr && (in->total_k < 1 || in->total_k > kMaxRows)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "total_k = %lld: packed keys (cu_seqlens_k) need 1 .. 2^30 rows",
+                        static_cast<long long>(in->total_k));
+  }
+  if (in->cu_seqlens_q != nullptr && in->num_splits > 1) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "num_splits = %d: split-KV is not available with packed queries "
+                        "(cu_seqlens_q); pass 0 or 1", in->num_splits);
+  }
+  if (in->cu_seqlens_k != nullptr && in->kv_batch_idx != nullptr) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch_idx indexes a batched cache: it cannot be combined with "
+                        "packed keys (cu_seqlens_k)");
+  }
+  if (in->page_table == nullptr &&
+      (in->kv_batch < 0 || in->kv_batch > 65535 || (in->kv_batch != 0 && in->kv_batch != in->batch &&
+                                                    in->kv_batch_idx == nullptr && in->cu_seqlens_k == nullptr))) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch = %lld: 0 (= batch), or with kv_batch_idx 1 .. 65535",
+                        static_cast<long long>(in->kv_batch));
+  }
+  if (in->window != 0 && (in->window != 1 || in->window_left < -1 || in->window_right < -1)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "window = %d, window_left = %d, window_right = %d: window is 0 or 1 "
+                        "and each bound >= -1 (-1: unbounded)", in->window, in->window_left, in->window_right);
+  }
+  if (in->page_table != nullptr) {
+    if (in->seqused_k == nullptr || in->cu_seqlens_k != nullptr || in->kv_batch_idx != nullptr) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "page_table needs seqused_k (each sequence's keys) and takes "
+                          "neither cu_seqlens_k nor kv_batch_idx");
+    }
+    if (in->page_size < 16 || in->page_size % 16 != 0 || in->page_size > 65536) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld: a paged cache needs a multiple of 16 in "
+                          "16 .. 65536", static_cast<long long>(in->page_size));
+    }
+    if (in->kv_batch < 1 || in->kv_batch > (int64_t{1} << 31) - 1) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch = %lld: with page_table it is the number of pages of k "
+                          "and v, 1 .. 2^31 - 1", static_cast<long long>(in->kv_batch));
+    }
+    if (in->page_table_stride < 1 || in->page_table_stride * in->batch > INT32_MAX ||
+        in->page_table_stride * in->page_size < in->seqlen_k) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "page_table_stride = %lld: each sequence's row of page_table needs "
+                          "room for seqlen_k = %lld keys (%lld-key pages), and the table below 2^31 entries",
+                          static_cast<long long>(in->page_table_stride), static_cast<long long>(in->seqlen_k),
+                          static_cast<long long>(in->page_size));
+    }
+  } else if (in->page_size != 0 || in->page_table_stride != 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld, page_table_stride = %lld without page_table: "
+                        "leave them 0", static_cast<long long>(in->page_size),
+                        static_cast<long long>(in->page_table_stride));
+  }
+  if (!(std::isfinite(in->softcap) && in->softcap >= 0.f)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "softcap = %g must be finite and >= 0 (0: off)", in->softcap);
+  }
+  return FC_OK;
+}
+
+// FP8: head dims 64/128/256, dense batches, descale arrays 4-byte aligned with non-negative strides, a known
+// fp8_v_transpose; 16-bit: no descales, fp8_v_transpose 0.
+int check_fp8(const fc_params* in) {
+  const float* ptrs[3] = {in->q_descale, in->k_descale, in->v_descale};
+  const int64_t* strides[3] = {in->q_descale_stride, in->k_descale_stride, in->v_descale_stride};
+  const char* names[3] = {"q_descale", "k_descale", "v_descale"};
+  if (in->dtype != FC_E4M3) {
+    for (int i = 0; i < 3; ++i) {
+      if (ptrs[i] != nullptr) {
+        return report_error(FC_ERR_INVALID_ARGUMENT, "%s is for FP8 inputs (dtype FC_E4M3): leave it NULL with "
+                            "16-bit inputs", names[i]);
+      }
+    }
+    if (in->fp8_v_transpose != FC_FP8_VT_AUTO) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "fp8_v_transpose %d is for FP8 inputs (dtype FC_E4M3): leave it 0 "
+                          "with 16-bit inputs", in->fp8_v_transpose);
+    }
+    return FC_OK;
+  }
+  if (in->fp8_v_transpose != FC_FP8_VT_AUTO && in->fp8_v_transpose != FC_FP8_VT_PASS &&
+      in->fp8_v_transpose != FC_FP8_VT_SMEM) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "fp8_v_transpose %d: use FC_FP8_VT_AUTO (0), FC_FP8_VT_PASS (1) or "
+                        "FC_FP8_VT_SMEM (2)", in->fp8_v_transpose);
+  }
+  if (!fp8_head_dim(in->head_dim)) {  // FC_HEAD_DIM_TABLE's fp8_supported: no padded head dim
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims %s",
+                        static_cast<long long>(in->head_dim), head_dim_list(true));
+  }
+  if (uses_serving(in)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 inputs take dense batches only: packed rows, per-sequence keys, "
+                        "cache slots, pages, window, softcap and a head_dim_v of its own need 16-bit inputs");
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (ptrs[i] != nullptr && (reinterpret_cast<uintptr_t>(ptrs[i]) % 4 != 0 || strides[i][0] < 0 ||
+                               strides[i][1] < 0)) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "%s: a float array [batch, heads_kv], 4-byte aligned, with "
+                          "non-negative strides (got %p, strides %lld, %lld)", names[i],
+                          static_cast<const void*>(ptrs[i]), static_cast<long long>(strides[i][0]),
+                          static_cast<long long>(strides[i][1]));
+    }
+  }
+  return FC_OK;
+}
+
+}  // namespace
+
+bool uses_serving(const fc_params* in) {
+  return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_k != nullptr ||
+         in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f ||
+         (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr ||
+         kernel_head_dim(in->head_dim) != in->head_dim || (in->head_dim_v != 0 && in->head_dim_v != in->head_dim);
+}
+
+int64_t launch_head_dim(const fc_params* in) {
+  return in->page_table != nullptr && in->head_dim == 64 ? 128 : kernel_head_dim(in->head_dim);
+}
+
+int report_error(int status, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  fail(status, fmt, args);
+  va_end(args);
+  return status;
+}
+
+int report_cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return FC_OK;
+  return report_error(FC_ERR_CUDA, "%s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+int validate_and_convert(const fc_params* in, KernelParams* out) {
+  if (in == nullptr) return report_error(FC_ERR_INVALID_ARGUMENT, "params is NULL");
+  if (in->q == nullptr || in->k == nullptr || in->v == nullptr || in->o == nullptr) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "q, k, v and o pointers must not be NULL");
+  }
+  if (!aligned16(in->q) || !aligned16(in->k) || !aligned16(in->v) || !aligned16(in->o)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "q, k, v and o must start at 16-byte aligned addresses");
+  }
+  if (in->dtype != FC_FP16 && in->dtype != FC_BF16 && in->dtype != FC_E4M3) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "dtype %d is not supported: use FC_FP16 (0), FC_BF16 (1) or FC_E4M3 "
+                        "(2)", in->dtype);
+  }
+  if (kernel_head_dim(in->head_dim) == 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld is not supported: use %s",
+                        static_cast<long long>(in->head_dim), head_dim_list(false));
+  }
+  if (!listed_head_dims(in->head_dim, in->head_dim_v)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim_v %lld with head_dim %lld: v's head dim is q's (0), or "
+                        "one of the (head_dim, head_dim_v) pairs fc_head_dims() lists",
+                        static_cast<long long>(in->head_dim_v), static_cast<long long>(in->head_dim));
+  }
+  const int64_t sizes[5] = {in->batch, in->heads_q, in->heads_kv, in->seqlen_q, in->seqlen_k};
+  const char* names[5] = {"batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"};
+  const int64_t limits[5] = {65535, 65535, 65535, int64_t{1} << 30, int64_t{1} << 30};  // grid.z, grid.y, int32 indexing
+  for (int i = 0; i < 5; ++i) {
+    if (sizes[i] < 1 || sizes[i] > limits[i]) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "%s = %lld is out of range [1, %lld]", names[i],
+                  static_cast<long long>(sizes[i]), static_cast<long long>(limits[i]));
+    }
+  }
+  if (in->heads_q % in->heads_kv != 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "heads_q = %lld must be a multiple of heads_kv = %lld",
+                static_cast<long long>(in->heads_q), static_cast<long long>(in->heads_kv));
+  }
+  if (!(std::isfinite(in->softmax_scale) && in->softmax_scale > 0.f)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "softmax_scale = %g must be finite and > 0", in->softmax_scale);
+  }
+  if (in->debug_fault < kFaultNone || in->debug_fault > kFaultSlow) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "debug_fault = %d is not a known fault (0..4)", in->debug_fault);
+  }
+  if (in->num_splits < 0 || in->sm_margin < 0 || (in->deterministic != 0 && in->deterministic != 1)) {
+    return report_error(FC_ERR_INVALID_ARGUMENT,
+                        "num_splits = %d, sm_margin = %d, deterministic = %d: num_splits and sm_margin must be >= 0 "
+                        "and deterministic 0 or 1", in->num_splits, in->sm_margin, in->deterministic);
+  }
+  if (in->point != 0 && (in->point & flashcore::kPointFlag) == 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "point = 0x%x is not a point code (kernel/tile_point.h; 0: default)",
+                        static_cast<unsigned>(in->point));
+  }
+  if (in->block_n < 0 || in->schedule < FC_SCHEDULE_DEFAULT || in->schedule > FC_SCHEDULE_WHOLE ||
+      in->l2_section_pct < 0 || in->l2_section_pct > 100) {
+    return report_error(FC_ERR_INVALID_ARGUMENT,
+                        "block_n = %d, schedule = %d, l2_section_pct = %d: block_n must be >= 0 (0: default), "
+                        "schedule 0 (default), 1 (static), 2 (dynamic) or 3 (static, whole tiles), l2_section_pct 0 (default) .. 100",
+                        in->block_n, in->schedule, in->l2_section_pct);
+  }
+  if (in->workspace_bytes < 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "workspace_bytes = %lld must be >= 0",
+                        static_cast<long long>(in->workspace_bytes));
+  }
+  int status = FC_OK;
+  if ((status = check_serving(in)) != FC_OK) return status;
+  if ((status = check_fp8(in)) != FC_OK) return status;
+  const int in_elems = in->dtype == FC_E4M3 ? 16 : kChunkElems;  // o is 16-bit either way
+  if ((status = check_strides("q", in->q_stride, in_elems)) != FC_OK) return status;
+  if ((status = check_strides("k", in->k_stride, in_elems)) != FC_OK) return status;
+  if ((status = check_strides("v", in->v_stride, in_elems)) != FC_OK) return status;
+  if ((status = check_strides("o", in->o_stride)) != FC_OK) return status;
+
+  int device = 0;
+  if ((status = report_cuda(cudaGetDevice(&device), "cudaGetDevice")) != FC_OK) return status;
+  if (!fc_device_supported(device)) return FC_ERR_UNSUPPORTED_DEVICE;
+
+  out->q = in->q;
+  out->k = in->k;
+  out->v = in->v;
+  out->o = in->o;
+  out->lse = in->lse;
+  out->batch = static_cast<int>(in->batch);
+  out->heads_q = static_cast<int>(in->heads_q);
+  out->heads_kv = static_cast<int>(in->heads_kv);
+  out->seqlen_q = static_cast<int>(in->seqlen_q);
+  out->seqlen_k = static_cast<int>(in->seqlen_k);
+  out->group = static_cast<int>(in->heads_q / in->heads_kv);
+  for (int i = 0; i < 3; ++i) {
+    out->q_stride[i] = in->q_stride[i];
+    out->k_stride[i] = in->k_stride[i];
+    out->v_stride[i] = in->v_stride[i];
+    out->o_stride[i] = in->o_stride[i];
+  }
+  // Packed layouts have no batch stride (flashcore.h: unused): the kernel steps by batch * stride[0] there, which
+  // must not move a caller's pointer (a C caller's packed [total, H, D] stride[0] made the register epilogue write
+  // past o: compute-sanitizer memcheck through flashcore_driver).
+  if (in->cu_seqlens_q != nullptr) out->q_stride[0] = out->o_stride[0] = 0;
+  if (in->cu_seqlens_k != nullptr) out->k_stride[0] = out->v_stride[0] = 0;
+  out->softmax_scale = in->softmax_scale;
+  out->softmax_scale_log2 = in->softmax_scale * kLog2e;
+  out->softcap_prescale = 0.f;
+  if (in->softcap > 0.f) {  // scores tanh(scale q.k / softcap) in [-1, 1]; softcap becomes the softmax scale
+    out->softcap_prescale = in->softmax_scale / in->softcap;
+    out->softmax_scale = in->softcap;
+    out->softmax_scale_log2 = in->softcap * kLog2e;
+  }
+  // A bound at least seqlen_q + seqlen_k away never masks a key: unbounded (keeps the kernel's sums in 32 bits).
+  const int64_t reach = in->seqlen_q + in->seqlen_k;
+  const int64_t left = in->window != 0 ? in->window_left : -1;
+  const int64_t right = in->causal != 0 ? 0 : (in->window != 0 ? in->window_right : -1);
+  out->window_left = left >= reach ? -1 : static_cast<int>(left);
+  out->window_right = right >= reach ? -1 : static_cast<int>(right);
+  out->causal = out->window_right >= 0;
+  if (!out->causal) out->window_right = 0;
+  out->diag_offset = static_cast<int>(in->seqlen_k - in->seqlen_q);
+  out->head_dim_v = static_cast<int>(in->head_dim_v != 0 ? in->head_dim_v : in->head_dim);
+  out->page_table = in->page_table;
+  out->page_table_stride = in->page_table_stride;
+  out->page_size = static_cast<int>(in->page_size);
+  out->page_box = 0;  // the launcher's: it depends on BLOCK_N (run_tiles.cuh)
+  out->cu_seqlens_q = in->cu_seqlens_q;
+  out->cu_seqlens_k = in->cu_seqlens_k;
+  out->seqused_k = in->seqused_k;
+  out->kv_batch_idx = in->kv_batch_idx;
+  if (in->cu_seqlens_q != nullptr) {
+    out->lse_stride[0] = 0;
+    out->lse_stride[1] = in->total_q;
+  } else {
+    out->lse_stride[0] = in->heads_q * in->seqlen_q;
+    out->lse_stride[1] = in->seqlen_q;
+  }
+  out->fault = in->debug_fault;
+  out->pack_gqa = 0;  // chosen per kernel by the launcher (flashcore.cu make_plan), as is split-KV
+  out->num_splits = 1;
+  out->accum_rows = in->batch * in->heads_q * in->seqlen_q;
+  out->o_accum = nullptr;
+  out->lse_accum = nullptr;
+  out->q_descale = in->q_descale;
+  out->k_descale = in->k_descale;
+  out->v_descale = in->v_descale;
+  for (int i = 0; i < 2; ++i) {
+    out->q_descale_stride[i] = in->q_descale_stride[i];
+    out->k_descale_stride[i] = in->k_descale_stride[i];
+    out->v_descale_stride[i] = in->v_descale_stride[i];
+  }
+  out->vt = nullptr;  // the launcher's (run_tiles.cuh): in the workspace
+  out->vt_keys = 0;
+  out->tail_first = INT32_MAX;  // no stream-K tail unless the launcher plans one (run_tiles.cuh)
+  out->tail_stride = out->tail_tiles = out->tail_pieces = out->tail_blocks = 0;
+  out->tail_o = nullptr;
+  return FC_OK;
+}
+
+}  // namespace flashcore
+
+extern "C" const char* fc_last_error(void) { return flashcore::g_last_error; }
+
+extern "C" int fc_device_supported(int device) {
+  // Called before every launch: two attribute queries (cheap), the full properties only for the error text.
+  int major = 0, minor = 0;
+  if (flashcore::report_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                             "cudaDeviceGetAttribute(ComputeCapabilityMajor)") != FC_OK ||
+      flashcore::report_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                             "cudaDeviceGetAttribute(ComputeCapabilityMinor)") != FC_OK) {
+    return 0;
+  }
+  if (major == 9 && minor == 0) return 1;
+  cudaDeviceProp prop;
+  if (flashcore::report_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties") != FC_OK) return 0;
+  flashcore::report_error(FC_ERR_UNSUPPORTED_DEVICE,
+                          "device %d (%s) is SM %d.%d: FlashCore's kernel is built for SM 9.0 (H100/H200) only", device,
+                          prop.name, major, minor);
+  return 0;
+}
+
+extern "C" const char* fc_version(void) { return "flashcore 0.1.0 phase1 sm_90a"; }
+
+#ifndef FLASHCORE_KERNEL_ID
+#define FLASHCORE_KERNEL_ID "unknown"
+#endif
+extern "C" const char* fc_kernel_id(void) { return FLASHCORE_KERNEL_ID; }
+
+extern "C" int fc_head_dims(int32_t* out, int capacity) {
+  int n = 0;
+#define FC_WRITE(hd, hd_v, fp8)                 \
+  if (out != nullptr && n < capacity) {         \
+    out[3 * n] = (hd);                          \
+    out[3 * n + 1] = (hd_v);                    \
+    out[3 * n + 2] = (fp8);                     \
+  }                                             \
+  ++n;
+  FC_HEAD_DIM_TABLE(FC_WRITE)
+#undef FC_WRITE
+  return n;
+}

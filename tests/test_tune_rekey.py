@@ -1,0 +1,160 @@
+"""harness/tune/sass.py (the SASS of two builds paired by kernel) and harness/tune/rekey.py (a tuned table carried to
+a new kernel id only when that SASS is identical), on crafted cuobjdump listings and table files. CPU only; the
+comparison of real libraries is the last test, which needs cuobjdump and two builds (skipped without them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from flashcore.tuning import parse_tables
+from harness.tune import rekey as rk
+from harness.tune import sass
+
+LISTING = """
+Fatbin elf code:
+================
+arch = sm_90a
+
+	code for sm_90a
+		Function : _ZN9flashcore6kernelILi64EEEvv
+	.headerflags	@"EF_CUDA_SM90"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                 /* 0x00000a00ff017b82 */
+                                                                          /* 0x000fe20000000800 */
+        /*0010*/                   {OP} ;                                 /* 0x000000000000794d */
+		..........
+
+
+		Function : _ZN9flashcore17zero_words_kernelEPii
+        /*0000*/                   EXIT ;                                 /* 0x000000000000794d */
+		..........
+
+Fatbin elf code:
+================
+	code for sm_90a
+		Function : _ZN9flashcore17zero_words_kernelEPii
+        /*0000*/                   EXIT ;                                 /* 0x000000000000794d */
+"""
+
+
+def listing(op: str = "EXIT", shift: int = 0) -> str:
+    """The listing, its instructions at addresses moved by `shift` (a kernel laid out elsewhere in the binary)."""
+    text = LISTING.replace("{OP}", op)
+    return text.replace("/*0010*/", f"/*{0x10 + shift:04x}*/")
+
+
+def test_addresses_and_spacing_are_not_differences() -> None:
+    a, b = sass.parse_sass(listing()), sass.parse_sass(listing(shift=0x400).replace("    EXIT", "EXIT"))
+    assert set(a) == {"_ZN9flashcore6kernelILi64EEEvv", "_ZN9flashcore17zero_words_kernelEPii",
+                      "_ZN9flashcore17zero_words_kernelEPii#2"}
+    result = sass.compare_kernels(a, b)
+    assert result.same and len(result.identical) == 3 and result.old_digest == result.new_digest
+
+
+def test_a_changed_instruction_names_its_kernel() -> None:
+    result = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(listing("BRA 0x10")))
+    assert not result.same and result.changed == ("_ZN9flashcore6kernelILi64EEEvv",)
+    assert "1 changed" in result.summary() and "changed:" in "\n".join(result.lines())
+
+
+def test_a_changed_encoding_word_is_a_difference() -> None:
+    """Same mnemonic, other control bits (stall count, barrier): the machine code differs."""
+    other = listing().replace("0x000fe20000000800", "0x000fe40000000800")
+    assert sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(other)).changed
+
+
+def test_a_kernel_in_one_library_only_is_a_difference() -> None:
+    fewer = listing().split("Fatbin elf code:")[1]
+    result = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass("Fatbin elf code:" + fewer))
+    assert not result.same and result.only_old == ("_ZN9flashcore17zero_words_kernelEPii#2",)
+
+
+TABLE = """# Written by `make tune` (harness/tune); read by flashcore.attention (flashcore/tuning.py).
+version: 1
+tables:
+- gpu: GPU X
+  sm_count: 132
+  kernel_id: aaaa000000000001
+  tuned_at: '2026-11-27T13:15:40Z'
+  commit: abc
+  entries:
+  - head_dim: 64
+    dtype: bf16
+    causal: false
+    mode: prefill
+    group: 1
+    seqlen: 8192
+    block_n: 0
+    schedule: default
+    l2_section_pct: 0
+    speedup: 1.0
+- gpu: GPU Y
+  sm_count: 114
+  kernel_id: ffff000000000009
+  tuned_at: ''
+  commit: ''
+  entries: []
+"""
+
+
+def same() -> sass.SassComparison:
+    return sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(listing(shift=0x40)))
+
+
+def test_identical_sass_rekeys_only_the_old_kernels_tables() -> None:
+    text, count = rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", same())
+    assert count == 1
+    tables = parse_tables(text)
+    assert [t.kernel_id for t in tables] == ["bbbb000000000002", "ffff000000000009"]
+    assert "  rekeyed_from:\n    kernel_id: aaaa000000000001\n    sass_sha256: " in text
+    assert len(tables[0].entries) == 1
+
+
+def test_a_second_rekey_replaces_the_record() -> None:
+    once, _ = rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", same())
+    twice, count = rk.rekey_text(once, "bbbb000000000002", "cccc000000000003", same())
+    assert count == 1 and twice.count("rekeyed_from:") == 1
+    assert "kernel_id: bbbb000000000002" in twice and "kernel_id: cccc000000000003" in twice
+    assert [t.kernel_id for t in parse_tables(twice)] == ["cccc000000000003", "ffff000000000009"]
+
+
+def test_different_sass_is_refused_naming_the_kernel() -> None:
+    differ = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(listing("BRA 0x10")))
+    with pytest.raises(rk.RekeyError, match="kernel<64>"):
+        rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", differ)
+
+
+def test_rekey_refuses_when_no_table_has_the_old_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = tmp_path / "tuned.yaml"
+    table.write_text(TABLE)
+    ids = {"old.so": "1234000000000000", "new.so": "5678000000000000"}
+    monkeypatch.setattr(rk, "library_kernel_id", lambda lib: ids[lib.name])
+    with pytest.raises(rk.RekeyError, match="no table is keyed by the old library's kernel 1234000000000000"):
+        rk.rekey(table, tmp_path / "old.so", tmp_path / "new.so", say=lambda _: None)
+    assert table.read_text() == TABLE
+
+
+def test_rekey_writes_the_file_only_when_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = tmp_path / "tuned.yaml"
+    table.write_text(TABLE)
+    ids = {"old.so": "aaaa000000000001", "new.so": "bbbb000000000002"}
+    monkeypatch.setattr(rk, "library_kernel_id", lambda lib: ids[lib.name])
+    monkeypatch.setattr(rk, "compare_libraries", lambda old, new: sass.compare_kernels(
+        sass.parse_sass(listing()), sass.parse_sass(listing("BRA 0x10"))))
+    assert rk.main(["--old-lib", str(tmp_path / "old.so"), "--new-lib", str(tmp_path / "new.so"),
+                    "--table", str(table)]) == 1
+    assert table.read_text() == TABLE
+    monkeypatch.setattr(rk, "compare_libraries", lambda old, new: same())
+    assert rk.main(["--old-lib", str(tmp_path / "old.so"), "--new-lib", str(tmp_path / "new.so"),
+                    "--table", str(table)]) == 0
+    assert [t.kernel_id for t in parse_tables(table.read_text())] == ["bbbb000000000002", "ffff000000000009"]
+
+
+@pytest.mark.skipif(not os.environ.get("FLASHCORE_SASS_BASE"), reason="set FLASHCORE_SASS_BASE to a baseline build")
+def test_real_libraries_compare(tmp_path: Path) -> None:
+    """FLASHCORE_SASS_BASE=a copy of a build's libflashcore.so: it against itself is identical, kernel by kernel."""
+    base = Path(os.environ["FLASHCORE_SASS_BASE"])
+    result = sass.compare_libraries(base, base)
+    assert result.same and result.total > 0

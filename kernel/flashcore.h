@@ -7,16 +7,6 @@
 #pragma once
 #include <stdint.h>
 
-// The head dims FlashCore runs, one entry per line: X(head_dim, head_dim_v, fp8_supported). 96 and 192 run padded on
-// the 128 and 256 kernels; 192 with a 128 V is DeepSeek-style prefill. fc_head_dims() exports it to Python.
-#define FC_HEAD_DIM_TABLE(X) \
-  X(64, 64, 1)               \
-  X(96, 96, 0)               \
-  X(128, 128, 1)             \
-  X(192, 192, 0)             \
-  X(192, 128, 0)             \
-  X(256, 256, 1)
-
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -98,11 +98,101 @@ def test_grad_mode_is_refused_with_the_alternatives(models) -> None:
         models[fct.NAME](torch.randint(0, 128, (1, 8)))
 
 
-@pytest.mark.parametrize(("kwargs", "named"), [({"softcap": 30.0}, "softcap"),
-                                               ({"sliding_window": 64}, "sliding_window"),
+@pytest.mark.parametrize(("kwargs", "named"), [({"s_aux": torch.zeros(4)}, "s_aux"),
                                                ({"output_attentions": True}, "output_attentions")])
 def test_what_flashcore_lacks_is_refused_by_name(kwargs, named) -> None:
     q = torch.randn(1, 4, 8, 64, dtype=torch.bfloat16)
     k = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
     with pytest.raises(flashcore.FlashCoreError, match=f"^{named}: "):
         fct.attention_forward(None, q, k, k, None, fallback="sdpa", **kwargs)
+
+
+# ---- sliding windows and softcap: a small random Mistral (every layer windowed) and Gemma 2 (softcap, alternating
+# sliding and global layers), windows shorter than the prompt so the window really cuts
+
+
+def _windowed(kind: str, impl: str, dtype: torch.dtype = torch.bfloat16) -> transformers.PreTrainedModel:
+    common = {"vocab_size": 128, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 256,
+              "sliding_window": 12}
+    config: transformers.PretrainedConfig
+    if kind == "mistral":
+        config = transformers.MistralConfig(**common)
+    else:
+        config = transformers.Gemma2Config(**common, attn_logit_softcapping=20.0, final_logit_softcapping=30.0,
+                                           query_pre_attn_scalar=64)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=impl, dtype=dtype)
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=["mistral", "gemma2"])
+def windowed(request) -> dict[str, transformers.PreTrainedModel]:
+    """Eager in float32 (the reference: Gemma 2 has no SDPA path), eager and FlashCore in bf16."""
+    fct.register(fallback="sdpa")
+    return {"fp32": _windowed(request.param, "eager", torch.float32), "eager": _windowed(request.param, "eager"),
+            fct.NAME: _windowed(request.param, fct.NAME)}
+
+
+def test_windowed_and_softcapped_models_match_eager(windowed) -> None:
+    """FlashCore's bf16 logits are as close to float32 eager as bf16 eager's are (FA's own rule: 2x + 1e-3)."""
+    ids = torch.randint(0, 128, (2, PROMPT), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        logits = {k: m(ids).logits.float() for k, m in windowed.items()}
+    tol = (logits["eager"] - logits["fp32"]).abs().max().item()
+    assert (logits[fct.NAME] - logits["fp32"]).abs().max().item() <= 2 * tol + 1e-3
+
+
+def test_windowed_models_left_padded_generation_matches_eager(windowed) -> None:
+    """Greedy tokens of a left-padded batch (the sliding layers' caches are cut to the window) equal float32 eager's
+    (bf16 eager itself leaves them at a near-tie on this draw; FlashCore's fallback computes in float32)."""
+    ids = torch.randint(0, 128, (2, PROMPT), generator=torch.Generator().manual_seed(6))
+    mask = torch.ones(2, PROMPT, dtype=torch.long)
+    mask[0, :9] = 0
+    with torch.no_grad():
+        out = {k: windowed[k].generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+               for k in ("fp32", fct.NAME)}
+    assert torch.equal(out[fct.NAME], out["fp32"])
+
+
+def test_a_window_that_is_ignored_would_be_caught() -> None:
+    """The control for the two tests above: FlashCore without the window differs from eager's windowed layer."""
+    q = torch.randn(1, 4, 40, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 40, 64, dtype=torch.bfloat16)
+    with_window, _ = fct.attention_forward(None, q, k, k, None, is_causal=True, fallback="sdpa", sliding_window=12)
+    without, _ = fct.attention_forward(None, q, k, k, None, is_causal=True, fallback="sdpa")
+    # rows that see at most 12 keys are not cut by the window; the later ones are
+    torch.testing.assert_close(with_window[:, :12].float(), without[:, :12].float(), atol=2e-2, rtol=2e-2)
+    assert (with_window[:, 12:].float() - without[:, 12:].float()).abs().max() > 0.1
+
+
+def test_window_and_softcap_arguments_are_checked() -> None:
+    assert fct.window(None, True) == (-1, -1)
+    assert fct.window(12, True) == (11, 0) and fct.window(12, False) == (11, 11)
+    assert fct.softcap(None) == 0.0 and fct.softcap(30) == 30.0
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(flashcore.FlashCoreError, match="sliding_window"):
+            fct.window(bad, True)
+    with pytest.raises(flashcore.FlashCoreError, match="softcap"):
+        fct.softcap(-1.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["mistral", "gemma2"])
+def test_windowed_models_on_the_kernel_match_eager(kind: str) -> None:
+    """The same models on the Hopper kernel (window and softcap in the kernel's mask), prefill and a left-padded
+    batch, against float32 eager on the GPU."""
+    fct.register(fallback="error")
+    ms = {"fp32": _windowed(kind, "eager", torch.float32).cuda(), "eager": _windowed(kind, "eager").cuda(),
+          fct.NAME: _windowed(kind, fct.NAME).cuda()}
+    ids = torch.randint(0, 128, (2, PROMPT), generator=torch.Generator().manual_seed(5)).cuda()
+    mask = torch.ones(2, PROMPT, dtype=torch.long, device="cuda")
+    mask[0, :9] = 0
+    for kw in ({}, {"attention_mask": mask}):
+        with torch.no_grad():
+            logits = {k: m(ids, **kw).logits.float() for k, m in ms.items()}
+        keep = mask.bool() if kw else torch.ones_like(mask, dtype=torch.bool)
+        tol = (logits["eager"] - logits["fp32"])[keep].abs().max().item()
+        assert (logits[fct.NAME] - logits["fp32"])[keep].abs().max().item() <= 2 * tol + 1e-3

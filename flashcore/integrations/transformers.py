@@ -9,9 +9,12 @@ as a FlashAttention kernel to import (flash_attn / the kernels hub) and fails on
 
 Inference only (FlashCore is forward-only: run under torch.no_grad() / torch.inference_mode(); generate() does).
 Masks come from the flash-attention mask function: no mask when no token is padded, else the 2-D padding mask, with
-which the batch goes through the varlen kernel (`padded`: its tokens packed, padded query rows 0). Sliding windows
-and softcap are refused with a clear error (HF's window convention is not mapped yet). The layout
-conversion is free: HF's [B, H, S, D] is passed to FlashCore as the strided view [B, S, H, D].
+which the batch goes through the varlen kernel (`padded`: its tokens packed, padded query rows 0). A layer's
+`sliding_window` (Mistral, Qwen2/3's sliding layers, Gemma 2/3) becomes FlashCore's window (sliding_window - 1, 0)
+on the causal path: Transformers' mask lets query position i see key j when i - sliding_window < j <= i, so the left
+window is sliding_window - 1 keys, as its own flash path passes it; `softcap` (Gemma 2's attn_logit_softcapping) goes
+through as is. Attention sinks (`s_aux`) are refused by name. The layout conversion is free: HF's [B, H, S, D] is
+passed to FlashCore as the strided view [B, S, H, D].
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from flashcore.api import attention
 from flashcore.errors import FlashCoreError, UnsupportedArgument
-from flashcore.serving import varlen
+from flashcore.serving import dense, varlen
 
 if TYPE_CHECKING:
     import torch
@@ -52,29 +55,50 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
     """Transformers' attention-function contract: query [B, Hq, Sq, D], key and value [B, Hkv, Sk, D] -> output
     [B, Sq, Hq, D] and no attention weights. Causal masks are bottom-right aligned: queries are the last Sq
     positions of the Sk keys, which is what a decoder with a KV cache (prefill, chunked prefill, decode) needs."""
-    if kwargs.get("softcap") is not None:
-        raise UnsupportedArgument("softcap: not mapped from Transformers' arguments (flashcore.flash_attn_func takes "
-                                  "softcap); use attn_implementation='sdpa' or 'eager' for this model")
-    if kwargs.get("sliding_window") is not None:
-        raise UnsupportedArgument("sliding_window: Transformers' window convention is not mapped (flashcore."
-                                  "flash_attn_func takes window_size); use attn_implementation='sdpa' or 'eager' for "
-                                  "this model")
+    for sink in ("s_aux", "sinks"):
+        if kwargs.get(sink) is not None:
+            raise UnsupportedArgument(f"{sink}: attention sinks are not implemented in FlashCore; use "
+                                      "attn_implementation='eager' for this model")
     if kwargs.get("output_attentions"):
         raise UnsupportedArgument("output_attentions: FlashCore never forms the attention matrix; use "
                                   "attn_implementation='eager' to get the weights")
     if dropout and getattr(module, "training", False):
         raise UnsupportedArgument(f"dropout {dropout}: FlashCore is inference-only (model.eval())")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    win, cap = window(kwargs.get("sliding_window"), causal), softcap(kwargs.get("softcap"))
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     if attention_mask is not None:
-        return padded(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attention_mask, causal,
-                      scaling, fallback), None
-    out, _ = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=causal,
-                       softmax_scale=scaling, fallback=fallback, debug_fault=debug_fault)
+        return padded(q, k, v, attention_mask, causal, scaling, fallback, win, cap), None
+    if win != (-1, -1) or cap:
+        out, _ = dense(q, k, v, causal=causal, softmax_scale=scaling, window_size=win, softcap=cap, fallback=fallback)
+    else:
+        out, _ = attention(q, k, v, causal=causal, softmax_scale=scaling, fallback=fallback, debug_fault=debug_fault)
     return out, None
 
 
+def window(sliding_window: Any, causal: bool) -> tuple[int, int]:
+    """FlashCore's (left, right) window for Transformers' `sliding_window` (None: no window). Its masks let query
+    position i see keys i - sliding_window < j <= i: sliding_window - 1 keys to the left on the causal path; a
+    non-causal layer (an encoder's) sees as many to the right too, as Transformers' flash path passes it."""
+    if sliding_window is None:
+        return (-1, -1)
+    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1:
+        raise FlashCoreError(f"sliding_window {sliding_window!r}: expected a positive int (None: no window)")
+    return (sliding_window - 1, 0 if causal else sliding_window - 1)
+
+
+def softcap(value: Any) -> float:
+    """Transformers' `softcap` (None or 0: none) as the float FlashCore takes."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise FlashCoreError(f"softcap {value!r}: expected a number >= 0 (None: none)")
+    return float(value)
+
+
 def padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, causal: bool,
-           scaling: float | None, fallback: str) -> torch.Tensor:
+           scaling: float | None, fallback: str, window_size: tuple[int, int] = (-1, -1),
+           softcap: float = 0.0) -> torch.Tensor:
     """A padded batch through the varlen kernel: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D], mask [B, Sk] (1: a
     token, 0: padding; the queries are the last Sq positions). The tokens of each sequence are packed (holes
     dropped, order kept), so a query sees exactly the tokens at or before it (causal) or all of them; padded query
@@ -92,7 +116,8 @@ def padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     cu_k = F.pad(len_k.cumsum(0, dtype=torch.int32), (1, 0))
     cu_q = F.pad(len_q.cumsum(0, dtype=torch.int32), (1, 0))
     packed, _ = varlen(q[keep_q], k[keep_k], v[keep_k], cu_q, cu_k, int(len_q.max()), int(len_k.max()),
-                       causal=causal, softmax_scale=scaling, fallback=fallback)
+                       causal=causal, softmax_scale=scaling, window_size=window_size, softcap=softcap,
+                       fallback=fallback)
     out = q.new_zeros(q.shape)
     out[keep_q] = packed
     return out

@@ -10,6 +10,7 @@ too many runs at once could fail on memory, which would be the host's fault repo
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,8 +56,13 @@ def host_facts(environ: Mapping[str, str] | None = None) -> tuple[int, int, int 
 
 
 def cost(wl: Workload) -> float:
-    """A workload's sanitizer cost estimate: the attention's multiply-adds (instrumented accesses scale with them)."""
-    return float(wl.batch * wl.heads_q * wl.seqlen_q * wl.seqlen_k * wl.head_dim)
+    """A workload's sanitizer cost estimate per run: the decimal exponent of the attention's multiply-adds. A run's
+    wall time is mostly the tool's own start and instrumentation, growing slowly with the size: on two H200s (every
+    tool of a workload, reports/evidence/phase7-h200x2-14cf125.json.xz) a B2 H2 S130 call took 8 s and a B4 H16 S8K
+    hdim 256 one 41 s, 5x for 10^5 times the work. Dealt by the multiply-adds themselves, that one workload filled a
+    part alone (15 s) while the other part ran the other 70 (130 s)."""
+    macs = max(1, wl.batch * wl.heads_q * wl.seqlen_q * wl.seqlen_k * wl.head_dim)
+    return math.log10(10 * macs)
 
 
 def share(plan: Sequence[tuple[str, str]], workloads: Mapping[str, Workload], part: int, parts: int

@@ -74,17 +74,30 @@ def fallback_choice(value: Any) -> str:
 
 
 def window(window_size: Any) -> tuple[int, int]:
-    """(left, right), each an int in [-1, 2**30] (-1: unbounded)."""
+    """(left, right), each an int in [-1, 2**30] (-1: unbounded), from what FA3's callers pass: a tuple or list of
+    ints, of 0-d integer tensors or of None (unbounded, as -1), or a 2-element integer tensor (read on the host: a
+    CUDA tensor costs a device sync, as it does in FA3, which passes the values to its kernel as ints)."""
     try:
         left, right = window_size
     except (TypeError, ValueError):
         raise FlashCoreError(f"window_size is {window_size!r}: expected a pair (left, right) of ints >= -1 "
                              "((-1, -1): no window)") from None
-    for name, value in (("left", left), ("right", right)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -1 <= int(value) <= MAX_WINDOW:
-            raise FlashCoreError(f"window_size {name} is {value!r}: expected an int in [-1, {MAX_WINDOW}] "
-                                 "(-1: unbounded on that side)")
-    return int(left), int(right)
+    return _window_side("left", left), _window_side("right", right)
+
+
+def _window_side(name: str, value: Any) -> int:
+    if value is None:
+        return -1
+    if hasattr(value, "dim") and hasattr(value, "item"):  # a 0-d tensor (or one element of a 2-element tensor)
+        integer = not (value.dtype.is_floating_point or value.dtype.is_complex or str(value.dtype) == "torch.bool")
+        if value.dim() != 0 or not integer:
+            raise FlashCoreError(f"window_size {name} is a tensor of shape {tuple(value.shape)} and dtype "
+                                 f"{value.dtype}: expected a 0-d integer tensor, an int or None")
+        value = int(value.item())
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -1 <= int(value) <= MAX_WINDOW:
+        raise FlashCoreError(f"window_size {name} is {value!r}: expected an int in [-1, {MAX_WINDOW}] "
+                             "(-1 or None: unbounded on that side)")
+    return int(value)
 
 
 def softcap(value: Any) -> float:

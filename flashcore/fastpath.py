@@ -71,6 +71,9 @@ def serving_signature(kind: str, tensors: tuple[Any, ...], args: tuple[Any, ...]
             else:
                 key += [type(t), t.shape, t.stride(), t.dtype, t.device, t.layout, t.requires_grad]
         for a in args:
+            parts = a if isinstance(a, (list, tuple)) else (a,)
+            if any(isinstance(x, torch.Tensor) for x in parts):  # a tensor-valued argument (a window as tensors)
+                return None  # hashes by identity: an in-place change would go unseen, so take the checked path
             key += [type(a), tuple(a) if isinstance(a, list) else a]
         key += [os.environ.get("FLASHCORE_TUNE"), os.environ.get("FLASHCORE_TUNE_TABLE")]
         out = tuple(key)

@@ -30,11 +30,7 @@ __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache
 
 
 def _window_set(window_size: Any) -> bool:
-    try:
-        return tuple(window_size) != (-1, -1)
-    except TypeError:
-        raise FlashCoreError(f"window_size is {window_size!r}: expected a pair (left, right); (-1, -1) = "
-                             "no window") from None
+    return check.window(window_size) != (-1, -1)
 
 
 def _splits(num_splits: Any) -> int | None:
@@ -126,11 +122,11 @@ def flash_attn_with_kvcache(
     at each sequence's cache_seqlens first (FA3's append), then q [B, Sq, Hq, D] attends to each sequence's first
     cache_seqlens + Snew keys (causal: bottom-right aligned to them). window_size and softcap as flash_attn_func.
     debug_checks (extension): check the lengths, slots and pages on the host, including that an append fits (one
-    device sync; see flashcore.serving)."""
+    device sync; see flashcore.serving). rotary_seqlens without rotary_cos is ignored, as FA3 ignores it."""
     check.refuse({"qv": qv is not None, "rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
                   "cache_leftpad": cache_leftpad is not None,
                   "cu_seqlens_q": cu_seqlens_q is not None, "cu_seqlens_k_new": cu_seqlens_k_new is not None,
-                  "max_seqlen_q": max_seqlen_q is not None, "rotary_seqlens": rotary_seqlens is not None,
+                  "max_seqlen_q": max_seqlen_q is not None,
                   "q_descale": q_descale is not None, "k_descale": k_descale is not None,
                   "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0,
                   "scheduler_metadata": scheduler_metadata is not None})

@@ -250,3 +250,47 @@ def test_refusals_name_the_argument_and_a_reason_without_internal_history() -> N
     cited = [f"{p.name}:{i}" for p in package.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"\b(issues?|steps?) \d", line, re.IGNORECASE)]
     assert cited == []
+
+
+@pytest.mark.parametrize("window", [(5, 9), [5, 9], (torch.tensor(5), torch.tensor(9)), torch.tensor([5, 9]),
+                                    torch.tensor([5, 9], dtype=torch.int32)])
+def test_window_size_takes_what_fa3s_callers_pass(window) -> None:  # type: ignore[no-untyped-def]
+    q, k, v = _qkv()
+    ref = flash_attn_func(q, k, v, causal=True, window_size=(5, 9), fallback="sdpa")
+    assert torch.equal(flash_attn_func(q, k, v, causal=True, window_size=window, fallback="sdpa"), ref)
+
+
+def test_window_size_none_is_unbounded_and_bad_sides_are_named() -> None:
+    q, k, v = _qkv()
+    ref = flash_attn_func(q, k, v, causal=True, window_size=(-1, 3), fallback="sdpa")
+    assert torch.equal(flash_attn_func(q, k, v, causal=True, window_size=(None, 3), fallback="sdpa"), ref)
+    plain = flash_attn_func(q, k, v, causal=True, fallback="sdpa")
+    assert torch.equal(flash_attn_func(q, k, v, causal=True, window_size=(None, None), fallback="sdpa"), plain)
+    for bad, named in (((1.5, 2), "window_size left"), ((torch.tensor(1.0), 2), "window_size left"),
+                       ((1, torch.tensor([1, 2])), "window_size right"), ((1, -2), "window_size right"),
+                       (torch.tensor([1, 2, 3]), "window_size is"), ((True, 0), "window_size left")):
+        with pytest.raises(flashcore.FlashCoreError, match=named):
+            flash_attn_func(q, k, v, window_size=bad, fallback="sdpa")
+
+
+def test_kvcache_ignores_rotary_seqlens_without_rotary_cos_as_fa3_does() -> None:
+    q, k, v = _qkv(sq=1, sk=16)
+    lengths = torch.tensor([3, 9], dtype=torch.int32)
+    ref = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, fallback="sdpa")
+    got = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, rotary_seqlens=lengths, fallback="sdpa")
+    assert torch.equal(got, ref)
+    with pytest.raises(flashcore.UnsupportedArgument, match="rotary_cos"):
+        flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, rotary_cos=torch.ones(16, 32),
+                                rotary_sin=torch.ones(16, 32), rotary_seqlens=lengths, fallback="sdpa")
+
+
+def test_a_window_given_as_a_tensor_is_read_on_every_call() -> None:
+    """A tensor-valued window is not part of the repeat-call key (tensors hash by identity): changing it in place
+    changes the next call's window."""
+    q, k, v = _qkv()
+    window = torch.tensor([5, 9])
+    first = flash_attn_func(q, k, v, causal=True, window_size=window, fallback="sdpa")
+    window[0] = 2
+    second = flash_attn_func(q, k, v, causal=True, window_size=window, fallback="sdpa")
+    assert torch.equal(second, flash_attn_func(q, k, v, causal=True, window_size=(2, 9), fallback="sdpa"))
+    assert not torch.equal(first, second)

@@ -64,19 +64,21 @@ def param(
     workloads: bool = False,
     serving: bool = False,
     fp8: bool = False,
+    compare: bool = True,
 ) -> Any:
     """Declare one field of a gate's `Params` dataclass with its bounds (checked by the loader; a list's bounds
     apply to each item). `check(value)` returns why a value is refused, or None.
 
     `workloads=True` marks a list of workload or set names; the loader expands sets and checks every name.
     Such a list holds dense workloads only unless `serving=True` (the gate runs varlen, kvcache and paged ones);
-    `fp8=True` admits FP8 (e4m3) dense workloads besides the plain ones.
+    `fp8=True` admits FP8 (e4m3) dense workloads besides the plain ones. `compare=False`: prose that is not part
+    of what the field's object is (a workload's `why`), so two records of one shape compare equal whatever it says.
     """
     meta = {"gt": gt, "ge": ge, "lt": lt, "le": le, "choices": choices, "check": check, "workloads": workloads,
             "serving": serving, "fp8": fp8}
     if default is _MISSING:
-        return dataclasses.field(metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+        return dataclasses.field(metadata=meta, compare=compare)
+    return dataclasses.field(default=default, metadata=meta, compare=compare)
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ class Workload:
     dtype: str = param(choices=DTYPES)
     causal: bool = param()
     kind: str = param(choices=KINDS)
-    why: str = param()
+    why: str = param(compare=False)  # the reason it is gated: prose, not the shape (stored runs keep older wording)
     # Serving layouts and score modifiers (flashcore.serving); the defaults are a dense batch without either.
     layout: str = param(default="dense", choices=LAYOUTS)
     seqlens_q: tuple[int, ...] = param(default=())  # varlen: query tokens per sequence (0 allowed)

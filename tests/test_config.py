@@ -258,3 +258,11 @@ def test_empty_file_is_an_error(gates_dir: Path) -> None:
     (gates_dir / "workloads.yaml").write_text("")
     with pytest.raises(ConfigError, match=r"workloads\.yaml: workloads = \(missing\): required"):
         load_config(gates_dir)
+
+
+def test_a_workloads_why_is_prose_not_part_of_its_shape(gates_dir: Path) -> None:
+    """A stored run written under older wording still compares with today's workload of the same shape."""
+    wl = next(iter(load_config(gates_dir).workloads.values()))
+    reworded = dataclasses.replace(wl, why=wl.why + " (reworded)")
+    assert reworded == wl and hash(reworded) == hash(wl)
+    assert dataclasses.replace(wl, batch=wl.batch + 1) != wl

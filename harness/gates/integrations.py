@@ -1,4 +1,4 @@
-"""Integrations gate (phase 7, issue 14): FlashCore as PyTorch users call it, on the GPU.
+"""Integrations gate (phase 7): FlashCore as PyTorch users call it, on the GPU.
 
 - hf-prefill: a random-weight GQA Llama built from a config (transformers, no download) with
   attn_implementation="fcore" (flashcore/integrations/transformers.py): its logits against the eager model's within

@@ -343,7 +343,7 @@ class PerfFa3Gate(PerfGate):
 
 @register("perf-fp8")
 class PerfFp8Gate(PerfGate):
-    """Issue 16: FP8 (E4M3) prefill paired with FA3's FP8 (flash_attn_func with the same descales), with the chip's
+    """FP8 (E4M3) prefill paired with FA3's FP8 (flash_attn_func with the same descales), with the chip's
     FP8 matmul rate measured in the same run as the ceiling; without FA3 an ERROR with the install hint."""
 
     selftest_none = ("perf-fa2's code on FP8 workloads (its planted cases); red on the CPU in "
@@ -352,7 +352,7 @@ class PerfFp8Gate(PerfGate):
 
 @register("perf-serving")
 class PerfServingGate(PerfGate):
-    """Issue 15: the serving workloads (varlen prefill, per-sequence-length decode) paired with FA3's varlen and
+    """The serving workloads (varlen prefill, per-sequence-length decode) paired with FA3's varlen and
     KV-cache entry points; without FA3 an ERROR with the install hint, as perf-fa3."""
 
     selftest_none = ("perf-fa2's code on other workloads (its planted cases); a planted kernel fault does not reach "

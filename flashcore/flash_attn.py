@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "UnsupportedArgument"]
 
 
-def _window_set(window_size: Any) -> bool:
-    return check.window(window_size) != (-1, -1)
-
-
 def _splits(num_splits: Any) -> int | None:
     """FA3's num_splits (0: its heuristic, 1: no split, n: n splits) as flashcore.attention's (None: automatic)."""
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
@@ -44,9 +40,10 @@ def _splits(num_splits: Any) -> int | None:
 def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_size: Any, softcap: Any,
            **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """A dense call: flashcore.attention (traceable by torch.compile), or flashcore.serving.dense with a window or
-    softcap."""
-    if _window_set(window_size) or softcap != 0.0:
-        return serving.dense(q, k, v, window_size=window_size, softcap=softcap, **kw)
+    softcap (the window read once here: FA3's callers may pass it as tensors)."""
+    window = check.window(window_size)
+    if window != (-1, -1) or softcap != 0.0:
+        return serving.dense(q, k, v, window_size=window, softcap=softcap, **kw)
     return attention(q, k, v, **kw)
 
 
@@ -64,7 +61,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     check.refuse({"qv": qv is not None, "attention_chunk": attention_chunk != 0})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if is_fp8(q):
-        check.refuse({"fp8 window_size": _window_set(window_size), "fp8 softcap": softcap != 0.0,
+        check.refuse({"fp8 window_size": check.window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
                       "fp8 fallback": fallback != "error"})
         out, lse = fp8.attention_fp8(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
                                  num_splits=_splits(num_splits), sm_margin=sm_margin, **descales)
@@ -132,7 +129,7 @@ def flash_attn_with_kvcache(
                   "scheduler_metadata": scheduler_metadata is not None})
     import torch
 
-    _window_set(window_size)
+    window_size = check.window(window_size)  # before the append writes into the caches
     if isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None or page_table is not None:
         out, lse = serving.kvcache(q, k_cache, v_cache, cache_seqlens, k=k, v=v, cache_batch_idx=cache_batch_idx,
                                    page_table=page_table, causal=causal, softmax_scale=softmax_scale,

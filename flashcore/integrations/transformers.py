@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from flashcore import check
 from flashcore.api import attention
 from flashcore.errors import FlashCoreError, UnsupportedArgument
 from flashcore.serving import dense, varlen
@@ -65,7 +66,8 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
     if dropout and getattr(module, "training", False):
         raise UnsupportedArgument(f"dropout {dropout}: FlashCore is inference-only (model.eval())")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
-    win, cap = window(kwargs.get("sliding_window"), causal), softcap(kwargs.get("softcap"))
+    cap = kwargs.get("softcap")
+    win, cap = window(kwargs.get("sliding_window"), causal), check.softcap(0.0 if cap is None else cap)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     if attention_mask is not None:
         return padded(q, k, v, attention_mask, causal, scaling, fallback, win, cap), None
@@ -85,15 +87,6 @@ def window(sliding_window: Any, causal: bool) -> tuple[int, int]:
     if isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1:
         raise FlashCoreError(f"sliding_window {sliding_window!r}: expected a positive int (None: no window)")
     return (sliding_window - 1, 0 if causal else sliding_window - 1)
-
-
-def softcap(value: Any) -> float:
-    """Transformers' `softcap` (None or 0: none) as the float FlashCore takes."""
-    if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise FlashCoreError(f"softcap {value!r}: expected a number >= 0 (None: none)")
-    return float(value)
 
 
 def padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, causal: bool,

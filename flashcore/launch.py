@@ -112,7 +112,7 @@ def _table_config(index: int, dtype: str, head_dim: int, heads_q: int, heads_kv:
                            max_q, max_k)
     config = tuning.config_for(key, name, sm_count(index), kernel_id())
     if deterministic:
-        config = replace(config, block_n=0, point="", num_splits=0)
+        config = replace(config, block_n=0, point="", num_splits=0, split_ctas_per_sm=0.0)
     elif config.point and points.Point.parse(config.point) not in compiled_points(key.head_dim):
         tuning.warn_once("point", f"FlashCore runs its default tile configuration for {key.label}: the tuned table "
                                   f"names point {config.point}, which this library does not compile (make build "
@@ -174,7 +174,28 @@ def params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
         if t is not None:
             setattr(p, name, t.data_ptr())
             setattr(p, name + "_stride", (ctypes.c_int64 * 2)(*t.stride()))
+    if config.split_ctas_per_sm and not call.num_splits and not packed:
+        p.num_splits = table_splits(p, call.q.device, config.split_ctas_per_sm)
     return p
+
+
+def table_splits(p: _lib.FcParams, device: torch.device, ctas_per_sm: float) -> int:
+    """The split count a table's CTAs-per-SM target gives this launch (tuning.splits_for_target), cached per
+    launch signature. fc_plan without splits says how many query tiles there are (packed GQA or not) and the keys per
+    K/V block; a decode call (the only kind a table splits) has one query tile per (batch, grid head)."""
+    index = device_index(device)
+    key = (*plan_key(p, index), ctas_per_sm)
+    splits = _SPLITS_CACHE.get(key)
+    if splits is None:
+        p.num_splits = 1
+        info = plan_on(device, p)
+        tiles = p.batch * (p.heads_kv if info.pack_gqa else p.heads_q)
+        n_blocks = -(-p.seqlen_k // max(info.block_n, 1))
+        splits = tuning.splits_for_target(ctas_per_sm, tiles, n_blocks, max(sm_count(index) - p.sm_margin, 1))
+        if len(_SPLITS_CACHE) >= _PLAN_CACHE_MAX:
+            _SPLITS_CACHE.clear()
+        _SPLITS_CACHE[key] = splits
+    return splits
 
 
 # ---- fc_plan and fc_attention_forward
@@ -182,6 +203,7 @@ def params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
 _POINTERS = frozenset({"q", "k", "v", "o", "lse", "workspace", "workspace_bytes"})
 _PLAN_CACHE: dict[tuple[object, ...], int] = {}
 _PLAN_CACHE_MAX = 4096
+_SPLITS_CACHE: dict[tuple[object, ...], int] = {}
 
 
 def plan_key(p: _lib.FcParams, index: int) -> tuple[object, ...]:
@@ -217,6 +239,14 @@ def plan(lib: ctypes.CDLL, p: _lib.FcParams) -> _lib.FcPlanInfo:
     if status != _lib.FC_OK:
         _raise(lib, status)
     return info
+
+
+def plan_on(device: torch.device, p: _lib.FcParams) -> _lib.FcPlanInfo:
+    """fc_plan with `device` current; raises on failure."""
+    import torch
+
+    with torch.cuda.device(device):
+        return plan(_lib.load(), p)
 
 
 def launch(p: _lib.FcParams, device: torch.device, key: tuple[object, ...] | None = None) -> None:

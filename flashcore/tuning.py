@@ -2,7 +2,9 @@
 
 A table belongs to one GPU model (name and SM count) and one kernel (fc_kernel_id(): a hash of the kernel
 sources). Each entry maps a shape bucket (head dim, dtype, causal, prefill/decode, GQA ratio, key-length bucket) to
-the tile configuration that measured fastest there, paired against the default. A call whose table is missing or
+the tile configuration that measured fastest there, paired against the default. A decode entry's split-KV choice is
+stored as CTAs per SM (split_ctas_per_sm), not as a split count: the launch turns it into the split count of its own
+batch and heads (splits_for_target), so one entry holds for every shape of its bucket. A call whose table is missing or
 stale, or whose bucket has no entry, runs the hand-tuned defaults and says so once per process (TuningWarning).
 
     FLASHCORE_TUNE_TABLE=path   read this table instead of the packaged one
@@ -11,6 +13,7 @@ stale, or whose bucket has no entry, runs the hand-tuned defaults and says so on
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from dataclasses import asdict, dataclass, field, fields
@@ -21,10 +24,11 @@ from typing import Any
 from flashcore.points import Point
 
 SCHEDULES = {"default": 0, "static": 1, "dynamic": 2, "whole": 3}  # fc_schedule (kernel/flashcore.h)
-TABLE_VERSION = 1
+TABLE_VERSION = 2  # 2: decode entries store split_ctas_per_sm; version 1 stored a split count per bucket
 PACKAGED_TABLE = Path(__file__).resolve().parent / "tuned.yaml"
 DECODE_MAX_Q = 16  # seqlen_q up to this is a decode call
-MAX_SPLITS = 128  # kernel/tile_scheduler.h kMaxSplits
+MAX_SPLITS = 128  # kernel/heuristics.h kMaxSplits
+MIN_BLOCKS_PER_SPLIT = 4  # kernel/heuristics.h kMinBlocksPerSplit: every split reloads Q and writes fp32 partials
 SEQLEN_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)  # key lengths round up to one of these
 
 
@@ -47,7 +51,10 @@ class TileConfig:
     schedule: str = "default"  # tile order: default, static or dynamic (atomic tile counter)
     l2_section_pct: int = 0  # dynamic order: % of L2 for one section's K/V; 0: a third
     point: str = ""  # compile-time point (flashcore/points.py name, e.g. n128-s3-w2-pp1-re0-r32); "": the default
-    num_splits: int = 0  # split-KV count (decode); 0: the rule of kernel/tile_scheduler.h. A caller's num_splits wins
+    num_splits: int = 0  # split-KV count (decode); 0: the rule of kernel/heuristics.h. A caller's num_splits wins
+    # Split-KV as CTAs per SM (decode): the launch takes splits_for_target of its own shape; 0: the kernel's rule.
+    # What a table stores, because a split count tuned on one batch makes twice the CTAs at twice the batch.
+    split_ctas_per_sm: float = 0.0
 
     def problems(self, block_n_options: tuple[int, ...] | None = None, head_dim: int | None = None,
                  compiled: tuple[Point, ...] | None = None) -> list[str]:
@@ -91,6 +98,11 @@ class TileConfig:
         if isinstance(self.num_splits, bool) or not isinstance(self.num_splits, int) \
                 or not 0 <= self.num_splits <= MAX_SPLITS:
             out.append(f"num_splits {self.num_splits!r} must be an int in 0..{MAX_SPLITS} (0: the split rule)")
+        target = self.split_ctas_per_sm
+        if isinstance(target, bool) or not isinstance(target, int | float) or not 0 <= target < math.inf:
+            out.append(f"split_ctas_per_sm {target!r} must be a number >= 0 (0: the split rule)")
+        elif target and self.num_splits:
+            out.append("num_splits and split_ctas_per_sm both choose the split count: set one")
         return out
 
     @property
@@ -110,7 +122,8 @@ class TileConfig:
         parts = [self.point, f"bn{self.block_n}" if self.block_n else "",
                  self.schedule if self.schedule != "default" else "",
                  f"l2 {self.l2_section_pct}%" if self.l2_section_pct else "",
-                 f"splits {self.num_splits}" if self.num_splits else ""]
+                 f"splits {self.num_splits}" if self.num_splits else "",
+                 f"split {self.split_ctas_per_sm:g} CTA/SM" if self.split_ctas_per_sm else ""]
         return "/".join(p for p in parts if p)
 
 
@@ -132,6 +145,20 @@ class ShapeKey:
     def label(self) -> str:
         return (f"d{self.head_dim} {self.dtype} {'causal' if self.causal else 'full'} {self.mode} g{self.group} "
                 f"k<={self.seqlen}")
+
+
+def splits_for_target(ctas_per_sm: float, tiles: int, n_blocks: int, sms: int) -> int:
+    """The split-KV count of a launch of `tiles` query tiles (batch x grid heads x query tiles) over `n_blocks` K/V
+    blocks on `sms` SMs, for a target of `ctas_per_sm` CTAs per SM: the most splits whose CTAs (tiles x splits) stay
+    within target x SMs, so the grid never spills a few CTAs into one more wave; then the fewest that give the same
+    blocks per split. Never more than MAX_SPLITS nor than MIN_BLOCKS_PER_SPLIT blocks per split allow; 1 when the
+    tiles alone reach the target. The 1e-9 absorbs the rounding of a target stored as CTAs / SMs."""
+    if tiles < 1 or sms < 1 or ctas_per_sm <= 0:
+        return 1
+    splits = min(int(ctas_per_sm * sms / tiles + 1e-9), MAX_SPLITS, n_blocks // MIN_BLOCKS_PER_SPLIT)
+    while splits > 1 and -(-n_blocks // (splits - 1)) == -(-n_blocks // splits):
+        splits -= 1
+    return max(splits, 1)
 
 
 def seqlen_bucket(seqlen_k: int) -> int:
@@ -180,6 +207,10 @@ def parse_tables(text: str, source: str = "table") -> list[Table]:
         raise TableError(source, "(file)", "", f"not YAML: {e}") from None
     if not isinstance(data, dict) or set(data) - {"version", "tables"}:
         raise TableError(source, "(file)", type(data).__name__, "expected a mapping with `version` and `tables`")
+    if data.get("version") == 1:
+        raise TableError(source, "version", 1, f"this FlashCore reads version {TABLE_VERSION}: a version-1 table "
+                         "stores a split-KV count per decode bucket, which does not carry across batch sizes (version "
+                         f"{TABLE_VERSION} stores CTAs per SM); re-run `make tune` on this GPU")
     if data.get("version") != TABLE_VERSION:
         raise TableError(source, "version", data.get("version"), f"this FlashCore reads version {TABLE_VERSION}")
     raw_tables = data.get("tables")
@@ -225,6 +256,11 @@ def _parse_entry(raw: Any, source: str, where: str) -> Entry:
     key = ShapeKey(**key_args)
     if key.mode not in ("prefill", "decode") or key.dtype not in ("bf16", "fp16") or key.seqlen not in SEQLEN_BUCKETS:
         raise TableError(source, where, key.label, f"mode prefill|decode, dtype bf16|fp16, seqlen in {SEQLEN_BUCKETS}")
+    if raw.get("num_splits"):
+        raise TableError(source, f"{where}.num_splits", raw["num_splits"], "a table stores split_ctas_per_sm, not a "
+                         "split count (one count does not carry across batch sizes); re-run `make tune`")
+    if raw.get("split_ctas_per_sm") and key.mode != "decode":
+        raise TableError(source, f"{where}.split_ctas_per_sm", raw["split_ctas_per_sm"], "decode buckets only")
     config = TileConfig(**{k: raw[k] for k in _CONFIG_FIELDS if k in raw})
     if bad := config.problems(head_dim=key.head_dim):
         raise TableError(source, where, config.label, "; ".join(bad))
@@ -241,8 +277,9 @@ def dump_tables(tables: list[Table]) -> str:
     for t in tables:
         entries = []
         for e in sorted(t.entries.values(), key=lambda e: tuple(asdict(e.key).values())):
-            # no point, no split count: the defaults (a table of prefill entries reads as before num_splits)
-            config = {k: v for k, v in asdict(e.config).items() if k not in ("point", "num_splits") or v}
+            # no point, no split target: the defaults, not written
+            config = {k: v for k, v in asdict(e.config).items()
+                      if k not in ("point", "num_splits", "split_ctas_per_sm") or v}
             row: dict[str, Any] = {**asdict(e.key), **config}
             if e.speedup is not None:
                 row["speedup"] = round(e.speedup, 4)

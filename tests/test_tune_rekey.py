@@ -72,7 +72,7 @@ def test_a_kernel_in_one_library_only_is_a_difference() -> None:
 
 
 TABLE = """# Written by `make tune` (harness/tune); read by flashcore.attention (flashcore/tuning.py).
-version: 1
+version: 2
 tables:
 - gpu: GPU X
   sm_count: 132

@@ -27,6 +27,10 @@ KEY = ShapeKey(128, "bf16", True, "prefill", 1, 2048)
     (TileConfig(schedule="static", l2_section_pct=20), "dynamic order only"),
     (TileConfig(num_splits=129), "0..128"),
     (TileConfig(num_splits=True), "num_splits"),  # type: ignore[arg-type]
+    (TileConfig(split_ctas_per_sm=-0.5), ">= 0"),
+    (TileConfig(split_ctas_per_sm=float("nan")), ">= 0"),
+    (TileConfig(split_ctas_per_sm=True), "split_ctas_per_sm"),  # type: ignore[arg-type]
+    (TileConfig(num_splits=8, split_ctas_per_sm=0.5), "set one"),
 ])  # fmt: skip
 def test_an_invalid_point_names_the_rule_it_breaks(config: TileConfig, rule: str) -> None:
     problems = config.problems((128, 176))
@@ -41,14 +45,30 @@ def test_valid_points_and_their_c_fields() -> None:
     assert TileConfig(num_splits=8).label == "splits 8" and "num_splits" not in TileConfig(num_splits=8).c_fields()
 
 
-def test_a_split_count_entry_survives_dump_and_parse_and_zero_is_not_written() -> None:
-    decode = ShapeKey(128, "bf16", False, "decode", 4, 65536)
+DECODE = ShapeKey(128, "bf16", False, "decode", 4, 65536)
+
+
+def test_a_split_target_entry_survives_dump_and_parse_and_zero_is_not_written() -> None:
     t = _table()
-    t.entries[decode] = Entry(decode, TileConfig(num_splits=12), 1.05)
+    t.entries[DECODE] = Entry(DECODE, TileConfig(split_ctas_per_sm=96 / 132), 1.05)
     text = dump_tables([t])
-    assert text.count("num_splits") == 1  # the prefill entry keeps the rule: nothing written
+    assert text.count("split_ctas_per_sm") == 1 and "num_splits" not in text  # the prefill entry: the rule
     back = parse_tables(text)[0]
-    assert back.entries[decode].config == TileConfig(num_splits=12) and back.entries[KEY].config.num_splits == 0
+    assert back.entries[DECODE].config == TileConfig(split_ctas_per_sm=96 / 132)  # exact: the float's repr
+    assert back.entries[KEY].config.split_ctas_per_sm == 0
+
+
+def test_a_split_count_in_a_table_entry_is_refused_with_the_way_out() -> None:
+    t = _table()
+    t.entries[DECODE] = Entry(DECODE, TileConfig(num_splits=12), 1.05)
+    with pytest.raises(TableError, match=r"entries\[0\]\.num_splits = 12: .*split_ctas_per_sm.*make tune"):
+        parse_tables(dump_tables([t]), "t.yaml")
+
+
+def test_a_split_target_on_a_prefill_bucket_is_refused() -> None:
+    t = _table(split_ctas_per_sm=0.5)
+    with pytest.raises(TableError, match=r"split_ctas_per_sm = 0.5: decode buckets only"):
+        parse_tables(dump_tables([t]), "t.yaml")
 
 
 def test_shape_buckets() -> None:
@@ -72,7 +92,7 @@ def test_a_table_survives_dump_and_parse() -> None:
 
 
 @pytest.mark.parametrize("edit, key", [
-    (lambda t: t.replace("version: 1", "version: 2"), "version"),
+    (lambda t: t.replace("version: 2", "version: 3"), "version"),
     (lambda t: t.replace("kernel_id: abc", "kernel_id: 7"), "kernel_id"),
     (lambda t: t.replace("  block_n: 128", "  block_n: 128\n    colour: red"), "colour"),
     (lambda t: t.replace("schedule: dynamic", "schedule: sideways"), "entries[0]"),
@@ -127,6 +147,15 @@ def test_every_fallback_runs_the_defaults_and_says_so_once(fresh: Path, setup: s
     assert got == DEFAULT and len(said) == 1 and says in said[0]
     again, said_again = _lookup(**call)
     assert again == DEFAULT and said_again == []  # once per process
+
+
+def test_a_version_1_table_runs_the_defaults_and_says_to_retune(fresh: Path) -> None:
+    """A table of split counts (the format before split targets) is not an error in a call: the defaults run and
+    the warning says why and what to run."""
+    fresh.write_text(dump_tables([_table()]).replace("version: 2", "version: 1"))
+    got, said = _lookup()
+    assert got == DEFAULT and len(said) == 1
+    assert "version-1 table stores a split-KV count per decode bucket" in said[0] and "make tune" in said[0]
 
 
 def test_flashcore_tune_0_means_defaults_silently(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,10 +35,9 @@ def test_the_repository_tune_file_loads(gates_dir: Path) -> None:
     assert Point(128, 2, 3, True, False, 32) in s.space.points[64]
     assert {Point(128, 2, 2, True, False, 32), Point(176, 2, 2, True, False, 32)} <= set(s.space.points[128])
     assert Point(80, 2, 2, True, False, 32) in s.space.points[256]
-    assert s.space.decode_splits and {bucket(w).mode for w in s.workloads} == {"prefill", "decode"}
+    assert s.space.decode_split_ctas_per_sm and {bucket(w).mode for w in s.workloads} == {"prefill", "decode"}
     assert s.adopt_min_speedup >= 1.0 and s.table == "flashcore/tuned.yaml"
-    tuned = {bucket(w) for w in s.workloads}
-    assert len(tuned) == len(s.workloads), "two tuning shapes in one bucket: the second would overwrite the first"
+    tuned = {bucket(w) for w in s.workloads}  # shapes sharing a bucket are weighed together (harness/tune/select.py)
     checks = [config.workloads[n] for n in config.sets["tune-check"]]
     assert {bucket(w) for w in checks} <= tuned, "autotune-gain shapes must fall in tuned buckets"
     shapes = {(w.batch, w.heads_q, w.heads_kv, w.seqlen_q, w.seqlen_k, w.head_dim, w.dtype, w.causal)
@@ -71,10 +70,10 @@ def test_candidates_are_checked_before_they_are_run() -> None:
     valid, rejected = candidates(Space((128, 160), ("static",), (33,)), (128, 176))
     assert valid == [TileConfig(128, "static")]
     assert [(c.block_n, "not compiled" in why) for c, why in rejected] == [(160, True)]
-    space = Space((128,), ("static",), (33,), decode_splits=(1, 8))
-    assert candidates(space, (128, 176)) == ([TileConfig(128, "static")], [])  # prefill: no split counts
+    space = Space((128,), ("static",), (33,), decode_split_ctas_per_sm=(0.5, 0.75))
+    assert candidates(space, (128, 176)) == ([TileConfig(128, "static")], [])  # prefill: no split targets
     valid, _ = candidates(space, (128, 176), decode=True)
-    assert valid == [TileConfig(128, "static"), TileConfig(num_splits=1), TileConfig(num_splits=8)]
+    assert valid == [TileConfig(128, "static"), TileConfig(split_ctas_per_sm=0.5), TileConfig(split_ctas_per_sm=0.75)]
 
 
 def test_resume_keeps_finished_shapes_and_drops_a_cut_line(tmp_path: Path) -> None:

@@ -8,10 +8,11 @@ Per shape: the run-time candidates of harness/tune/space.py and the head dim's b
 run-time knobs; one family at a time, no cross product), less those whose launch plan (fc_plan: point, BLOCK_N,
 static or dynamic order, section size) equals the default's or an earlier candidate's; each must reproduce the
 default's output (bit for bit at the same keys and rows per tile: neither the tile order nor stages, ping-pong,
-rescale timing or the register split change a row's arithmetic) before it is timed. The best candidate replaces
-the default when it is at least `adopt_min_speedup` faster (paired median). Progress goes to stdout and, one line
-per finished shape, to OUT/progress.jsonl; `--resume OUT` skips those. Last, kernel/tuned_points.inc lists the
-points the table file names, for make build (make tune runs it).
+rescale timing or the register split change a row's arithmetic) before it is timed. Per bucket, each candidate is
+judged on every tuning shape that falls in it (harness/tune/select.py): it replaces the default when it is at least
+`adopt_min_speedup` faster (geometric mean of paired medians) and no shape runs it slower by more than that
+margin. Progress goes to stdout and, one line per finished shape, to OUT/progress.jsonl; `--resume OUT` skips
+those. Last, kernel/tuned_points.inc lists the points the table file names, for make build (make tune runs it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from flashcore.tuning import DEFAULT, Entry, ShapeKey, Table, TableError, TileCo
 from harness.bench import paired
 from harness.schema import Workload
 from harness.tune.build import TUNE_BUILD_DIR, PointBuild, build_points, write_tuned_points
+from harness.tune.select import choose
 from harness.tune.settings import TuneSettings
 from harness.tune.space import bucket, candidates
 
@@ -90,8 +92,11 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
     valid += [TileConfig(point=p.name) for p in points]
     default_plan = plan_key(fc, q, k, v, wl.causal, DEFAULT)
     plans = {default_plan: DEFAULT}  # launch plan -> the first point that makes it
+    same_plan_as = []  # the others: judged by that point's time when the bucket's shapes are weighed together
     for cand in valid:
-        plans.setdefault(plan_key(fc, q, k, v, wl.causal, cand), cand)
+        rep = plans.setdefault(plan_key(fc, q, k, v, wl.causal, cand), cand)
+        if rep is not cand:
+            same_plan_as.append({"config": dataclasses.asdict(cand), "as": dataclasses.asdict(rep)})
     distinct = [(cand, pk) for pk, cand in plans.items() if cand is not DEFAULT]
     ref, _ = fc.attention(q, k, v, causal=wl.causal, tile=DEFAULT)
     checked: list[TileConfig] = []
@@ -132,7 +137,7 @@ def tune_shape(fc: Any, wl: Workload, settings: TuneSettings, timing: Any, flush
         "compiled_block_n": list(compiled), "default_plan": list(default_plan),
         "default_median_ms": statistics.median(base) if base else None,
         "rejected": [{"config": dataclasses.asdict(c), "why": why} for c, why in rejected],
-        "same_plan_as_default_or_earlier": len(valid) - len(distinct),
+        "same_plan_as_default_or_earlier": len(valid) - len(distinct), "same_plan_as": same_plan_as,
         "wrong_output": [dataclasses.asdict(c) for c in wrong],
         "not_bit_identical": [dataclasses.asdict(c) for c in not_bitwise],
         "results": results, "chosen": dataclasses.asdict(chosen),
@@ -238,9 +243,11 @@ def main(argv: list[str] | None) -> int:
     environment = env.collect(Path.cwd())
     table = Table(name, sms, kernel_id, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                   str(environment.get("git_commit") or ""))
-    for rec in records.values():
-        key = ShapeKey(**rec["key"])
-        table.entries[key] = Entry(key, TileConfig(**rec["chosen"]), rec["speedup"])
+    for key, recs in by_bucket(records.values()).items():
+        chosen, speedup = choose(recs, settings.adopt_min_speedup)
+        table.entries[key] = Entry(key, chosen, speedup)
+        if len(recs) > 1:
+            _say(f"{key.label}: {len(recs)} shapes weighed together -> {chosen.label} (geomean {speedup:.3f}x)")
     if args.no_write:
         _say("--no-write: table not written")
         return 0
@@ -251,6 +258,14 @@ def main(argv: list[str] | None) -> int:
     _say(f"{TUNED_POINTS}: {sum(len(v) for v in used.values())} points the table file names besides the defaults "
          "(make build compiles them)")
     return 0
+
+
+def by_bucket(records: Any) -> dict[ShapeKey, list[dict[str, Any]]]:
+    """The progress records of the tuning shapes, per table bucket."""
+    out: dict[ShapeKey, list[dict[str, Any]]] = {}
+    for rec in records:
+        out.setdefault(ShapeKey(**rec["key"]), []).append(rec)
+    return out
 
 
 TUNED_POINTS = Path("kernel/tuned_points.inc")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcore.points import HEAD_DIMS, Point
-from flashcore.tuning import MAX_SPLITS, SCHEDULES
+from flashcore.tuning import SCHEDULES
 from harness.bench.settings import expand
 from harness.schema import Config, ConfigError, Workload, read_yaml
 
@@ -26,8 +26,9 @@ class Space:
     l2_section_pct: tuple[int, ...]
     # Compile-time points per head dim: the product of each key's values (flashcore/points.py), built by make tune.
     points: dict[int, tuple[Point, ...]] = field(default_factory=dict)
-    # split-KV counts tried on decode buckets, each against the rule of kernel/tile_scheduler.h (the default)
-    decode_splits: tuple[int, ...] = ()
+    # split-KV targets in CTAs per SM tried on decode buckets, each against the rule of kernel/heuristics.h (the
+    # default); the launch turns one into its shape's split count (flashcore/tuning.py splits_for_target)
+    decode_split_ctas_per_sm: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def load_tune_settings(config: Config, file: Path | None = None) -> TuneSettings
 
 
 def _space(file: Path, raw: Any) -> Space:
-    keys = {"block_n", "schedule", "l2_section_pct", "points", "decode_splits"}
+    keys = {"block_n", "schedule", "l2_section_pct", "points", "decode_split_ctas_per_sm"}
     if not isinstance(raw, dict) or set(raw) != keys:
         raise ConfigError(file, "space", raw, f"a mapping with {', '.join(sorted(keys))}")
     block_n = raw["block_n"]
@@ -72,12 +73,12 @@ def _space(file: Path, raw: Any) -> Space:
     if not isinstance(pct, list) or not pct or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 100
                                                    for x in pct):
         raise ConfigError(file, "space.l2_section_pct", pct, "a list of ints in 1..100")
-    splits = raw["decode_splits"]
-    if not isinstance(splits, list) or any(isinstance(x, bool) or not isinstance(x, int)
-                                           or not 1 <= x <= MAX_SPLITS for x in splits):
-        raise ConfigError(file, "space.decode_splits", splits, f"a list of ints in 1..{MAX_SPLITS} ([]: none)")
+    targets = raw["decode_split_ctas_per_sm"]
+    if not isinstance(targets, list) or any(isinstance(x, bool) or not isinstance(x, int | float)
+                                            or not 0 < x < float("inf") for x in targets):
+        raise ConfigError(file, "space.decode_split_ctas_per_sm", targets, "a list of numbers > 0 ([]: none)")
     return Space(block_n if block_n == "compiled" else tuple(block_n), tuple(schedule), tuple(pct),
-                 _points(file, raw["points"]), tuple(splits))
+                 _points(file, raw["points"]), tuple(float(x) for x in targets))
 
 
 def _points(file: Path, raw: Any) -> dict[int, tuple[Point, ...]]:

@@ -15,8 +15,8 @@ def bucket(wl: Workload) -> ShapeKey:
 def candidates(space: Space, compiled: tuple[int, ...], decode: bool = False) -> tuple[list[TileConfig],
                                                                                      list[tuple[TileConfig, str]]]:
     """(valid points, [(rejected point, the rules it breaks)]). DEFAULT is not among them: it is the reference.
-    `compiled`: fc_block_n_options for the bucket's head dim; `decode`: a decode bucket, where each split count of
-    `space.decode_splits` is tried too (at the default tile)."""
+    `compiled`: fc_block_n_options for the bucket's head dim; `decode`: a decode bucket, where each split-KV target
+    of `space.decode_split_ctas_per_sm` is tried too (at the default tile)."""
     widths: tuple[int, ...] = compiled if isinstance(space.block_n, str) else space.block_n
     points = []
     for bn in widths:
@@ -24,7 +24,7 @@ def candidates(space: Space, compiled: tuple[int, ...], decode: bool = False) ->
             for pct in (space.l2_section_pct if schedule == "dynamic" else (0,)):
                 points.append(TileConfig(bn, schedule, pct))
     if decode:
-        points += [TileConfig(num_splits=n) for n in space.decode_splits]
+        points += [TileConfig(split_ctas_per_sm=t) for t in space.decode_split_ctas_per_sm]
     valid, rejected = [], []
     for p in points:
         bad = p.problems(compiled)

@@ -96,3 +96,9 @@ def test_the_old_split_count_key_is_refused() -> None:
            "decode_splits": [8, 12]}
     with pytest.raises(ConfigError, match="decode_split_ctas_per_sm"):
         settings._space(Path("tune.yaml"), raw)
+
+
+def test_a_tie_keeps_the_candidate_that_was_timed() -> None:
+    """Two targets with one plan on the tuning shape: the one timed (first in the space) is kept, not its alias."""
+    alias = TileConfig(split_ctas_per_sm=0.5)  # its label sorts first
+    assert choose([record("b1", {TARGET: 1.05}, same_plan={alias: TARGET})], ADOPT)[0] == TARGET

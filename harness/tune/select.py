@@ -40,7 +40,8 @@ def choose(records: Iterable[dict[str, Any]], adopt_min_speedup: float) -> tuple
         return DEFAULT, 1.0
     common = set.intersection(*(set(s) for s in per_shape)) - {DEFAULT}
     best, best_score = DEFAULT, 1.0
-    for cand in sorted(common, key=lambda c: c.label):  # a fixed order: ties go the same way on every run
+    # The first shape's order (the space's, timed candidates before those sharing a plan): a tie keeps the earlier.
+    for cand in (c for c in per_shape[0] if c in common):
         speedups = [s[cand] for s in per_shape]
         score = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
         if score >= adopt_min_speedup and min(speedups) >= 1 / adopt_min_speedup and score > best_score:

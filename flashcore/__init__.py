@@ -5,7 +5,8 @@
 Layout: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (fp16 or bf16, last dim contiguous), out like q,
 lse [B, Hq, Sq] float32; FP8 (E4M3) inputs with descale factors: flashcore.attention_fp8 (bf16 out).
 See flashcore.attention's docstring for the full contract. FlashAttention-3's names:
-flashcore.flash_attn_func, flashcore.flash_attn_varlen_func and flashcore.flash_attn_with_kvcache
+flashcore.flash_attn_func, flashcore.flash_attn_varlen_func, flashcore.flash_attn_with_kvcache and
+flashcore.flash_attn_combine (merges split-KV partials)
 (flashcore/flash_attn.py; the serving layouts in flashcore/serving.py).
 """
 
@@ -13,7 +14,7 @@ from flashcore._lib import library_path
 from flashcore._version import __version__
 from flashcore.api import Plan, attention, plan
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedArgument, UnsupportedDeviceError
-from flashcore.flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from flashcore.flash_attn import flash_attn_combine, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 from flashcore.fp8 import attention_fp8
 from flashcore.launch import compiled_points
 from flashcore.points import Point
@@ -21,4 +22,5 @@ from flashcore.tuning import TileConfig, TuningWarning
 
 __all__ = ["__version__", "attention", "attention_fp8", "plan", "Plan", "TileConfig", "Point", "compiled_points",
            "TuningWarning", "library_path", "FlashCoreError", "UnsupportedDeviceError", "KernelLaunchError",
-           "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "UnsupportedArgument"]
+           "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_combine",
+           "UnsupportedArgument"]

@@ -22,11 +22,13 @@ from flashcore import append, check, check_serving, fp8, serving
 from flashcore.api import attention
 from flashcore.call import is_fp8
 from flashcore.errors import FlashCoreError, UnsupportedArgument
+from flashcore.split_combine import flash_attn_combine
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "UnsupportedArgument"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_combine",
+           "UnsupportedArgument"]
 
 
 def _splits(num_splits: Any) -> int | None:

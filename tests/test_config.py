@@ -22,7 +22,7 @@ EXPECTED_WORKLOADS = [
     "check-s2k-d64-causal", "check-gqa-causal", "check-decode", "check-decode-b1-gqa", "long-64k", "long-128k",
     "long-64k-causal", "long-128k-causal",
     "decode", "decode-gqa",
-    "decode-b1-gqa",
+    "decode-b1-gqa", "tune-decode-b4-gqa",
     "s1", "s17-causal", "s1000-causal", "s4097", "sq300-sk1000-causal", "sq1000-sk300-causal", "gqa", "odd-grid",
     "san-gqa-d64", "san-d128-fp16", "san-d256-causal", "san-decode", "san-split", "san-tiles-d128",
     "san-tail-d64", "san-tail-fp8", "san-tiles-d256",

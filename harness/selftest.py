@@ -60,7 +60,7 @@ def runner_for(gate: str, t: SelfTest, settings: SelftestSettings) -> tuple[Runn
     if t.plant == "spill":
         return runs.planted_spill, ""
     if t.plant == "perf":
-        return perf_case(gate, t.arg, trim, settings.bench), f"{gate}:timed"
+        return perf_case(gate, t.arg, trim, settings.bench), f"timed:{shared}"
     if t.plant == "sanitizer":
         tool, _, mode = t.arg.partition(":")
         return runs.planted_sanitizer(tool, mode), ""

@@ -114,7 +114,7 @@ def test_declared_cases_and_their_plants() -> None:
     assert by_name["perf-slow"].serial and not by_name["tail-mask"].serial
     timed = [c for c in CASES if c.gate.startswith("perf-") or c.gate in ("autotune-gain", "scaling")]
     assert all(c.serial for c in timed) and by_name["slow-loads"].serial  # timed or profiled: alone
-    assert by_name["perf-cudnn-slow"].control == by_name["perf-cudnn-slow"].gate + ":timed"
+    assert by_name["perf-slow"].control == by_name["perf-noisy"].control == "timed:perf-fa2:prefill-d128"
 
 
 def test_the_repository_selftest_file_names_real_cases_and_workloads() -> None:
@@ -290,6 +290,19 @@ def test_the_cpu_cases_cover_the_gates_the_gpu_cannot_plant() -> None:
     assert cpu == {"ncu-sm", "ncu-sm-pipeline", "ncu-stalls", "sanitizer-all", "autotune-table", "structure-tma",
                    "structure-wgmma", "determinism-gpus"}
     assert len([c for c in CASES if c.gate in cpu]) >= len(cpu)
+
+
+def test_an_unmeasured_stall_table_is_the_stall_gates_red(tmp_path: Path) -> None:
+    """ncu-stalls sets no threshold: its red is the ERROR of a profile whose stall reasons are all n/a."""
+    from harness.ncu.parse import parse_csv
+    from harness.planted_cpu import RUNNERS
+
+    config = load_config(REPO / "gates")
+    assert RUNNERS["ncu-stalls"](config, tmp_path / "planted", True) == {"ncu-stalls/unmeasured": Status.FAIL}
+    assert RUNNERS["ncu-stalls"](config, tmp_path / "clean", False) == {"ncu-stalls/unmeasured": Status.PASS}
+    [launch] = parse_csv((tmp_path / "planted" / "ncu-stalls.csv").read_text()).launches
+    stalls = {k: v for k, v in launch.metrics.items() if "warps_issue_stalled" in k}
+    assert stalls and set(stalls.values()) == {None}
 
 
 def test_a_crafted_profile_keeps_the_csv_readable() -> None:

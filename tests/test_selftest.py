@@ -106,6 +106,8 @@ def test_declared_cases_and_their_plants() -> None:
         assert gate is not None and all(t.plant in PLANTS for t in gate.selftests), name
     with pytest.raises(ValueError, match="unknown plant 'laser'"):
         runner_for("build", SelfTest("x", "laser"), SETTINGS)
+    with pytest.raises(ValueError, match="no timed plant 'laser'"):
+        runner_for("perf-fa2", SelfTest("x", "perf", "laser"), SETTINGS)
     by_name = {c.name: c for c in CASES}
     assert by_name["perf-clean"].must_fail is None and by_name["perf-slow"].must_fail == "perf-fa2/regression"
     assert by_name["long-skip-row"].must_fail == "correctness-long" and by_name["memcheck-clean"].must_fail is None
@@ -126,7 +128,7 @@ def test_the_repository_selftest_file_names_real_cases_and_workloads() -> None:
 @pytest.mark.parametrize("edit, key", [
     (lambda s: s.replace("tail-mask: [s1, odd-grid]", "tail-maks: [s1]"), "trim.tail-maks"),
     (lambda s: s.replace("tail-mask: [s1, odd-grid]", "tail-mask: [s1, no-such]"), "trim.tail-mask"),
-    (lambda s: s.replace("serial: [ncu-dram]", "serial: [perf-fa9]"), "serial"),
+    (lambda s: s.replace("serial: [ncu-dram,", "serial: [perf-fa9,"), "serial"),
     (lambda s: s.replace("parallel: 4", "parallel: 0"), "parallel"),
     (lambda s: s.replace("limit_s: 60", "limit_s: -1"), "limit_s"),
     (lambda s: s.replace("[spill, tail-mask,", "[tail-mask,"), "shares"),  # a case in no share

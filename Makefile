@@ -43,7 +43,8 @@ $(addprefix gate-phase,$(PHASES)): gate-phase%:
 
 # GPU host: plant one fault per gate (kernel faults, a spilling build, planted sanitizer bugs, a hung kernel); each
 # must turn its gate red while a clean control of the same gate stays green (gates/selftest.yaml: trims, parallelism).
-# SHARE=I/N runs every N-th case from the I-th (the N shares cover every case), e.g. one device call per share.
+# SHARE=I/N runs the I-th of the N shares gates/selftest.yaml names (together every case once; each fits one
+# 10-minute device call), printing its cases first and its summary last.
 selftest:
 	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build planted && $$PY -m harness selftest $(if $(SHARE),--share $(SHARE))
 

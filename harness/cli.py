@@ -219,7 +219,8 @@ def parser() -> argparse.ArgumentParser:
                      help="sanitizer tool (inferred from the log when omitted)")
     st = sub.add_parser("selftest", help="GPU: plant one fault per gate and check that each gate fails")
     st.add_argument("--cases", help="comma-separated case names (default: every case)")
-    st.add_argument("--share", metavar="I/N", help="every N-th case from the I-th: the N shares cover every case")
+    st.add_argument("--share", metavar="I/N",
+                    help="the I-th of the N shares gates/selftest.yaml names (together: every case once)")
     bench = sub.add_parser("bench", help="GPU: run the benchmark suite (bench/), print a table; --update-baseline")
     from harness.bench.cli import add_arguments as bench_arguments
 

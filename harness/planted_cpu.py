@@ -1,8 +1,8 @@
 """CPU-planted faults (make selftest, and the CPU suite): for a gate whose fault the GPU cannot plant (a profiler
-threshold the planted kernel faults do not cross for certain, a table, a second sanitizer gate, a kernel built
-without TMA or wgmma, a second GPU), crafted input fed to the gate's real verdict: a profile or log recorded from
-the planted program and this kernel (tests/fixtures/), or a table, an opcode list or hashes made here. Each runner
-gives the planted input's status and, as its control, the clean input's.
+threshold the planted kernel faults do not cross for certain, a stall table no fault removes, a table, a second
+sanitizer gate, a kernel built without TMA or wgmma, a second GPU), crafted input fed to the gate's real verdict:
+a profile or log recorded from the planted program and this kernel (tests/fixtures/), or a table, an opcode list or
+hashes made here. Each runner gives the planted input's status and, as its control, the clean input's.
 
 Declared in gates/selftest.yaml (`cases`, plant `cpu`, arg: the runner's name below).
 """
@@ -53,6 +53,46 @@ def ncu_throughput(gate: str) -> Runner:
         return {gate: combine([c.status for c in checks])}
 
     return run
+
+
+def stall_profile(planted: bool, tensor_metric: str, stall_regex: str) -> str:
+    """FlashCore's recorded WarpStateStats profile (one prefill launch; the capture has the sections only) with the
+    tensor-pipe activity of its recorded prefill profile added, and with every stall reason n/a when planted: a
+    profile whose stall table was not measured."""
+    import re
+
+    lines = (FIXTURES / "ncu" / "ours-prefill-stalls.csv").read_text().splitlines()
+    header, units, *launches = list(csv.reader(lines))
+    recorded = (FIXTURES / "ncu" / "ours-prefill.csv").read_text().splitlines()
+    start = next(i for i, line in enumerate(recorded) if line.startswith('"ID"'))
+    prefill_header, _, prefill = list(csv.reader(recorded[start:]))[:3]
+    rows = [[*header, tensor_metric], [*units, "%"], *[[*row, prefill[prefill_header.index(tensor_metric)]]
+                                                      for row in launches]]
+    if planted:
+        stalls = [i for i, name in enumerate(header) if re.fullmatch(stall_regex, name)]
+        for row in rows[2:]:
+            for i in stalls:
+                row[i] = "n/a"
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
+def ncu_stalls(config: Config, out: Path, planted: bool) -> dict[str, Status]:
+    """ncu-stalls' verdict (its params, no baseline) on the stall profile above. The gate records and sets no
+    threshold: its red is an ERROR on the stall table, given here as ncu-stalls/unmeasured FAIL (any other outcome
+    of the planted profile, or a red control, stays what it is)."""
+    from harness.gates.ncu_stalls import verdict_stalls
+    from harness.ncu.parse import parse_csv
+
+    p = spec_of(config, "ncu-stalls").params
+    text = stall_profile(planted, p.tensor_metric, p.stall_metric_regex)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ncu-stalls.csv").write_text(text)
+    checks, _ = verdict_stalls("prefill-d128", parse_csv(text), p, None)
+    status = combine([c.status for c in checks])
+    unmeasured = any(c.metric == "warp_stalls" and c.status is Status.ERROR for c in checks)
+    return {"ncu-stalls/unmeasured": Status.FAIL if status is Status.ERROR and unmeasured else status}
 
 
 def sanitizer_log(gate: str) -> Runner:
@@ -124,6 +164,7 @@ def cross_gpu(config: Config, out: Path, planted: bool) -> dict[str, Status]:
 RUNNERS: dict[str, Runner] = {
     "ncu-sm": ncu_throughput("ncu-sm"),
     "ncu-sm-pipeline": ncu_throughput("ncu-sm-pipeline"),
+    "ncu-stalls": ncu_stalls,
     "sanitizer-all": sanitizer_log("sanitizer-all"),
     "autotune-table": autotune_table,
     "structure-tma": structure("structure-tma"),

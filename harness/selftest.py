@@ -5,9 +5,11 @@ the planted hang, the watchdog's ERROR), and as a clean control (the same gate, 
 planted), when it must PASS. A case holds only when both do, so a gate that is always red fails its self-test.
 Cases are declared on the gate classes (`selftests`, harness/gates/base.py SelfTest) and in gates/selftest.yaml
 (`cases`), which also trims each case to the workloads its fault needs, sets how many cases run at once on the one
-GPU, and names the timed or profiled gates whose cases run alone. `--share I/N` runs every N-th case from the I-th:
-the N shares together run each case once. Exit 0 only when every case held. Reports: reports/selftest-<time>/<case>/
-(the fault) and <case>-control/ (the control; cases with the same control share one run).
+GPU, names the profiled gates whose cases run alone (the timed ones always do: harness/selftest_perf.py), and names
+the shares: `--share I/N` runs the I-th of its N shares, which together hold each case once and each fit one device
+call by the cases' expected seconds (`estimates_s`, from the last GPU runs). Exit 0 only when every case held.
+Reports: reports/selftest-<time>/<case>/ (the fault) and <case>-control/ (the control; cases with the same control
+share one run; a timed gate's clean and stored runs: <gate>-clean/, <gate>-stored/).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from harness.config import load_config
 from harness.gates.base import SelfTest
 from harness.results import Status
 from harness.schema import Config, ConfigError
+from harness.selftest_perf import check_bench, perf_case
 from harness.selftest_runs import WATCHDOG_KEY, Runner, once
 from harness.selftest_settings import SELFTEST_FILE, SelftestSettings, load_selftest_settings
 
@@ -57,7 +60,7 @@ def runner_for(gate: str, t: SelfTest, settings: SelftestSettings) -> tuple[Runn
     if t.plant == "spill":
         return runs.planted_spill, ""
     if t.plant == "perf":
-        return runs.perf_case(t.arg), ""
+        return perf_case(gate, t.arg, trim, settings.bench), f"timed:{shared}"
     if t.plant == "sanitizer":
         tool, _, mode = t.arg.partition(":")
         return runs.planted_sanitizer(tool, mode), ""
@@ -80,7 +83,8 @@ def declared_cases(settings: SelftestSettings) -> tuple[Case, ...]:
         run, control = runner_for(gate, t, settings)
         must_fail = None if t.must_fail == "-" else (
             t.must_fail or (f"{gate}/{WATCHDOG_KEY}" if t.plant == "hang" else gate))
-        cases.append(Case(t.name, gate, run, must_fail, t.why, control, gate in settings.serial))
+        # a timed case runs alone: it times the GPU, in this process (where its plant is made)
+        cases.append(Case(t.name, gate, run, must_fail, t.why, control, gate in settings.serial or t.plant == "perf"))
     return tuple(cases)
 
 
@@ -106,6 +110,37 @@ def check_settings(settings: SelftestSettings, cases: tuple[Case, ...], config: 
             raise ConfigError(file, f"cases[{i}].gate", gate, "not a registered gate")
     if unknown := [g for g in settings.serial if registry.get(g) is None]:
         raise ConfigError(file, "serial", unknown, "not registered gates")
+    if unknown := [n for n in settings.estimates_s if n not in names]:
+        raise ConfigError(file, "estimates_s", unknown, "no declared case has this name")
+    if missing := [n for n in names if n not in settings.estimates_s]:
+        raise ConfigError(file, "estimates_s", missing, "cases without their expected seconds")
+    check_shares(settings, cases, file)
+    check_bench(config, settings.bench)
+
+
+def check_shares(settings: SelftestSettings, cases: tuple[Case, ...], file: Path) -> None:
+    """The shares hold every case exactly once, and each is expected to fit share_limit_s."""
+    held = [n for share in settings.shares for n in share]
+    if unknown := [n for n in held if n not in {c.name for c in cases}]:
+        raise ConfigError(file, "shares", unknown, "no declared case has this name")
+    if twice := sorted({n for n in held if held.count(n) > 1}):
+        raise ConfigError(file, "shares", twice, "cases in more than one share (or twice in one)")
+    if left := [c.name for c in cases if c.name not in held]:
+        raise ConfigError(file, "shares", left, "cases in no share: no `--share` would run them")
+    by_name = {c.name: c for c in cases}
+    for i, share in enumerate(settings.shares):
+        expected = expected_s([by_name[n] for n in share], settings)
+        if expected > settings.share_limit_s:
+            raise ConfigError(file, f"shares[{i}]", list(share), f"expected {expected:.0f} s, over share_limit_s "
+                                                                  f"({settings.share_limit_s:.0f} s)")
+
+
+def expected_s(cases: list[Case], settings: SelftestSettings) -> float:
+    """A share's expected wall time: its parallel cases `parallel` at a time (no less than the longest), then its
+    serial ones one after another."""
+    together = [settings.estimates_s[c.name] for c in cases if not c.serial]
+    alone = sum(settings.estimates_s[c.name] for c in cases if c.serial)
+    return max(max(together, default=0.0), sum(together) / settings.parallel) + alone
 
 
 def judge(case: Case, fault: dict[str, Status], control: dict[str, Status] | None) -> tuple[bool, str]:
@@ -160,8 +195,9 @@ def run_all(cases: list[Case], config: Config, root: Path, parallel: int) -> lis
     return [rows[c.name] for c in cases]
 
 
-def share_of(cases: list[Case], share: str | None) -> list[Case]:
-    """`I/N`: every N-th case from the I-th (1-based); None: all."""
+def share_of(cases: list[Case], share: str | None, shares: tuple[tuple[str, ...], ...]) -> list[Case]:
+    """`I/N` (1-based, N = the number of shares gates/selftest.yaml names): the cases of its I-th share, in the
+    cases' order; None: all."""
     if not share:
         return cases
     from harness.shard_runners import parse_shard  # the CI runners' I/N, the same rule
@@ -170,7 +206,10 @@ def share_of(cases: list[Case], share: str | None) -> list[Case]:
         i, n = parse_shard(share)
     except ValueError as e:
         raise SystemExit(f"selftest: --share: {e}") from None
-    return cases[i - 1::n]
+    if n != len(shares):
+        raise SystemExit(f"selftest: --share {share}: gates/selftest.yaml names {len(shares)} shares "
+                         f"(--share I/{len(shares)})")
+    return [c for c in cases if c.name in shares[i - 1]]
 
 
 def select(all_cases: tuple[Case, ...], names: str | None) -> list[Case]:
@@ -196,12 +235,22 @@ def table(rows: list[Row]) -> list[str]:
     return lines
 
 
+def plan(chosen: list[Case], share: str | None, settings: SelftestSettings) -> str:
+    """What this run will do, printed before it starts: its share, its cases and gates, the expected time."""
+    serial = [c.name for c in chosen if c.serial]
+    return (f"selftest{f' share {share}' if share else ''}: {len(chosen)} cases of "
+            f"{len({c.gate for c in chosen})} gates, expected ~{expected_s(chosen, settings):.0f} s "
+            f"({settings.parallel} at a time: {', '.join(c.name for c in chosen if not c.serial) or 'none'}; "
+            f"then alone: {', '.join(serial) or 'none'})")
+
+
 def main(gates_dir: Path = Path("gates"), cases: str | None = None, share: str | None = None) -> int:
     settings = load_selftest_settings(gates_dir)
     config = load_config(gates_dir)
     every = declared_cases(settings)
     check_settings(settings, every, config)
-    chosen = share_of(select(every, cases), share)
+    chosen = share_of(select(every, cases), share, settings.shares)
+    print(plan(chosen, share, settings), file=sys.stderr, flush=True)
     from harness.support import gpu
 
     if why := gpu.cuda_unavailable_reason():  # every case plants a fault in a GPU run: without one, none can judge
@@ -209,10 +258,14 @@ def main(gates_dir: Path = Path("gates"), cases: str | None = None, share: str |
         return 1
     root = Path("reports") / f"selftest-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}"
     t0 = time.monotonic()
-    rows = run_all(chosen, config, root, settings.parallel)
+    # the longest first, so no long case starts last and the share ends near its expected time
+    rows = run_all(sorted(chosen, key=lambda c: -settings.estimates_s[c.name]), config, root, settings.parallel)
     failed = [r for r in rows if not r.ok]
-    print(f"\nselftest ({root}){f', share {share}' if share else ''}: {len(rows)} cases in "
-          f"{time.monotonic() - t0:.0f} s ({settings.parallel} at a time)")
+    wall = time.monotonic() - t0
+    print(f"\nselftest ({root}){f', share {share}' if share else ''}: {len(rows)} cases in {wall:.0f} s "
+          f"({settings.parallel} at a time)")
     print("\n".join(table(rows)))
-    print(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
+    print(f"{f'share {share}: ' if share else ''}{len(rows) - len(failed)} passed, {len(failed)} failed, "
+          f"{len({r.case.gate for r in rows})} gates, {wall:.0f} s (expected ~{expected_s(chosen, settings):.0f} s)"
+          + (f"; failed: {', '.join(r.case.name for r in failed)}" if failed else ""))
     return 1 if failed else 0

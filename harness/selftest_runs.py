@@ -3,8 +3,9 @@
 A runner is `run(config, out, planted) -> {gate or gate/part: status}`: with `planted` the fault is in, without it
 the same gate runs on the same inputs with nothing planted (the control). Kernel faults and flashcore changes go
 through the engine (harness/engine.py), so the gate runs in its watched worker exactly as in `make gate-phaseN`;
-sanitizer cases go through the gate's own runner with the project's reviewed suppressions. A run that several
-cases share (a sanitizer tool's clean mode, perf-fa2's stored and clean runs) is made once per self-test (`once`).
+sanitizer cases go through the gate's own runner with the project's reviewed suppressions; the timed gates run in
+this process (harness/selftest_perf.py). A run that several cases share (a sanitizer tool's clean mode, a timed
+gate's stored and clean runs) is made once per self-test (`once`).
 """
 
 from __future__ import annotations
@@ -177,63 +178,3 @@ def sanitizer_run(config: Config, out: Path, tool: str, mode: str) -> Status:
     print(f"  sanitizer {tool} {mode}: {o.judgement.status.value} in {o.wall_s:.1f} s: {o.judgement.reason}",
           file=sys.stderr)
     return o.judgement.status
-
-
-def perf_case(plant: str) -> Runner:
-    """perf-fa2 on prefill-d128 and decode (FlashCore, FA2 and the regression references of gates/bench.yaml only,
-    for time): a clean run whose measurements become the stored run (once per self-test), then the `plant` run
-    judged against it; the control is a clean re-run against the same stored run (also made once). Spread = the
-    rel_std checks of the paired ratios. plant: "clean" (spread and regression must pass), "slow" (kernel fault 4,
-    the producer waits after every K/V tile: the regression check must fail), "noisy" (side-stream matmul bursts
-    alongside FlashCore's calls in the later half of the rounds, which pairing cannot cancel: the spread must fail
-    and no speed verdict be drawn)."""
-
-    def run(config: Config, out: Path, planted: bool) -> dict[str, Status]:
-        root = out.parent
-        first = once(("perf-stored", root), lambda: perf_gate(config, root / "perf-stored"))
-        stored = root / "perf-stored" / str(first.details.get("measurements_file", "missing.json"))
-        if not planted or plant == "clean":
-            clean = once(("perf-clean", root), lambda: perf_gate(config, root / "perf-clean", stored=stored))
-            return perf_statuses(clean, "clean")
-        return perf_statuses(perf_gate(config, out, plant=plant, stored=stored), plant)
-
-    return run
-
-
-def perf_gate(config: Config, run_dir: Path, plant: str = "", stored: Path | None = None) -> Any:
-    from harness import env
-    from harness.bench.backends import SLOW_FAULT
-    from harness.gates import perf
-    from harness.gates.base import GateContext
-    from harness.render import write_all
-    from harness.results import RunResult
-
-    spec = spec_of(config, "perf-fa2")
-    params = dataclasses.replace(spec.params, workloads=("prefill-d128", "decode"), sweep=False,
-                                 baselines=("fa2",), gated=("fa2",))
-    spec = dataclasses.replace(spec, params=params)
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    ctx = GateContext(spec=spec, config=config, run_dir=run_dir, repo_root=Path.cwd(), seed=0,
-                      fault=SLOW_FAULT if plant == "slow" else 0)
-    result = perf.run_perf(ctx, noisy=plant == "noisy", stored_path=stored)
-    notice = f"PLANTED ({plant}, test-only): perf-fa2 must fail" if plant else ""
-    write_all(RunResult(run_dir.name, spec.phase, (result,), env.collect(Path.cwd()), "", 0.0, notice=notice),
-              run_dir)
-    return result
-
-
-def perf_statuses(result: Any, plant: str) -> dict[str, Status]:
-    from harness.results import combine
-
-    spread = combine([c.status for c in result.checks if c.metric.startswith("rel_std")])
-    regression = combine([c.status for c in result.checks if c.metric == "slowdown_vs_stored"])
-    print(f"  perf-fa2 ({plant}): spread {spread.value}, regression {regression.value}: {result.message}",
-          file=sys.stderr)
-    if plant == "clean":
-        return {"perf-fa2/spread": spread, "perf-fa2/regression": regression}
-    if plant == "slow":
-        return {"perf-fa2/regression": regression}
-    noisy = {c.workload for c in result.checks if c.metric.startswith("rel_std") and c.status is Status.FAIL}
-    judged = [c for c in result.checks if c.workload in noisy and not c.metric.startswith("rel_std")
-              and c.status in (Status.PASS, Status.FAIL)]
-    return {"perf-fa2/spread": Status.ERROR if judged else spread}  # a verdict drawn from noise is a bug

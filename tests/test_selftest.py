@@ -24,7 +24,19 @@ from harness.gates.base import Gate, GateContext, SelfTest
 from harness.planted_checks import check_disabled, planted
 from harness.results import Check, GateResult, Status
 from harness.schema import Config, ConfigError, GateSpec, PhaseSpec
-from harness.selftest import PLANTS, Case, check_settings, declared_cases, judge, run_case, runner_for, select, share_of
+from harness.selftest import (
+    PLANTS,
+    Case,
+    check_settings,
+    declared_cases,
+    expected_s,
+    judge,
+    plan,
+    run_case,
+    runner_for,
+    select,
+    share_of,
+)
 from harness.selftest_settings import load_selftest_settings
 from harness.support.api_cases import load_cases
 from harness.watchdog import WatchdogSettings
@@ -94,12 +106,17 @@ def test_declared_cases_and_their_plants() -> None:
         assert gate is not None and all(t.plant in PLANTS for t in gate.selftests), name
     with pytest.raises(ValueError, match="unknown plant 'laser'"):
         runner_for("build", SelfTest("x", "laser"), SETTINGS)
+    with pytest.raises(ValueError, match="no timed plant 'laser'"):
+        runner_for("perf-fa2", SelfTest("x", "perf", "laser"), SETTINGS)
     by_name = {c.name: c for c in CASES}
     assert by_name["perf-clean"].must_fail is None and by_name["perf-slow"].must_fail == "perf-fa2/regression"
     assert by_name["long-skip-row"].must_fail == "correctness-long" and by_name["memcheck-clean"].must_fail is None
     assert by_name["hang"].must_fail == "correctness/watchdog"
     assert by_name["tail-mask"].control == by_name["skip-row"].control  # one control run for both
     assert by_name["perf-slow"].serial and not by_name["tail-mask"].serial
+    timed = [c for c in CASES if c.gate.startswith("perf-") or c.gate in ("autotune-gain", "scaling")]
+    assert all(c.serial for c in timed) and by_name["slow-loads"].serial  # timed or profiled: alone
+    assert by_name["perf-slow"].control == by_name["perf-noisy"].control == "timed:perf-fa2:prefill-d128"
 
 
 def test_the_repository_selftest_file_names_real_cases_and_workloads() -> None:
@@ -111,9 +128,17 @@ def test_the_repository_selftest_file_names_real_cases_and_workloads() -> None:
 @pytest.mark.parametrize("edit, key", [
     (lambda s: s.replace("tail-mask: [s1, odd-grid]", "tail-maks: [s1]"), "trim.tail-maks"),
     (lambda s: s.replace("tail-mask: [s1, odd-grid]", "tail-mask: [s1, no-such]"), "trim.tail-mask"),
-    (lambda s: s.replace("serial: [perf-fa2, ncu-dram]", "serial: [perf-fa9]"), "serial"),
+    (lambda s: s.replace("serial: [ncu-dram,", "serial: [perf-fa9,"), "serial"),
     (lambda s: s.replace("parallel: 4", "parallel: 0"), "parallel"),
     (lambda s: s.replace("limit_s: 60", "limit_s: -1"), "limit_s"),
+    (lambda s: s.replace("[spill, tail-mask,", "[tail-mask,"), "shares"),  # a case in no share
+    (lambda s: s.replace("[spill, tail-mask,", "[spill, scaling-collapse, tail-mask,"), "shares"),  # in two
+    (lambda s: s.replace("[spill, tail-mask,", "[spill, no-such-case, tail-mask,"), "shares"),
+    (lambda s: s.replace("share_limit_s: 450", "share_limit_s: 100"), "shares[0]"),  # expected over the limit
+    (lambda s: s.replace("  spill: 240", "  spil: 240"), "estimates_s"),
+    (lambda s: s.replace("    min_reps: 20", "    min_repz: 20"), "bench.timing.min_repz"),
+    (lambda s: s.replace("    min_reps: 20", "    min_reps: 10"), "bench.judged.min_rounds"),  # below the minimum
+    (lambda s: s.replace("  sweep:\n", "  suite:\n"), "bench.suite"),
 ])  # fmt: skip
 def test_a_bad_selftest_file_names_the_key(gates_dir: Path, edit: object, key: str) -> None:
     path = gates_dir / "selftest.yaml"
@@ -134,17 +159,35 @@ def test_cases_can_be_chosen_by_name() -> None:
         select(CASES, "hang,nope")
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 5])
-def test_the_shares_together_run_every_case_once(n: int) -> None:
-    shares = [share_of(list(CASES), f"{i}/{n}") for i in range(1, n + 1)]
+def test_the_named_shares_run_every_case_exactly_once_and_each_fits_its_call() -> None:
+    n = len(SETTINGS.shares)
+    shares = [share_of(list(CASES), f"{i}/{n}", SETTINGS.shares) for i in range(1, n + 1)]
     names = [c.name for s in shares for c in s]
     assert sorted(names) == sorted(c.name for c in CASES) and len(names) == len(set(names))
+    for share in shares:
+        assert expected_s(share, SETTINGS) <= SETTINGS.share_limit_s <= 600, [c.name for c in share]
+    assert n >= 2  # the whole self-test is expected over one 10-minute call
+    assert expected_s(list(CASES), SETTINGS) > SETTINGS.share_limit_s
 
 
-@pytest.mark.parametrize("share", ["0/2", "3/2", "1-2", "a/b"])
+def test_every_gate_of_phases_yaml_has_a_case_that_must_turn_it_red() -> None:
+    gates = {g.name for p in load_config(REPO / "gates").phases for g in p.gates}
+    red = {c.gate for c in CASES if c.must_fail is not None}
+    assert gates - red == set()
+    assert all(c.must_fail.split("/")[0] == c.gate for c in CASES if c.must_fail), "a case turns its own gate red"
+
+
+def test_a_share_prints_its_cases_and_expected_time() -> None:
+    chosen = share_of(list(CASES), "2/2", SETTINGS.shares)
+    text = plan(chosen, "2/2", SETTINGS)
+    assert text.startswith(f"selftest share 2/2: {len(chosen)} cases of ") and "then alone: " in text
+    assert all(c.name in text for c in chosen) and f"~{expected_s(chosen, SETTINGS):.0f} s" in text
+
+
+@pytest.mark.parametrize("share", ["0/2", "3/2", "1-2", "a/b", "1/3"])
 def test_a_bad_share_is_refused(share: str) -> None:
     with pytest.raises(SystemExit, match="--share"):
-        share_of(list(CASES), share)
+        share_of(list(CASES), share, SETTINGS.shares)
 
 
 # ---- plants made in the gate worker ---------------------------------------------------------------------------
@@ -246,9 +289,22 @@ def test_each_cpu_planted_case_is_red_beside_a_green_control(name: str, tmp_path
 
 def test_the_cpu_cases_cover_the_gates_the_gpu_cannot_plant() -> None:
     cpu = {gate for gate, t in SETTINGS.cases if t.plant == "cpu"}
-    assert cpu == {"ncu-sm", "ncu-sm-pipeline", "sanitizer-all", "autotune-table", "structure-tma",
+    assert cpu == {"ncu-sm", "ncu-sm-pipeline", "ncu-stalls", "sanitizer-all", "autotune-table", "structure-tma",
                    "structure-wgmma", "determinism-gpus"}
     assert len([c for c in CASES if c.gate in cpu]) >= len(cpu)
+
+
+def test_an_unmeasured_stall_table_is_the_stall_gates_red(tmp_path: Path) -> None:
+    """ncu-stalls sets no threshold: its red is the ERROR of a profile whose stall reasons are all n/a."""
+    from harness.ncu.parse import parse_csv
+    from harness.planted_cpu import RUNNERS
+
+    config = load_config(REPO / "gates")
+    assert RUNNERS["ncu-stalls"](config, tmp_path / "planted", True) == {"ncu-stalls/unmeasured": Status.FAIL}
+    assert RUNNERS["ncu-stalls"](config, tmp_path / "clean", False) == {"ncu-stalls/unmeasured": Status.PASS}
+    [launch] = parse_csv((tmp_path / "planted" / "ncu-stalls.csv").read_text()).launches
+    stalls = {k: v for k, v in launch.metrics.items() if "warps_issue_stalled" in k}
+    assert stalls and set(stalls.values()) == {None}
 
 
 def test_a_crafted_profile_keeps_the_csv_readable() -> None:

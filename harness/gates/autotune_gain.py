@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from flashcore.tuning import TileConfig
 from harness.gates.autotune_table import host_of, library_table_check
-from harness.gates.base import GateContext, flashcore_for
+from harness.gates.base import GateContext, SelfTest, flashcore_for
 from harness.gates.perf import PerfGate, run_perf
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
@@ -42,8 +42,11 @@ def same_launch_check(wl: Workload) -> Check:
 
 @register("autotune-gain")
 class AutotuneGainGate(PerfGate):
-    selftests = ()
-    selftest_none = "perf-fa2's code against the default tiles (its planted cases); tests/test_autotune.py"
+    # Planted on the GPU: kernel fault 4 reaches the tuned calls, never the flashcore-default baseline (it runs
+    # without the fault). A deliberately bad table cannot be planted: the gate is an ERROR unless the library reads
+    # the committed table (autotune_table.in_effect), so a planted table would make it ERROR, never FAIL.
+    selftests = (SelfTest("autotune-gain-slow", "perf", "slow", "kernel fault 4 (the producer sleeps 20 us after every "
+                          "K/V tile) on the tuned calls only: every workload judged, each below 0.97x the defaults"),)
 
     def run(self, ctx: GateContext) -> GateResult:
         fc = flashcore_for(ctx)  # NOT_RUN without a usable GPU, ERROR without the library

@@ -84,7 +84,9 @@ class SelfTest:
     plant: how it is planted, one of harness/selftest.py PLANTS: "phase1" or "gate" (this gate alone with kernel
     fault `arg`), "hang" (every kernel call hangs; `arg`: the gate run after it), "spill" (a build with a planted
     register cap), "validate-off" (flashcore.validate.`arg` made a no-op), "flag-dropped" (attention() ignoring the
-    flag `arg`), "perf" (`arg`: clean, slow or noisy, against a stored run measured moments before), "sanitizer"
+    flag `arg`), "perf" (a timed gate run by its own code in the self-test's process, `arg`: clean, slow, noisy,
+    serving-twice or collapse: harness/selftest_perf.py; a regression check against a stored run measured moments
+    before), "sanitizer"
     (`arg`: tool:mode of tests/planted/planted.cu), "cpu" (crafted input to the real verdict: `arg` names a runner
     of harness/planted_cpu.py). must_fail: the gate, or gate/part, that must FAIL ("": this gate; "-": nothing may
     fail, a clean case). gates/selftest.yaml trims a case to the workloads its fault needs."""

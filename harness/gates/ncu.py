@@ -146,12 +146,15 @@ class NcuDramGate(NcuThroughputGate):
 class NcuSmGate(NcuThroughputGate):
     """Phase 3: SM throughput on the compute-bound workloads."""
 
-    selftest_none = ("the same code as ncu-dram with another metric; red on the phase-1 kernel in "
-                     "tests/test_ncu_gates.py test_sm_gate_fails_the_phase1_kernel_on_prefill")
+    # on the GPU, and on a recorded profile under its threshold (gates/selftest.yaml ncu-sm-low)
+    selftests = (SelfTest("ncu-sm-slow", "gate", "SLOW",
+                          "the producer sleeps 20 us after every K/V tile: the SMs wait, far under 70 %"),)
 
 
 @register("ncu-sm-pipeline")
 class NcuSmPipelineGate(NcuThroughputGate):
     """Phase 4: SM throughput on the compute-bound workloads with the pipelined kernel (ROADMAP: >= 80 %)."""
 
-    selftest_none = "ncu-sm's code and metric with an 80 % threshold (tests/test_ncu_gates.py)"
+    # on the GPU, and on a recorded profile under its threshold (gates/selftest.yaml ncu-sm-pipeline-low)
+    selftests = (SelfTest("ncu-sm-pipeline-slow", "gate", "SLOW",
+                          "the producer sleeps 20 us after every K/V tile: the SMs wait, far under 80 %"),)

@@ -44,9 +44,10 @@ class Call:
     k_descale: torch.Tensor | None = None
     v_descale: torch.Tensor | None = None
     v_transpose: int = 0
-    # packed sequences ("varlen"): int32 offsets [B + 1], optional used keys [B], the longest sequence
+    # packed sequences ("varlen"): int32 offsets [B + 1], optional used queries and keys [B], the longest sequence
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
+    seqused_q: torch.Tensor | None = None
     seqused_k: torch.Tensor | None = None
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
@@ -55,7 +56,6 @@ class Call:
     cache_batch_idx: torch.Tensor | None = None
     page_table: torch.Tensor | None = None
     # FA3 arguments refused today (flashcore.check.refuse names each): always their defaults in a checked Call
-    seqused_q: torch.Tensor | None = None
     cache_leftpad: torch.Tensor | None = None
     rotary_cos: torch.Tensor | None = None
     rotary_sin: torch.Tensor | None = None
@@ -90,6 +90,17 @@ class Call:
         if self.page_table is not None:
             return self.k.shape[1] * self.page_table.shape[1]
         return self.k.shape[1]
+
+    def index_arrays(self) -> dict[str, torch.Tensor | None]:
+        """The call's device index tensors by their fc_params field (flashcore/_lib.py INDEX_ARRAYS): what the
+        kernel reads per sequence; a field left out is NULL."""
+        if self.layout == "varlen":
+            return {"cu_seqlens_q": self.cu_seqlens_q, "cu_seqlens_k": self.cu_seqlens_k,
+                    "seqused_q": self.seqused_q, "seqused_k": self.seqused_k}
+        if self.layout == "kvcache":
+            return {"seqused_k": self.cache_seqlens, "kv_batch_idx": self.cache_batch_idx,
+                    "page_table": self.page_table}
+        return {}
 
     @property
     def lse_shape(self) -> tuple[int, ...]:

@@ -40,7 +40,6 @@ UNSUPPORTED = {
     "rotary_sin": "rotary embedding inside the call is not supported; apply it to q and k first",
     "rotary_seqlens": "rotary embedding inside the call is not supported",
     "cache_leftpad": "caches whose tokens start past row 0 are not supported: store each sequence from row 0",
-    "seqused_q": "per-sequence query counts are not supported: pass cu_seqlens_q of the used rows",
     "cu_seqlens_q": "packed queries into a KV cache are not supported: use a [B, Sq, Hq, D] q",
     "max_seqlen_q": "packed queries into a KV cache are not supported: use a [B, Sq, Hq, D] q",
     "cu_seqlens_k_new": "a different count of new keys per sequence is not supported: append k and v as "

@@ -62,9 +62,10 @@ def _offsets_length(t: Any, name: str) -> int:
 
 
 def varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: Any, max_seqlen_k: Any, *,
-           seqused_k: Any, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, deterministic: Any,
-           fallback: Any, out: Any, lse: Any) -> Call:
-    """Packed sequences: q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets [B + 1], seqused_k [B]."""
+           seqused_q: Any, seqused_k: Any, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any,
+           deterministic: Any, fallback: Any, out: Any, lse: Any) -> Call:
+    """Packed sequences: q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets [B + 1], seqused_q and
+    seqused_k [B]."""
     fallback = check.fallback_choice(fallback)
     device_type = check.device_type(q, fallback)
     q = _packed("q", q, None, device_type)
@@ -78,12 +79,14 @@ def varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seq
                            validate.MAX_GRID_YZ)
     cu_q = index("cu_seqlens_q", cu_seqlens_q, batch + 1, q.device)
     cu_k = index("cu_seqlens_k", cu_seqlens_k, batch + 1, q.device)
+    used_q = None if seqused_q is None else index("seqused_q", seqused_q, batch, q.device)
     used = None if seqused_k is None else index("seqused_k", seqused_k, batch, q.device)
     max_q = validate.count("max_seqlen_q", max_seqlen_q, 0, validate.MAX_SEQLEN)
     max_k = validate.count("max_seqlen_k", max_seqlen_k, 0, validate.MAX_SEQLEN)
     out, lse = outputs(out, lse, q, v, (q.shape[1], q.shape[0]), {"q": q, "k": k, "v": v}, device_type, as4)
     return replace(call, layout="varlen", q=q, k=k, v=v, out=out, lse=lse, window=window, softcap=cap,
-                   cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_k=used, max_seqlen_q=max_q, max_seqlen_k=max_k)
+                   cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_q=used_q, seqused_k=used, max_seqlen_q=max_q,
+                   max_seqlen_k=max_k)
 
 
 def caches(k_cache: Any, v_cache: Any) -> None:
@@ -256,6 +259,9 @@ def values(call: Call) -> None:
         assert call.cu_seqlens_q is not None and call.cu_seqlens_k is not None
         check_offsets("cu_seqlens_q", call.cu_seqlens_q, call.q.shape[0], call.max_seqlen_q)
         check_offsets("cu_seqlens_k", call.cu_seqlens_k, call.k.shape[0], call.max_seqlen_k)
+        if call.seqused_q is not None:
+            check_used(call.seqused_q, call.cu_seqlens_q[1:] - call.cu_seqlens_q[:-1], "seqused_q",
+                       "its sequence's queries")
         if call.seqused_k is not None:
             check_used(call.seqused_k, call.cu_seqlens_k[1:] - call.cu_seqlens_k[:-1])
     elif call.layout == "kvcache":

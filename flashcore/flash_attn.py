@@ -7,7 +7,7 @@
 Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths, cache_batch_idx and paged
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
 runs through flash_attn_func on dense batches (flashcore.attention_fp8). An argument FlashCore does not support
-(descales with packed sequences or a KV cache, rotary, left-padded caches, seqused_q, ...) raises
+(descales with packed sequences or a KV cache, rotary, left-padded caches, ...) raises
 UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa,
 scheduler_metadata left None) are accepted. FlashCore is forward-only: inputs that need a gradient are refused as
 by flashcore.attention. Extension, keyword-only: `fallback="sdpa"` (plain torch) for CPU tensors and non-Hopper
@@ -86,15 +86,17 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            fallback: str = "error", debug_checks: bool | None = None,
                            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_varlen_func: q [total_q, Hq, D], k and v [total_k, Hkv, D] packed; sequence b is rows
-    [cu_seqlens[b], cu_seqlens[b + 1]) (int32 [B + 1]); seqused_k [B] limits its keys. Causal is aligned
-    bottom-right per sequence. Returns out [total_q, Hq, D], or (out, softmax_lse [Hq, total_q]) with
-    return_attn_probs=True. Packed queries never split the keys (num_splits is a hint here: 1 is used).
+    [cu_seqlens[b], cu_seqlens[b + 1]) (int32 [B + 1]); seqused_q [B] and seqused_k [B] (int32) limit it to its
+    first seqused_q[b] queries and seqused_k[b] keys, which are then its lengths for causal and window masking
+    (bottom-right aligned per sequence, as FA3). Returns out [total_q, Hq, D], or (out, softmax_lse [Hq, total_q])
+    with return_attn_probs=True; the rows of out and softmax_lse past seqused_q[b] are not written (as in FA3:
+    never read them). Packed queries never split the keys (num_splits is a hint here: 1 is used).
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
     check.refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-                  "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0,
-                  "seqused_q": seqused_q is not None})
+                  "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0})
     _splits(num_splits)
-    out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+    out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
+                              seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                               deterministic=deterministic, fallback=fallback, debug_checks=debug_checks)
     return (out, lse) if return_attn_probs else out

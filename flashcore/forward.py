@@ -75,10 +75,12 @@ def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> No
         lse.copy_(s)
     elif call.layout == "varlen":
         assert call.cu_seqlens_q is not None and call.cu_seqlens_k is not None
-        used = None if call.seqused_k is None else call.seqused_k.tolist()
-        o, s = reference.varlen(q, k, v, call.cu_seqlens_q.tolist(), call.cu_seqlens_k.tolist(), used, **mods)
-        out.copy_(o)
-        lse.copy_(s)
+        used_q, used_k = (None if t is None else t.tolist() for t in (call.seqused_q, call.seqused_k))
+        cu_q = call.cu_seqlens_q.tolist()
+        o, s = reference.varlen(q, k, v, cu_q, call.cu_seqlens_k.tolist(), used_k, used_q=used_q, **mods)
+        for rows in reference.query_rows(cu_q, used_q):  # the kernel's rows: no other row is written
+            out[rows] = o[rows]
+            lse[:, rows] = s[:, rows]
     else:
         assert call.cache_seqlens is not None
         for b, n in enumerate(call.cache_seqlens.tolist()):

@@ -158,17 +158,14 @@ def params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
     )  # fmt: skip
     if call.window != (-1, -1):
         p.window, p.window_left, p.window_right = 1, call.window[0], 0 if call.causal else call.window[1]
+    for name, t in call.index_arrays().items():
+        setattr(p, name, _ptr(t))
     if packed:
         p.total_q, p.total_k = call.q.shape[0], call.k.shape[0]
-        p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k = _ptr(call.cu_seqlens_q), _ptr(call.cu_seqlens_k), \
-            _ptr(call.seqused_k)
-    if call.layout == "kvcache":
-        p.seqused_k = _ptr(call.cache_seqlens)
-        if call.cache_batch_idx is not None:
-            p.kv_batch_idx, p.kv_batch = call.cache_batch_idx.data_ptr(), call.k.shape[0]
-        if call.page_table is not None:
-            p.page_table, p.page_table_stride = call.page_table.data_ptr(), call.page_table.stride(0)
-            p.page_size, p.kv_batch = call.k.shape[1], call.k.shape[0]
+    if call.cache_batch_idx is not None:
+        p.kv_batch = call.k.shape[0]
+    if call.page_table is not None:
+        p.page_table_stride, p.page_size, p.kv_batch = call.page_table.stride(0), call.k.shape[1], call.k.shape[0]
     for name in ("q_descale", "k_descale", "v_descale"):
         t = getattr(call, name)
         if t is not None:

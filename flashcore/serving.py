@@ -25,7 +25,9 @@ and end within the tensor; no sequence is longer than max_seqlen; seqused_k and 
 pages exist. Without the checks, a wrong offset, length or slot gives wrong rows or an illegal address, as in FA3;
 a wrong page id reads zeros (the kernel's loads are bounded by the cache's page count). Cache rows past a
 sequence's length are never read into the result, even when they hold NaN or Inf (unlike FA3).
-Query rows of a packed q outside every sequence (past cu_seqlens_q[-1]) are not written.
+Query rows of a packed q outside every sequence (past cu_seqlens_q[-1]) or past a sequence's seqused_q are not
+written, by the kernel or the fallback: out keeps what it held (uninitialized memory where FlashCore allocates it)
+and lse -inf where FlashCore allocates it.
 """
 
 from __future__ import annotations
@@ -69,24 +71,28 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
 
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, seqused_k: Any = None,
+           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, seqused_q: Any = None,
+           seqused_k: Any = None,
            causal: bool = False, softmax_scale: float | None = None, window_size: Any = (-1, -1),
            softcap: Any = 0.0, deterministic: bool = False, fallback: str = "error",
            debug_checks: bool | None = None, out: torch.Tensor | None = None,
            lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32).
-    out / lse: optional output buffers of those shapes (rows outside every sequence are then left as they were)."""
+    out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
+    left as they were)."""
     key = None
     debug = check_serving.debug_checks_on(debug_checks)
     if not debug and out is None and lse is None:
-        key = fastpath.serving_signature("varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k),
+        arrays = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_q": seqused_q,
+                  "seqused_k": seqused_k}
+        key = fastpath.serving_signature("varlen", (q, k, v, *arrays.values()),
                                          (max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, softcap,
                                           deterministic, fallback))
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k, v):
-            arrays = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k}
             return launch.again(entry, q, k, v, lse_shape(q, packed=True), arrays, -math.inf)
-    call = check_serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+    call = check_serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
+                                seqused_k=seqused_k,
                                 causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                 deterministic=deterministic, fallback=fallback, out=out, lse=lse)
     if debug:

@@ -88,6 +88,9 @@ typedef struct fc_params {
                                 // [cu[b], cu[b + 1]) of q and o, which are [total_q, Hq, D] (q_stride[0] and
                                 // o_stride[0] unused); seqlen_q is then the longest sequence, lse [Hq, total_q]
   const int32_t* cu_seqlens_k;  // [batch + 1], likewise for keys: k and v [total_k, Hkv, D]; seqlen_k the longest
+  const int32_t* seqused_q;     // [batch], with cu_seqlens_q: the sequence uses its first seqused_q[b] queries only
+                                // (<= its length; FA3's seqused_q): masks and the causal diagonal take it as the
+                                // sequence's query count; o and lse rows past it are not written
   const int32_t* seqused_k;     // [batch]: the sequence attends to its first seqused_k[b] keys only (<= its length)
   const int32_t* kv_batch_idx;  // [batch]: its keys are k/v batch entry kv_batch_idx[b] in [0, kv_batch) (a KV
                                 // cache's slot); not with cu_seqlens_k

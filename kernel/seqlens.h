@@ -19,7 +19,8 @@ __device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
   SeqLens s{0, p.seqlen_q, 0, p.seqlen_k, batch};
   if (p.cu_seqlens_q != nullptr) {
     s.q_off = __ldg(p.cu_seqlens_q + batch);
-    s.q_len = __ldg(p.cu_seqlens_q + batch + 1) - s.q_off;
+    // A used count replaces the length everywhere (tile rows, masks, the bottom-right diagonal), as in FA3.
+    s.q_len = p.seqused_q != nullptr ? __ldg(p.seqused_q + batch) : __ldg(p.cu_seqlens_q + batch + 1) - s.q_off;
   }
   if (p.cu_seqlens_k != nullptr) {
     s.k_off = __ldg(p.cu_seqlens_k + batch);

@@ -80,6 +80,9 @@ int check_serving(const fc_params* in) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "num_splits = %d: split-KV is not available with packed queries "
                         "(cu_seqlens_q); pass 0 or 1", in->num_splits);
   }
+  if (in->seqused_q != nullptr && in->cu_seqlens_q == nullptr) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "seqused_q limits packed query sequences: it needs cu_seqlens_q");
+  }
   if (in->cu_seqlens_k != nullptr && in->kv_batch_idx != nullptr) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch_idx indexes a batched cache: it cannot be combined with "
                         "packed keys (cu_seqlens_k)");
@@ -172,7 +175,8 @@ int check_fp8(const fc_params* in) {
 }  // namespace
 
 bool uses_serving(const fc_params* in) {
-  return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_k != nullptr ||
+  return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_q != nullptr ||
+         in->seqused_k != nullptr ||
          in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f ||
          (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr ||
          kernel_head_dim(in->head_dim) != in->head_dim || (in->head_dim_v != 0 && in->head_dim_v != in->head_dim);
@@ -314,6 +318,7 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->page_box = 0;  // the launcher's: it depends on BLOCK_N (run_tiles.cuh)
   out->cu_seqlens_q = in->cu_seqlens_q;
   out->cu_seqlens_k = in->cu_seqlens_k;
+  out->seqused_q = in->seqused_q;
   out->seqused_k = in->seqused_k;
   out->kv_batch_idx = in->kv_batch_idx;
   if (in->cu_seqlens_q != nullptr) {

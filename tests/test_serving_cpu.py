@@ -229,12 +229,6 @@ def test_head_dims_it_does_not_take_are_refused(dims: tuple[int, int], match: st
         flashcore.attention(rand(1, 4, 2, d), rand(1, 4, 2, d), rand(1, 4, 2, dv), fallback="sdpa")
 
 
-def test_varlen_refuses_seqused_q() -> None:
-    q = rand(3, 2, 64)
-    with pytest.raises(UnsupportedArgument, match="seqused_q"):
-        flashcore.flash_attn_varlen_func(q, q, q, offsets([3]), offsets([3]), 3, 3, seqused_q=offsets([3]))
-
-
 def test_fc_params_mirror_lists_the_header_fields_in_order() -> None:
     header = (ROOT / "kernel" / "flashcore.h").read_text()
     body = header[header.index("typedef struct fc_params {"):header.index("} fc_params;")]

@@ -35,7 +35,7 @@ def outputs(call: Call) -> tuple[torch.Tensor, torch.Tensor]:
     out = new_out(call.q, call.v) if call.out is None else call.out
     if call.lse is not None:
         return out, call.lse
-    if call.layout == "varlen":
+    if call.packed_q:
         return out, torch.full(call.lse_shape, -math.inf, dtype=torch.float32, device=call.q.device)
     return out, torch.empty(call.lse_shape, dtype=torch.float32, device=call.q.device)
 
@@ -45,7 +45,7 @@ def forward(call: Call, key: tuple[object, ...] | None = None) -> tuple[torch.Te
     index, name, on_torch = _device(call)
     out, lse = outputs(call)
     if call.empty:
-        if not (call.layout == "varlen" and call.no_rows):  # a row that sees no key: out = 0, lse = -inf
+        if not (call.packed_q and call.no_rows):  # a row that sees no key: out = 0, lse = -inf
             out.zero_()
             lse.fill_(-math.inf)
         return out, lse
@@ -83,9 +83,14 @@ def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> No
             lse[:, rows] = s[:, rows]
     else:
         assert call.cache_seqlens is not None
-        for b, n in enumerate(call.cache_seqlens.tolist()):
-            kb, vb = reference.cached_keys(k, v, b, n, call.cache_batch_idx, call.page_table)
-            out[b], lse[b] = reference.sequence(q[b], kb, vb, **mods)
+        pads = [0] * call.batch if call.cache_leftpad is None else call.cache_leftpad.tolist()
+        packed = reference.query_rows(call.cu_seqlens_q.tolist(), None) if call.cu_seqlens_q is not None else None
+        for b, (n, pad) in enumerate(zip(call.cache_seqlens.tolist(), pads, strict=True)):
+            kb, vb = reference.cached_keys(k, v, b, n, call.cache_batch_idx, call.page_table, pad)
+            if packed is None:
+                out[b], lse[b] = reference.sequence(q[b], kb, vb, **mods)
+            else:  # packed queries: sequence b's rows of q, out and lse [Hq, total_q]
+                out[packed[b]], lse[:, packed[b]] = reference.sequence(q[packed[b]], kb, vb, **mods)
 
 
 def plan(call: Call) -> tuple[_lib.FcPlanInfo, tuning.TileConfig]:

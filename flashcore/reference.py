@@ -123,12 +123,13 @@ def query_rows(cu_q: list[int], used_q: list[int] | None) -> list[slice]:
 
 
 def cached_keys(k_cache: torch.Tensor, v_cache: torch.Tensor, b: int, n: int, slots: torch.Tensor | None,
-                table: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequence b's first n keys and values [n, Hkv, D] of a cache [B_cache, S, Hkv, D] (its slot slots[b], default
-    b) or of a paged cache [pages, page_size, Hkv, D] (its row of the page table: row slots[b], default b)."""
+                table: torch.Tensor | None, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence b's keys and values [n - start, Hkv, D]: rows [start, n) of a cache [B_cache, S, Hkv, D] (its slot
+    slots[b], default b; start > 0: a left-padded cache), or the first n of a paged cache [pages, page_size, Hkv, D]
+    (its row of the page table: row slots[b], default b)."""
     entry = int(slots[b]) if slots is not None else b
     if table is None:
-        return k_cache[entry, :n], v_cache[entry, :n]
+        return k_cache[entry, start:n], v_cache[entry, start:n]
     page_size = k_cache.shape[1]
     pages = table[entry, :-(-n // page_size)].long()
     return k_cache[pages].flatten(0, 1)[:n], v_cache[pages].flatten(0, 1)[:n]

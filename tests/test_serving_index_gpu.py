@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from flashcore import reference, serving
+from tests.test_serving_gpu import close  # finite used rows, out and lse against the reference, -inf rows exact
 
 pytestmark = pytest.mark.gpu
-ATOL, RTOL = 2e-2, 2e-2  # 16-bit output (bf16: 8 mantissa bits) of softmax-weighted sums of N(0, 1) values
 
 
 def rand(*shape: int, dtype: torch.dtype) -> torch.Tensor:
@@ -33,14 +33,6 @@ def starts(lengths: list[int]) -> list[int]:
 
 def poisoned(*shape: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.full(shape, math.nan, dtype=dtype, device="cuda")
-
-
-def close(out: torch.Tensor, ref: torch.Tensor, lse: torch.Tensor, ref_lse: torch.Tensor) -> None:
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=RTOL)
-    seen = torch.isfinite(ref_lse)
-    assert torch.equal(torch.isfinite(lse), seen)  # rows without a key: lse -inf exactly there
-    torch.testing.assert_close(lse[seen], ref_lse[seen], atol=1e-3, rtol=1e-3)
 
 
 SEQUSED_Q = [
@@ -90,3 +82,126 @@ def test_seqused_q_on_the_repeat_call_path_reads_the_new_counts() -> None:
             ref, ref_lse = reference.sequence(q[rows], k[starts(lq)[b]:starts(lq)[b + 1]],
                                               k[starts(lq)[b]:starts(lq)[b + 1]], causal=True, scale=128 ** -0.5)
             close(out[rows], ref, lse[:, rows], ref_lse)
+
+
+def paged(caches: torch.Tensor, page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """caches [B_cache, S, H, D] in shuffled pages of `page_size` rows (S a multiple of it, spare pages of noise):
+    (pages [n, page_size, H, D], page_table int32 [B_cache, S // page_size])."""
+    slots, s = caches.shape[:2]
+    per = s // page_size
+    order = torch.randperm(slots * per + 3, device="cuda")[:slots * per]
+    pages = torch.randn(slots * per + 3, page_size, *caches.shape[2:], device="cuda").to(caches.dtype)
+    pages[order] = caches.reshape(slots * per, page_size, *caches.shape[2:])
+    return pages, order.reshape(slots, per).to(torch.int32)
+
+
+SLOTTED_PAGES = [
+    # (cache_seqlens, cache_batch_idx, page size, new tokens, heads q, heads kv, sq, causal, window, softcap)
+    ([1, 300, 0, 257, 64], [5, 0, 3, 2, 4], 16, 0, 8, 2, 1, True, (-1, -1), 0.0),  # ending mid-page, decode GQA
+    ([17, 511, 100], [1, 4, 2], 64, 0, 4, 4, 7, True, (-1, -1), 0.0),
+    ([33, 200, 7], [3, 3, 0], 16, 5, 4, 1, 5, True, (64, 0), 0.0),  # two sequences on one slot's row, an append
+    ([129, 48], [2, 1], 32, 0, 2, 2, 129, False, (-1, -1), 20.0),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("case", SLOTTED_PAGES, ids=[f"slotted_pages{i}" for i in range(len(SLOTTED_PAGES))])
+def test_page_table_with_cache_batch_idx_matches_the_reference(case: tuple, d: int, dtype: torch.dtype) -> None:
+    lengths, slots, page_size, new, hq, hkv, sq, causal, window, cap = case
+    if new and len(set(slots)) < len(slots):  # two appends into one slot's pages would race, as in FA3
+        slots = list(range(len(slots)))
+    batch, capacity = len(lengths), 512
+    k_slots, v_slots = rand(6, capacity, hkv, d, dtype=dtype), rand(6, capacity, hkv, d, dtype=dtype)
+    k_pages, table = paged(k_slots, page_size)
+    v_pages = torch.empty_like(k_pages)
+    v_pages[table.flatten().long()] = v_slots.reshape(-1, page_size, hkv, d)
+    q = rand(batch, sq, hq, d, dtype=dtype)
+    k_new, v_new = rand(batch, new, hkv, d, dtype=dtype), rand(batch, new, hkv, d, dtype=dtype)
+    for b, s in enumerate(slots):  # the reference's copy of the cache after the append
+        k_slots[s, lengths[b]:lengths[b] + new], v_slots[s, lengths[b]:lengths[b] + new] = k_new[b], v_new[b]
+    out, lse = poisoned(batch, sq, hq, d, dtype=dtype), poisoned(batch, hq, sq, dtype=torch.float32)
+    serving.kvcache(q, k_pages, v_pages, ints(lengths), k=k_new if new else None, v=v_new if new else None,
+                    cache_batch_idx=ints(slots), page_table=table, causal=causal, window_size=window, softcap=cap,
+                    out=out, lse=lse)
+    for b, s in enumerate(slots):
+        n = lengths[b] + new
+        ref, ref_lse = reference.sequence(q[b], k_slots[s, :n], v_slots[s, :n], causal=causal,
+                                          scale=1 / math.sqrt(d), window=window, softcap=cap)
+        close(out[b], ref, lse[b], ref_lse)
+
+
+LEFTPAD = [
+    # (cache_seqlens, cache_leftpad, cache_batch_idx or None, new tokens, heads q, heads kv, sq, causal, window, cap)
+    ([1, 700, 300, 257], [0, 13, 300, 129], None, 0, 8, 2, 1, True, (-1, -1), 0.0),  # a sequence with no key left
+    ([400, 129, 64], [1, 128, 0], [3, 0, 1], 0, 4, 4, 130, True, (-1, -1), 0.0),
+    ([90, 512], [45, 100], [1, 2], 3, 4, 1, 3, True, (100, 0), 0.0),  # the append lands after the padding
+    ([333, 200], [33, 199], None, 0, 2, 2, 64, False, (17, 9), 0.0),
+    ([600, 45], [5, 0], None, 0, 4, 2, 2, True, (-1, -1), 30.0),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("case", LEFTPAD, ids=[f"leftpad{i}" for i in range(len(LEFTPAD))])
+def test_cache_leftpad_matches_the_reference_of_the_rows_after_the_padding(case: tuple, d: int,
+                                                                           dtype: torch.dtype) -> None:
+    lengths, pads, slots, new, hq, hkv, sq, causal, window, cap = case
+    batch, capacity = len(lengths), 1024
+    entries = batch if slots is None else 4
+    k_cache, v_cache = rand(entries, capacity, hkv, d, dtype=dtype), rand(entries, capacity, hkv, d, dtype=dtype)
+    q = rand(batch, sq, hq, d, dtype=dtype)
+    k_new, v_new = rand(batch, new, hkv, d, dtype=dtype), rand(batch, new, hkv, d, dtype=dtype)
+    out, lse = poisoned(batch, sq, hq, d, dtype=dtype), poisoned(batch, hq, sq, dtype=torch.float32)
+    serving.kvcache(q, k_cache, v_cache, ints(lengths), k=k_new if new else None, v=v_new if new else None,
+                    cache_batch_idx=None if slots is None else ints(slots), cache_leftpad=ints(pads), causal=causal,
+                    window_size=window, softcap=cap, out=out, lse=lse)
+    for b in range(batch):
+        s = b if slots is None else slots[b]
+        keys = slice(pads[b], lengths[b] + new)  # the masks align to these keys, as FA3's seqlen_k - leftpad_k
+        ref, ref_lse = reference.sequence(q[b], k_cache[s, keys], v_cache[s, keys], causal=causal,
+                                          scale=1 / math.sqrt(d), window=window, softcap=cap)
+        close(out[b], ref, lse[b], ref_lse)
+
+
+PACKED_Q = [
+    # (q lengths, cache_seqlens, new, page size or 0, slots or None, leftpad or None, hq, hkv, causal, window, cap)
+    ([1, 4, 0, 3, 1], [5, 300, 2, 16, 0], 0, 16, None, None, 8, 2, True, (-1, -1), 0.0),  # spec-decode shaped
+    ([2, 2, 2], [7, 0, 200], 2, 0, [3, 0, 1], None, 4, 1, True, (-1, -1), 0.0),  # 2 drafts appended per sequence
+    ([300, 1, 129], [100, 400, 0], 0, 0, None, [40, 0, 0], 4, 4, False, (64, 3), 0.0),
+    ([257, 64], [256, 77], 0, 32, [1, 0], None, 4, 2, True, (-1, -1), 25.0),  # chunked prefill into pages
+    ([200, 33], [48, 300], 33, 16, [0, 2], None, 2, 2, True, (100, 0), 0.0),  # a chunk appended into pages
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("case", PACKED_Q, ids=[f"packed_q{i}" for i in range(len(PACKED_Q))])
+def test_packed_queries_into_a_cache_match_the_reference(case: tuple, d: int, dtype: torch.dtype) -> None:
+    lq, lengths, new, page_size, slots, pads, hq, hkv, causal, window, cap = case
+    batch, capacity = len(lq), 512
+    entries = batch if slots is None else 4
+    k_slots, v_slots = rand(entries, capacity, hkv, d, dtype=dtype), rand(entries, capacity, hkv, d, dtype=dtype)
+    k_cache, v_cache, table = k_slots.clone(), v_slots.clone(), None
+    if page_size:
+        k_cache, table = paged(k_slots, page_size)
+        v_cache = torch.empty_like(k_cache)
+        v_cache[table.flatten().long()] = v_slots.reshape(-1, page_size, hkv, d)
+    k_new, v_new = rand(batch, new, hkv, d, dtype=dtype), rand(batch, new, hkv, d, dtype=dtype)
+    total_q = sum(lq) + 3  # 3 rows in no sequence
+    q = rand(total_q, hq, d, dtype=dtype)
+    out, lse = poisoned(total_q, hq, d, dtype=dtype), poisoned(hq, total_q, dtype=torch.float32)
+    serving.kvcache(q, k_cache, v_cache, ints(lengths), k=k_new if new else None, v=v_new if new else None,
+                    cache_batch_idx=None if slots is None else ints(slots), page_table=table,
+                    cache_leftpad=None if pads is None else ints(pads), cu_seqlens_q=ints(starts(lq)),
+                    max_seqlen_q=max(lq), causal=causal, window_size=window, softcap=cap, out=out, lse=lse)
+    cq = starts(lq)
+    for b in range(batch):
+        s = b if slots is None else slots[b]
+        k_slots[s, lengths[b]:lengths[b] + new], v_slots[s, lengths[b]:lengths[b] + new] = k_new[b], v_new[b]
+        keys = slice(0 if pads is None else pads[b], lengths[b] + new)
+        rows = slice(cq[b], cq[b + 1])
+        ref, ref_lse = reference.sequence(q[rows], k_slots[s, keys], v_slots[s, keys], causal=causal,
+                                          scale=1 / math.sqrt(d), window=window, softcap=cap)
+        close(out[rows], ref, lse[:, rows], ref_lse)
+    assert out[sum(lq):].isnan().all() and lse[:, sum(lq):].isnan().all()  # rows in no sequence: not written

@@ -105,6 +105,8 @@ def test_seqused_q_values_are_checked_with_debug_checks(used: list[int], match: 
 def test_index_arrays_are_one_list_shared_by_the_mirror_the_call_and_the_launch() -> None:
     c_fields = dict(_lib.FcParams._fields_)
     assert all(c_fields[name] is _lib.ctypes.c_void_p for name in _lib.INDEX_ARRAYS)
+    header = (Path(__file__).resolve().parent.parent / "kernel" / "flashcore.h").read_text()
+    assert all(re.search(rf"^\s+const int32_t\* {name};", header, re.M) for name in _lib.INDEX_ARRAYS)
     assert set(_lib.INDEX_ARRAYS) <= _lib.ARRAY_FIELDS
     q = rand(7, 2, 64)
     call = check_serving.varlen(q, q, q, offsets([3, 4]), offsets([3, 4]), 4, 4, seqused_q=ints([2, 4]),
@@ -331,3 +333,33 @@ def test_max_seqlen_q_without_cu_seqlens_q_is_ignored_as_fa3_does() -> None:
     want = flashcore.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=5, fallback="sdpa")
     got = flashcore.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=5, max_seqlen_q=3, fallback="sdpa")
     assert torch.equal(got, want)
+
+
+DRIVER_BASE = ["--batch", "3", "--heads-q", "2", "--heads-kv", "2", "--seqlen-q", "4", "--seqlen-k", "64",
+               "--head-dim", "64", "--dtype", "bf16"]
+VARLEN_FLAGS = ["--layout", "varlen", "--seqlens-q", "4,1,2", "--seqlens-k", "64,3,9"]
+
+
+@pytest.mark.parametrize("extra", [
+    [*VARLEN_FLAGS, "--seqused-q", "4,1"],  # 2 counts for 3 sequences
+    [*VARLEN_FLAGS, "--seqused-q", "4,2,2"],  # more than sequence 1's queries
+    ["--layout", "kvcache", "--seqlens-k", "1,2,3", "--seqused-q", "1,1,1"],  # not packed
+    ["--layout", "kvcache", "--seqlens-k", "1,2,3", "--leftpad-k", "1,3,0"],  # past sequence 1's keys
+    ["--layout", "paged", "--seqlens-k", "1,2,3", "--page-size", "16", "--leftpad-k", "0,1,0"],  # paged
+    [*VARLEN_FLAGS, "--leftpad-k", "0,0,0"],  # packed keys
+])
+def test_driver_refuses_inconsistent_used_counts_and_padding(extra: list[str]) -> None:
+    from tests.conftest import run_driver
+
+    proc = run_driver(DRIVER_BASE + extra)
+    assert proc.returncode == 2 and "RESULT status=error reason=usage" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("extra", [[*VARLEN_FLAGS, "--seqused-q", "0,1,2"],
+                                   ["--layout", "kvcache", "--seqlens-k", "1,64,3", "--leftpad-k", "1,13,0"]])
+def test_driver_takes_used_counts_and_padding(extra: list[str]) -> None:
+    """Parsed and consistent: the driver gets past its usage check (then runs on an H100, or reports the device)."""
+    from tests.conftest import run_driver
+
+    proc = run_driver(DRIVER_BASE + extra)
+    assert "reason=usage" not in proc.stdout and proc.returncode in (0, 3), proc.stdout + proc.stderr

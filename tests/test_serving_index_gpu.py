@@ -205,3 +205,33 @@ def test_packed_queries_into_a_cache_match_the_reference(case: tuple, d: int, dt
                                           scale=1 / math.sqrt(d), window=window, softcap=cap)
         close(out[rows], ref, lse[:, rows], ref_lse)
     assert out[sum(lq):].isnan().all() and lse[:, sum(lq):].isnan().all()  # rows in no sequence: not written
+
+
+@pytest.mark.parametrize("extra", [
+    ["--layout", "varlen", "--seqlens-q", "200,1,64", "--seqlens-k", "300,3,64", "--seqused-q", "0,1,63",
+     "--causal"],
+    ["--layout", "kvcache", "--seqlens-k", "1,300,77", "--leftpad-k", "1,13,0", "--causal"],
+])
+def test_driver_runs_used_counts_and_padding(extra: list[str]) -> None:
+    """The sanitizer and ncu gates' way in: the driver's --seqused-q and --leftpad-k launch and finish."""
+    from tests.conftest import run_driver
+
+    proc = run_driver(["--batch", "3", "--heads-q", "4", "--heads-kv", "2", "--seqlen-q", "200", "--seqlen-k",
+                       "300", "--head-dim", "128", "--dtype", "bf16", "--iters", "2", *extra])
+    assert proc.returncode == 0 and "RESULT status=ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_packed_queries_and_padding_on_the_repeat_call_path_read_the_new_arrays() -> None:
+    """One signature three times (the second and third calls take the fast path): new offsets' values, lengths and
+    padding are read from the device arrays of each call."""
+    dtype, d = torch.bfloat16, 128
+    k_cache, v_cache = rand(2, 256, 2, d, dtype=dtype), rand(2, 256, 2, d, dtype=dtype)
+    q = rand(6, 4, d, dtype=dtype)
+    for lq, lengths, pads in (([3, 3], [200, 50], [0, 10]), ([1, 5], [7, 256], [7, 100]), ([6, 0], [9, 1], [2, 0])):
+        out, lse = serving.kvcache(q, k_cache, v_cache, ints(lengths), cache_leftpad=ints(pads),
+                                   cu_seqlens_q=ints(starts(lq)), max_seqlen_q=6, causal=True)
+        for b, rows in enumerate(slice(s, s + n) for s, n in zip(starts(lq), lq, strict=False)):
+            keys = slice(pads[b], lengths[b])
+            ref, ref_lse = reference.sequence(q[rows], k_cache[b, keys], v_cache[b, keys], causal=True,
+                                              scale=d ** -0.5)
+            close(out[rows], ref, lse[:, rows], ref_lse)

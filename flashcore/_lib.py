@@ -52,8 +52,10 @@ class FcParams(ctypes.Structure):
         ("point", ctypes.c_int32),
         ("cu_seqlens_q", ctypes.c_void_p),
         ("cu_seqlens_k", ctypes.c_void_p),
+        ("seqused_q", ctypes.c_void_p),
         ("seqused_k", ctypes.c_void_p),
         ("kv_batch_idx", ctypes.c_void_p),
+        ("leftpad_k", ctypes.c_void_p),
         ("total_q", ctypes.c_int64),
         ("total_k", ctypes.c_int64),
         ("kv_batch", ctypes.c_int64),
@@ -75,9 +77,12 @@ class FcParams(ctypes.Structure):
     ]
 
 
+# fc_params' device int32 index arrays, the one list of them: a Call names its index tensors by these fields
+# (flashcore.call.Call.index_arrays), flashcore/launch.py `params` sets them from it and the repeat-call launch
+# (launch.again) swaps their pointers.
+INDEX_ARRAYS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k", "kv_batch_idx", "leftpad_k", "page_table")
 # Device-array fields: fc_plan's answer depends on whether each is set, never on its address.
-ARRAY_FIELDS = frozenset({"cu_seqlens_q", "cu_seqlens_k", "seqused_k", "kv_batch_idx", "page_table", "q_descale",
-                          "k_descale", "v_descale"})
+ARRAY_FIELDS = frozenset((*INDEX_ARRAYS, "q_descale", "k_descale", "v_descale"))
 
 
 class FcPlanInfo(ctypes.Structure):

@@ -42,7 +42,8 @@ def each(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch
     if table is not None:
         page_size = k_cache.shape[1]
         column = (rows // page_size).clamp(max=table.shape[1] - 1)
-        entry, rows = torch.gather(table.to(torch.int64), 1, column), rows % page_size
+        own = table if slots is None else table.index_select(0, slots)  # a device gather: FA3's row per slot
+        entry, rows = torch.gather(own.to(torch.int64), 1, column), rows % page_size
     else:
         batch = lengths.shape[0]
         entry = (slots.to(torch.int64) if slots is not None else torch.arange(batch, device=k_cache.device))[:, None]

@@ -44,9 +44,10 @@ class Call:
     k_descale: torch.Tensor | None = None
     v_descale: torch.Tensor | None = None
     v_transpose: int = 0
-    # packed sequences ("varlen"): int32 offsets [B + 1], optional used keys [B], the longest sequence
+    # packed sequences ("varlen"): int32 offsets [B + 1], optional used queries and keys [B], the longest sequence
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
+    seqused_q: torch.Tensor | None = None
     seqused_k: torch.Tensor | None = None
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
@@ -54,9 +55,8 @@ class Call:
     cache_seqlens: torch.Tensor | None = None
     cache_batch_idx: torch.Tensor | None = None
     page_table: torch.Tensor | None = None
+    cache_leftpad: torch.Tensor | None = None  # int32 [B]: sequence b's keys are rows [leftpad, cache_seqlens)
     # FA3 arguments refused today (flashcore.check.refuse names each): always their defaults in a checked Call
-    seqused_q: torch.Tensor | None = None
-    cache_leftpad: torch.Tensor | None = None
     rotary_cos: torch.Tensor | None = None
     rotary_sin: torch.Tensor | None = None
     rotary_seqlens: torch.Tensor | None = None
@@ -78,9 +78,14 @@ class Call:
         return self.cu_seqlens_q.shape[0] - 1 if self.cu_seqlens_q is not None else self.q.shape[0]
 
     @property
+    def packed_q(self) -> bool:
+        """q is packed [total_q, Hq, D] (cu_seqlens_q): a varlen batch, or packed queries into a KV cache."""
+        return self.cu_seqlens_q is not None
+
+    @property
     def max_q(self) -> int:
         """The longest query sequence (the tile bucket's and the grid's)."""
-        return self.max_seqlen_q if self.layout == "varlen" else self.q.shape[1]
+        return self.max_seqlen_q if self.packed_q else self.q.shape[1]
 
     @property
     def max_k(self) -> int:
@@ -91,10 +96,22 @@ class Call:
             return self.k.shape[1] * self.page_table.shape[1]
         return self.k.shape[1]
 
+    def index_arrays(self) -> dict[str, torch.Tensor | None]:
+        """The call's device index tensors by their fc_params field (flashcore/_lib.py INDEX_ARRAYS): what the
+        kernel reads per sequence; a field left out is NULL."""
+        if self.layout == "varlen":
+            return {"cu_seqlens_q": self.cu_seqlens_q, "cu_seqlens_k": self.cu_seqlens_k,
+                    "seqused_q": self.seqused_q, "seqused_k": self.seqused_k}
+        if self.layout == "kvcache":
+            return {"cu_seqlens_q": self.cu_seqlens_q, "seqused_k": self.cache_seqlens,
+                    "kv_batch_idx": self.cache_batch_idx,
+                    "leftpad_k": self.cache_leftpad, "page_table": self.page_table}
+        return {}
+
     @property
     def lse_shape(self) -> tuple[int, ...]:
         """[Hq, total_q] for packed queries, else [B, Hq, Sq]."""
-        return lse_shape(self.q, self.layout == "varlen")
+        return lse_shape(self.q, self.packed_q)
 
     @property
     def empty(self) -> bool:
@@ -104,7 +121,7 @@ class Call:
     @property
     def no_rows(self) -> bool:
         """No query row: packed queries' outputs are left as they are (lse -inf where forward allocates it)."""
-        if self.layout == "varlen":
+        if self.packed_q:
             return self.batch == 0 or self.q.shape[0] == 0 or self.max_seqlen_q == 0
         return self.q.numel() == 0
 

@@ -39,11 +39,9 @@ UNSUPPORTED = {
     "rotary_cos": "rotary embedding inside the call is not supported; apply it to q and k first",
     "rotary_sin": "rotary embedding inside the call is not supported; apply it to q and k first",
     "rotary_seqlens": "rotary embedding inside the call is not supported",
-    "cache_leftpad": "caches whose tokens start past row 0 are not supported: store each sequence from row 0",
-    "seqused_q": "per-sequence query counts are not supported: pass cu_seqlens_q of the used rows",
-    "cu_seqlens_q": "packed queries into a KV cache are not supported: use a [B, Sq, Hq, D] q",
-    "max_seqlen_q": "packed queries into a KV cache are not supported: use a [B, Sq, Hq, D] q",
-    "cu_seqlens_k_new": "a different count of new keys per sequence is not supported: append k and v as "
+    "cache_leftpad with page_table": "left-padded paged caches are not supported: store each sequence's tokens "
+                                     "from row 0 of its first page, or use a contiguous cache",
+    "cu_seqlens_k_new": "packed new keys (a different count per sequence) are not supported: append k and v as "
                         "[B, Snew, Hkv, D]",
     "scheduler_metadata": "FA3's precomputed scheduler metadata has no FlashCore equivalent; pass None",
     "sinks": "attention sinks are not supported",

@@ -62,9 +62,10 @@ def _offsets_length(t: Any, name: str) -> int:
 
 
 def varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: Any, max_seqlen_k: Any, *,
-           seqused_k: Any, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, deterministic: Any,
-           fallback: Any, out: Any, lse: Any) -> Call:
-    """Packed sequences: q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets [B + 1], seqused_k [B]."""
+           seqused_q: Any, seqused_k: Any, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any,
+           deterministic: Any, fallback: Any, out: Any, lse: Any) -> Call:
+    """Packed sequences: q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets [B + 1], seqused_q and
+    seqused_k [B]."""
     fallback = check.fallback_choice(fallback)
     device_type = check.device_type(q, fallback)
     q = _packed("q", q, None, device_type)
@@ -78,12 +79,14 @@ def varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seq
                            validate.MAX_GRID_YZ)
     cu_q = index("cu_seqlens_q", cu_seqlens_q, batch + 1, q.device)
     cu_k = index("cu_seqlens_k", cu_seqlens_k, batch + 1, q.device)
+    used_q = None if seqused_q is None else index("seqused_q", seqused_q, batch, q.device)
     used = None if seqused_k is None else index("seqused_k", seqused_k, batch, q.device)
     max_q = validate.count("max_seqlen_q", max_seqlen_q, 0, validate.MAX_SEQLEN)
     max_k = validate.count("max_seqlen_k", max_seqlen_k, 0, validate.MAX_SEQLEN)
     out, lse = outputs(out, lse, q, v, (q.shape[1], q.shape[0]), {"q": q, "k": k, "v": v}, device_type, as4)
     return replace(call, layout="varlen", q=q, k=k, v=v, out=out, lse=lse, window=window, softcap=cap,
-                   cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_k=used, max_seqlen_q=max_q, max_seqlen_k=max_k)
+                   cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_q=used_q, seqused_k=used, max_seqlen_q=max_q,
+                   max_seqlen_k=max_k)
 
 
 def caches(k_cache: Any, v_cache: Any) -> None:
@@ -99,26 +102,42 @@ def caches(k_cache: Any, v_cache: Any) -> None:
 
 
 def kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, *, k_new: Any, v_new: Any, cache_batch_idx: Any,
-            page_table: Any, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, num_splits: Any,
-            sm_margin: Any, fallback: Any, out: Any, lse: Any) -> Call:
+            page_table: Any, cache_leftpad: Any = None, cu_seqlens_q: Any = None, max_seqlen_q: Any = None,
+            causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, num_splits: Any, sm_margin: Any,
+            fallback: Any, out: Any, lse: Any) -> Call:
     """q [B, Sq, Hq, D] into caches [B_cache, S, Hkv, D] (int32 lengths [B], optional slots [B]) or paged caches
     [pages, page_size, Hkv, D] behind page_table [B, max_pages]. cache_seqlens may also be FA3's int or None (one
     length for every sequence, cache_length). k_new, v_new: keys to append at each sequence's length (checked here,
-    written by flashcore/append.py); the Call's cache_seqlens are the lengths before the append."""
+    written by flashcore/append.py); the Call's cache_seqlens are the lengths before the append. cu_seqlens_q
+    (with max_seqlen_q): q packed [total_q, Hq, D], sequence b's queries rows [cu[b], cu[b + 1])."""
     import torch
 
     caches(k_cache, v_cache)
     fallback = check.fallback_choice(fallback)
     device_type = check.device_type(q, fallback)
-    q = validate.tensor("q", q, device_type, None)
-    validate.rank("q", q, 4, check.BSHD)
-    batch = q.shape[0]
+    cu_q = None
+    if cu_seqlens_q is None:
+        q = validate.tensor("q", q, device_type, None)
+        validate.rank("q", q, 4, check.BSHD)
+        batch = q.shape[0]
+    else:
+        q = _packed("q", q, None, device_type)
+        batch = validate.count("cu_seqlens_q.shape[0] - 1 (batch)", _offsets_length(cu_seqlens_q, "cu_seqlens_q") - 1,
+                               0, validate.MAX_GRID_YZ)
+        cu_q = index("cu_seqlens_q", cu_seqlens_q, batch + 1, q.device)
+        if max_seqlen_q is None:
+            raise FlashCoreError("max_seqlen_q is None: packed queries (cu_seqlens_q) need their longest sequence")
+        max_seqlen_q = validate.count("max_seqlen_q", max_seqlen_q, 0, validate.MAX_SEQLEN)
+        if cache_batch_idx is None and page_table is None and k_cache.shape[0] != batch:
+            raise FlashCoreError(f"k_cache has {k_cache.shape[0]} entries for {batch} sequences (cu_seqlens_q): "
+                                 "pass cache_batch_idx to map sequences to entries")
+    q4 = q if cu_q is None else as4(q)
     k_cache = validate.tensor("k_cache", k_cache, device_type, q.device)
     slots = table = None
     if cache_batch_idx is not None:
         slots = index("cache_batch_idx", cache_batch_idx, batch, q.device)
     if page_table is not None:
-        table = check_page_table(page_table, batch, k_cache, q.device, slots)
+        table = check_page_table(page_table, batch, k_cache, q.device, slots is not None)
     lengths = cache_seqlens
     if not isinstance(cache_seqlens, torch.Tensor):
         length = cache_length(cache_seqlens, cache_capacity(k_cache, table), k_new is not None)
@@ -127,18 +146,26 @@ def kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, *, k_new: An
         _appendable(k_cache, v_cache, k_new, v_new, lengths, slots is None and table is None)
     # The 4-D checks; with slots or pages the cache's batch differs from q's, so they run on one entry of each and
     # the layouts of the whole tensors are checked after.
-    one = slice(0, 1) if slots is not None or table is not None else slice(None)
-    call = check.dense(q[one], k_cache[one], v_cache[one], causal=causal, softmax_scale=softmax_scale,
+    one = slice(0, 1) if slots is not None or table is not None or cu_q is not None else slice(None)
+    call = check.dense(q4[one], k_cache[one], v_cache[one], causal=causal, softmax_scale=softmax_scale,
                        fallback=fallback, num_splits=num_splits, sm_margin=sm_margin, device_type=device_type)
-    if one != slice(None) and q[one].numel() and k_cache.shape[1]:
-        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+    if one != slice(None) and q4[one].numel() and k_cache.shape[1]:
+        for name, t in (("q", q4), ("k_cache", k_cache), ("v_cache", v_cache)):
             validate.layout(name, t)
     window, cap = check.window(window_size), check.softcap(softcap)
     lengths = index("cache_seqlens", lengths, batch, q.device)
-    out, lse = outputs(out, lse, q, v_cache, (batch, q.shape[2], q.shape[1]),
-                       {"q": q, "k_cache": k_cache, "v_cache": v_cache}, device_type)
+    pad = None
+    if cache_leftpad is not None:
+        if table is not None:  # flash_attn_with_kvcache refuses it first, by name
+            raise FlashCoreError("cache_leftpad cannot be combined with page_table: left-padded paged caches are not "
+                                 "supported")
+        pad = index("cache_leftpad", cache_leftpad, batch, q.device)
+    lse_shape = (q.shape[1], q.shape[0]) if cu_q is not None else (batch, q.shape[2], q.shape[1])
+    out, lse = outputs(out, lse, q, v_cache, lse_shape, {"q": q, "k_cache": k_cache, "v_cache": v_cache},
+                       device_type, as4 if cu_q is not None else lambda t: t)
     return replace(call, layout="kvcache", q=q, k=k_cache, v=v_cache, out=out, lse=lse, window=window, softcap=cap,
-                   cache_seqlens=lengths, cache_batch_idx=slots, page_table=table)
+                   cache_seqlens=lengths, cache_batch_idx=slots, page_table=table, cache_leftpad=pad,
+                   cu_seqlens_q=cu_q, max_seqlen_q=max_seqlen_q if cu_q is not None else 0)
 
 
 def cache_length(cache_seqlens: Any, capacity: int, appending: bool) -> int:
@@ -217,18 +244,19 @@ def outputs(out: Any, lse: Any, q: torch.Tensor, v: torch.Tensor, lse_shape: tup
 
 
 def check_page_table(page_table: Any, batch: int, k_cache: torch.Tensor, device: torch.device,
-                     cache_batch_idx: Any = None) -> torch.Tensor:
-    """page_table: int32 [B, max_pages] on the cache's device, rows contiguous, no cache_batch_idx beside it;
-    k_cache [pages, page_size, Hkv, D] with page_size a multiple of 16 (the kernel's TMA boxes lie inside a page)."""
+                     slotted: bool = False) -> torch.Tensor:
+    """page_table: int32 [B, max_pages] on the cache's device, rows contiguous; with cache_batch_idx (`slotted`)
+    [B_cache, max_pages], any count of rows, sequence b reading row cache_batch_idx[b] (FA3's: the slot names a row
+    of the table); k_cache [pages, page_size, Hkv, D] with page_size a multiple of 16 (the kernel's TMA boxes lie
+    inside a page)."""
     import torch
 
-    if cache_batch_idx is not None:
-        raise FlashCoreError("cache_batch_idx and page_table cannot be combined: a paged cache names each "
-                             "sequence's pages in its row of page_table")
     table = validate.tensor("page_table", page_table, device.type, device)
-    if table.dtype != torch.int32 or table.dim() != 2 or table.shape[0] != batch or table.shape[1] < 1:
+    rows_ok = table.dim() == 2 and (table.shape[0] >= 1 if slotted else table.shape[0] == batch)
+    if table.dtype != torch.int32 or not rows_ok or table.shape[1] < 1:
+        rows = "B_cache >= 1 (rows cache_batch_idx names)" if slotted else str(batch)
         raise FlashCoreError(f"page_table has dtype {table.dtype} and shape {tuple(table.shape)}: expected "
-                             f"torch.int32 [{batch}, max_pages_per_sequence >= 1]")
+                             f"torch.int32 [{rows}, max_pages_per_sequence >= 1]")
     if table.stride(1) != 1:
         raise FlashCoreError(f"page_table has stride {table.stride()}: each row must be contiguous")
     page_size = k_cache.shape[1] if k_cache.dim() == 4 else 0
@@ -256,25 +284,40 @@ def values(call: Call) -> None:
         assert call.cu_seqlens_q is not None and call.cu_seqlens_k is not None
         check_offsets("cu_seqlens_q", call.cu_seqlens_q, call.q.shape[0], call.max_seqlen_q)
         check_offsets("cu_seqlens_k", call.cu_seqlens_k, call.k.shape[0], call.max_seqlen_k)
+        if call.seqused_q is not None:
+            check_used(call.seqused_q, call.cu_seqlens_q[1:] - call.cu_seqlens_q[:-1], "seqused_q",
+                       "its sequence's queries")
         if call.seqused_k is not None:
             check_used(call.seqused_k, call.cu_seqlens_k[1:] - call.cu_seqlens_k[:-1])
     elif call.layout == "kvcache":
         assert call.cache_seqlens is not None
         lengths, slots, table, k_cache = call.cache_seqlens, call.cache_batch_idx, call.page_table, call.k
+        if call.cu_seqlens_q is not None:
+            check_offsets("cu_seqlens_q", call.cu_seqlens_q, call.q.shape[0], call.max_seqlen_q)
         check_used(lengths, torch.full_like(lengths, call.max_k), "cache_seqlens", "the cache's capacity")
-        if slots is not None and (bool((slots < 0).any()) or bool((slots >= k_cache.shape[0]).any())):
-            raise FlashCoreError(f"cache_batch_idx has values outside [0, {k_cache.shape[0]}) (k_cache.shape[0])")
+        if call.cache_leftpad is not None:
+            check_used(call.cache_leftpad, lengths, "cache_leftpad", "its sequence's end, cache_seqlens with the "
+                       "appended tokens")
+        entries, what = (k_cache.shape[0], "k_cache.shape[0]") if table is None else (table.shape[0],
+                                                                                      "page_table.shape[0]")
+        if slots is not None and (bool((slots < 0).any()) or bool((slots >= entries).any())):
+            raise FlashCoreError(f"cache_batch_idx has values outside [0, {entries}) ({what})")
         if table is not None:
-            check_pages(table, lengths, k_cache.shape[1], k_cache.shape[0])
+            rows = list(range(lengths.shape[0])) if slots is None else slots.tolist()
+            check_pages(table, rows, lengths, k_cache.shape[1], k_cache.shape[0])
 
 
-def check_pages(table: torch.Tensor, lengths: torch.Tensor, page_size: int, pages: int) -> None:
-    """Every page a sequence uses (the first ceil(cache_seqlens / page_size) of its row) is in [0, pages)."""
-    for b, (row, n) in enumerate(zip(table.tolist(), lengths.tolist(), strict=True)):
-        used = row[:-(-n // page_size)]
+def check_pages(table: torch.Tensor, rows: list[int], lengths: torch.Tensor, page_size: int, pages: int) -> None:
+    """Every page sequence b uses (the first ceil(cache_seqlens[b] / page_size) of its row rows[b]) is in
+    [0, pages)."""
+    entries = table.tolist()
+    for b, (r, n) in enumerate(zip(rows, lengths.tolist(), strict=True)):
+        used = entries[r][:-(-n // page_size)]
         bad = [p for p in used if not 0 <= p < pages]
         if bad:
-            raise FlashCoreError(f"page_table[{b}] names page {bad[0]}: pages are 0 .. {pages - 1} (k_cache.shape[0])")
+            whose = "" if r == b else f" (the row cache_batch_idx[{b}] names)"
+            raise FlashCoreError(f"page_table[{r}] names page {bad[0]}{whose}: pages are 0 .. {pages - 1} "
+                                 "(k_cache.shape[0])")
 
 
 def check_offsets(name: str, cu: torch.Tensor, total: int, max_len: int) -> None:

@@ -7,7 +7,7 @@
 Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths, cache_batch_idx and paged
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
 runs through flash_attn_func on dense batches (flashcore.attention_fp8). An argument FlashCore does not support
-(descales with packed sequences or a KV cache, rotary, left-padded caches, seqused_q, ...) raises
+(descales with packed sequences or a KV cache, rotary, left-padded caches, ...) raises
 UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa,
 scheduler_metadata left None) are accepted. FlashCore is forward-only: inputs that need a gradient are refused as
 by flashcore.attention. Extension, keyword-only: `fallback="sdpa"` (plain torch) for CPU tensors and non-Hopper
@@ -88,15 +88,17 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            fallback: str = "error", debug_checks: bool | None = None,
                            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_varlen_func: q [total_q, Hq, D], k and v [total_k, Hkv, D] packed; sequence b is rows
-    [cu_seqlens[b], cu_seqlens[b + 1]) (int32 [B + 1]); seqused_k [B] limits its keys. Causal is aligned
-    bottom-right per sequence. Returns out [total_q, Hq, D], or (out, softmax_lse [Hq, total_q]) with
-    return_attn_probs=True. Packed queries never split the keys (num_splits is a hint here: 1 is used).
+    [cu_seqlens[b], cu_seqlens[b + 1]) (int32 [B + 1]); seqused_q [B] and seqused_k [B] (int32) limit it to its
+    first seqused_q[b] queries and seqused_k[b] keys, which are then its lengths for causal and window masking
+    (bottom-right aligned per sequence, as FA3). Returns out [total_q, Hq, D], or (out, softmax_lse [Hq, total_q])
+    with return_attn_probs=True; the rows of out and softmax_lse past seqused_q[b] are not written (as in FA3:
+    never read them). Packed queries never split the keys (num_splits is a hint here: 1 is used).
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
     check.refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-                  "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0,
-                  "seqused_q": seqused_q is not None})
+                  "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0})
     _splits(num_splits)
-    out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+    out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
+                              seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                               deterministic=deterministic, fallback=fallback, debug_checks=debug_checks)
     return (out, lse) if return_attn_probs else out
@@ -115,28 +117,38 @@ def flash_attn_with_kvcache(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_with_kvcache on a contiguous cache [B_cache, S_cache, Hkv, D] or a paged one. cache_seqlens:
     the tokens each sequence already holds, an int (all the same) or a [B] int32 tensor (per sequence);
+    Packed queries (chunked prefill, speculative decoding): q [total_q, Hq, D] with cu_seqlens_q int32 [B + 1] and
+    max_seqlen_q; sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) (FA3's); out is
+    [total_q, Hq, D] and softmax_lse [Hq, total_q]; k, v to append stay [B, Snew, Hkv, D] (cu_seqlens_k_new is
+    refused); max_seqlen_q without cu_seqlens_q is ignored, as FA3 ignores it.
     cache_batch_idx [B] int32: the cache entry of sequence b (default b). page_table [B, max_pages] int32: the
     caches are [pages, page_size, Hkv, D] (page_size a multiple of 16) and sequence b's token j is row
-    j % page_size of page page_table[b, j // page_size]. k, v [B, Snew, Hkv, D] are written into the cache in place
+    j % page_size of page page_table[b, j // page_size]; with cache_batch_idx the table is [B_cache, max_pages]
+    and sequence b reads its row cache_batch_idx[b] (as FA3). k, v [B, Snew, Hkv, D] are written into the cache in place
     at each sequence's cache_seqlens first (FA3's append), then q [B, Sq, Hq, D] attends to each sequence's first
     cache_seqlens + Snew keys (causal: bottom-right aligned to them). window_size and softcap as flash_attn_func.
+    cache_leftpad [B] int32 (a contiguous cache): sequence b's tokens are rows [cache_leftpad[b], cache_seqlens[b])
+    of its cache entry: it attends to cache_seqlens[b] - cache_leftpad[b] keys (plus appended ones, written at
+    cache_seqlens[b]), and causal and window masks align to that count (FA3's); with page_table it is refused.
     debug_checks (extension): check the lengths, slots and pages on the host, including that an append fits (one
     device sync; see flashcore.serving). rotary_seqlens without rotary_cos is ignored, as FA3 ignores it."""
     check.refuse({"qv": qv is not None, "rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
-                  "cache_leftpad": cache_leftpad is not None,
-                  "cu_seqlens_q": cu_seqlens_q is not None, "cu_seqlens_k_new": cu_seqlens_k_new is not None,
-                  "max_seqlen_q": max_seqlen_q is not None,
+                  "cache_leftpad with page_table": cache_leftpad is not None and page_table is not None,
+                  "cu_seqlens_k_new": cu_seqlens_k_new is not None,
                   "q_descale": q_descale is not None, "k_descale": k_descale is not None,
                   "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0,
                   "scheduler_metadata": scheduler_metadata is not None})
     import torch
 
     window_size = check.window(window_size)  # before the append writes into the caches
-    if isinstance(cache_seqlens, torch.Tensor) or cache_batch_idx is not None or page_table is not None:
+    per_sequence = (cache_seqlens, cache_batch_idx, page_table, cache_leftpad, cu_seqlens_q)
+    if isinstance(cache_seqlens, torch.Tensor) or any(t is not None for t in per_sequence[1:]):
         out, lse = serving.kvcache(q, k_cache, v_cache, cache_seqlens, k=k, v=v, cache_batch_idx=cache_batch_idx,
-                                   page_table=page_table, causal=causal, softmax_scale=softmax_scale,
-                                   window_size=window_size, softcap=softcap, num_splits=_splits(num_splits),
-                                   sm_margin=sm_margin, fallback=fallback, debug_checks=debug_checks)
+                                   page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
+                                   max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None, causal=causal,
+                                   softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
+                                   num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback,
+                                   debug_checks=debug_checks)
         return (out, lse) if return_softmax_lse else out
     # one length for every sequence: the dense kernel on a slice of the cache
     check_serving.caches(k_cache, v_cache)

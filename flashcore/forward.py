@@ -35,7 +35,7 @@ def outputs(call: Call) -> tuple[torch.Tensor, torch.Tensor]:
     out = new_out(call.q, call.v) if call.out is None else call.out
     if call.lse is not None:
         return out, call.lse
-    if call.layout == "varlen":
+    if call.packed_q:
         return out, torch.full(call.lse_shape, -math.inf, dtype=torch.float32, device=call.q.device)
     return out, torch.empty(call.lse_shape, dtype=torch.float32, device=call.q.device)
 
@@ -45,7 +45,7 @@ def forward(call: Call, key: tuple[object, ...] | None = None) -> tuple[torch.Te
     index, name, on_torch = _device(call)
     out, lse = outputs(call)
     if call.empty:
-        if not (call.layout == "varlen" and call.no_rows):  # a row that sees no key: out = 0, lse = -inf
+        if not (call.packed_q and call.no_rows):  # a row that sees no key: out = 0, lse = -inf
             out.zero_()
             lse.fill_(-math.inf)
         return out, lse
@@ -75,15 +75,22 @@ def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> No
         lse.copy_(s)
     elif call.layout == "varlen":
         assert call.cu_seqlens_q is not None and call.cu_seqlens_k is not None
-        used = None if call.seqused_k is None else call.seqused_k.tolist()
-        o, s = reference.varlen(q, k, v, call.cu_seqlens_q.tolist(), call.cu_seqlens_k.tolist(), used, **mods)
-        out.copy_(o)
-        lse.copy_(s)
+        used_q, used_k = (None if t is None else t.tolist() for t in (call.seqused_q, call.seqused_k))
+        cu_q = call.cu_seqlens_q.tolist()
+        o, s = reference.varlen(q, k, v, cu_q, call.cu_seqlens_k.tolist(), used_k, used_q=used_q, **mods)
+        for rows in reference.query_rows(cu_q, used_q):  # the kernel's rows: no other row is written
+            out[rows] = o[rows]
+            lse[:, rows] = s[:, rows]
     else:
         assert call.cache_seqlens is not None
-        for b, n in enumerate(call.cache_seqlens.tolist()):
-            kb, vb = reference.cached_keys(k, v, b, n, call.cache_batch_idx, call.page_table)
-            out[b], lse[b] = reference.sequence(q[b], kb, vb, **mods)
+        pads = [0] * call.batch if call.cache_leftpad is None else call.cache_leftpad.tolist()
+        packed = reference.query_rows(call.cu_seqlens_q.tolist(), None) if call.cu_seqlens_q is not None else None
+        for b, (n, pad) in enumerate(zip(call.cache_seqlens.tolist(), pads, strict=True)):
+            kb, vb = reference.cached_keys(k, v, b, n, call.cache_batch_idx, call.page_table, pad)
+            if packed is None:
+                out[b], lse[b] = reference.sequence(q[b], kb, vb, **mods)
+            else:  # packed queries: sequence b's rows of q, out and lse [Hq, total_q]
+                out[packed[b]], lse[:, packed[b]] = reference.sequence(q[packed[b]], kb, vb, **mods)
 
 
 def plan(call: Call) -> tuple[_lib.FcPlanInfo, tuning.TileConfig]:

@@ -144,31 +144,31 @@ def params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
            config: tuning.TileConfig = tuning.DEFAULT) -> _lib.FcParams:
     """fc_params of the call writing `out` and `lse` (None: not written) with tile configuration `config`. Packed
     tensors go in as a batch of one with the sequences' offsets; a cache as itself with its lengths."""
-    packed = call.layout == "varlen"
-    q, k, v, o = (t.unsqueeze(0) if packed else t for t in (call.q, call.k, call.v, out))
+    packed, packed_k = call.packed_q, call.layout == "varlen"  # packed queries; packed keys too (varlen)
+    q, o = (t.unsqueeze(0) if packed else t for t in (call.q, out))
+    k, v = (t.unsqueeze(0) if packed_k else t for t in (call.k, call.v))
     p = _lib.FcParams(
         q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=_ptr(lse),
         batch=call.batch, heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=call.max_q, seqlen_k=call.max_k,
         head_dim=q.shape[3], head_dim_v=v.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
         o_stride=_strides(o), softmax_scale=call.scale, causal=int(call.causal),
         dtype=c_dtype(q), debug_fault=call.debug_fault,
-        num_splits=call.num_splits or (0 if packed else config.num_splits), deterministic=int(call.deterministic),
+        num_splits=0 if packed else call.num_splits or config.num_splits, deterministic=int(call.deterministic),
         sm_margin=call.sm_margin, softcap=call.softcap, fp8_v_transpose=call.v_transpose,
         **config.c_fields(),
     )  # fmt: skip
     if call.window != (-1, -1):
         p.window, p.window_left, p.window_right = 1, call.window[0], 0 if call.causal else call.window[1]
+    for name, t in call.index_arrays().items():
+        setattr(p, name, _ptr(t))
     if packed:
-        p.total_q, p.total_k = call.q.shape[0], call.k.shape[0]
-        p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k = _ptr(call.cu_seqlens_q), _ptr(call.cu_seqlens_k), \
-            _ptr(call.seqused_k)
-    if call.layout == "kvcache":
-        p.seqused_k = _ptr(call.cache_seqlens)
-        if call.cache_batch_idx is not None:
-            p.kv_batch_idx, p.kv_batch = call.cache_batch_idx.data_ptr(), call.k.shape[0]
-        if call.page_table is not None:
-            p.page_table, p.page_table_stride = call.page_table.data_ptr(), call.page_table.stride(0)
-            p.page_size, p.kv_batch = call.k.shape[1], call.k.shape[0]
+        p.total_q = call.q.shape[0]
+    if packed_k:
+        p.total_k = call.k.shape[0]
+    if call.cache_batch_idx is not None:
+        p.kv_batch = call.k.shape[0]
+    if call.page_table is not None:
+        p.page_table_stride, p.page_size, p.kv_batch = call.page_table.stride(0), call.k.shape[1], call.k.shape[0]
     for name in ("q_descale", "k_descale", "v_descale"):
         t = getattr(call, name)
         if t is not None:

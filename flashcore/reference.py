@@ -101,15 +101,15 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sc
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], cu_k: list[int],
            used_k: list[int] | None, *, causal: bool, scale: float, window: tuple[int, int] = (-1, -1),
-           softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed q [total_q, Hq, D], k and v [total_k, Hkv, D] with host lists of offsets (and of used keys):
-    out [total_q, Hq, D] float32 (rows outside every sequence 0), lse [Hq, total_q] float32 (-inf there)."""
+           softcap: float = 0.0, used_q: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed q [total_q, Hq, D], k and v [total_k, Hkv, D] with host lists of offsets (and of used keys and
+    queries: a sequence's lengths are then its used counts): out [total_q, Hq, D] float32 (rows outside every
+    sequence's used queries 0), lse [Hq, total_q] float32 (-inf there)."""
     import torch
 
     out = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=torch.float32, device=q.device)
     lse = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=torch.float32, device=q.device)
-    for b in range(len(cu_q) - 1):
-        qs = slice(cu_q[b], cu_q[b + 1])
+    for b, qs in enumerate(query_rows(cu_q, used_q)):
         k_end = cu_k[b + 1] if used_k is None else cu_k[b] + used_k[b]
         ks = slice(cu_k[b], k_end)
         o, s = sequence(q[qs], k[ks], v[ks], causal=causal, scale=scale, window=window, softcap=softcap)
@@ -117,13 +117,19 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], c
     return out, lse
 
 
+def query_rows(cu_q: list[int], used_q: list[int] | None) -> list[slice]:
+    """Each packed sequence's rows of q that it uses: [cu_q[b], cu_q[b + 1]), or its first used_q[b] of them."""
+    return [slice(cu_q[b], cu_q[b + 1] if used_q is None else cu_q[b] + used_q[b]) for b in range(len(cu_q) - 1)]
+
+
 def cached_keys(k_cache: torch.Tensor, v_cache: torch.Tensor, b: int, n: int, slots: torch.Tensor | None,
-                table: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequence b's first n keys and values [n, Hkv, D] of a cache [B_cache, S, Hkv, D] (its slot slots[b], default
-    b) or of a paged cache [pages, page_size, Hkv, D] (its row of the page table)."""
+                table: torch.Tensor | None, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence b's keys and values [n - start, Hkv, D]: rows [start, n) of a cache [B_cache, S, Hkv, D] (its slot
+    slots[b], default b; start > 0: a left-padded cache), or the first n of a paged cache [pages, page_size, Hkv, D]
+    (its row of the page table: row slots[b], default b)."""
+    entry = int(slots[b]) if slots is not None else b
     if table is None:
-        entry = int(slots[b]) if slots is not None else b
-        return k_cache[entry, :n], v_cache[entry, :n]
+        return k_cache[entry, start:n], v_cache[entry, start:n]
     page_size = k_cache.shape[1]
-    pages = table[b, :-(-n // page_size)].long()
+    pages = table[entry, :-(-n // page_size)].long()
     return k_cache[pages].flatten(0, 1)[:n], v_cache[pages].flatten(0, 1)[:n]

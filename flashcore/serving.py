@@ -2,14 +2,18 @@
 slot per sequence, sliding windows and soft-capping. FA3's names and semantics (flashcore/flash_attn.py maps its
 entry points here):
 
-    varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None, ...)
+    varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None, ...)
         q [total_q, Hq, D], k and v [total_k, Hkv, D]; sequence b is rows [cu[b], cu[b + 1]) of each (zero-length
-        sequences allowed); causal aligned bottom-right per sequence. Returns out [total_q, Hq, D], lse [Hq, total_q].
+        sequences allowed), of which it uses the first seqused_q[b] queries and seqused_k[b] keys (FA3's: the used
+        counts are its lengths for the masks and the bottom-right diagonal); causal aligned bottom-right per
+        sequence. Returns out [total_q, Hq, D], lse [Hq, total_q]; rows past seqused_q[b] are not written (as FA3:
+        never read them).
     kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx=None, page_table=None, ...)
         q [B, Sq, Hq, D], k_cache and v_cache [B_cache, S_cache, Hkv, D]; sequence b attends to the first
         cache_seqlens[b] keys of cache slot cache_batch_idx[b] (default b). Returns out like q, lse [B, Hq, Sq].
         Paged: k_cache and v_cache are [pages, page_size, Hkv, D] (page_size a multiple of 16) and page_table
-        int32 [B, max_pages]: sequence b's key j is row j % page_size of page page_table[b, j // page_size]. Every
+        int32 [B, max_pages]: sequence b's key j is row j % page_size of page page_table[b, j // page_size] (with
+        cache_batch_idx: page_table [B_cache, max_pages], row cache_batch_idx[b] instead of b, as FA3). Every
         page size takes the TMA path (boxes of gcd(page_size, BLOCK_N) rows, each inside one page).
     dense(q, k, v, ...): flashcore.attention's layout with window_size and softcap.
 
@@ -21,11 +25,13 @@ FlashCoreError before anything runs; each entry here checks its arguments into o
 flashcore.forward.forward.
 The values inside the index tensors (offsets, lengths, slots) live on the GPU: reading them costs a device sync, so
 they are checked only with debug_checks=True (or FLASHCORE_DEBUG_CHECKS=1): cu_seqlens start at 0, never decrease
-and end within the tensor; no sequence is longer than max_seqlen; seqused_k and cache_seqlens fit; slots and
+and end within the tensor; no sequence is longer than max_seqlen; seqused_q, seqused_k and cache_seqlens fit; slots and
 pages exist. Without the checks, a wrong offset, length or slot gives wrong rows or an illegal address, as in FA3;
 a wrong page id reads zeros (the kernel's loads are bounded by the cache's page count). Cache rows past a
 sequence's length are never read into the result, even when they hold NaN or Inf (unlike FA3).
-Query rows of a packed q outside every sequence (past cu_seqlens_q[-1]) are not written.
+Query rows of a packed q outside every sequence (past cu_seqlens_q[-1]) or past a sequence's seqused_q are not
+written, by the kernel or the fallback: out keeps what it held (uninitialized memory where FlashCore allocates it)
+and lse -inf where FlashCore allocates it.
 """
 
 from __future__ import annotations
@@ -69,24 +75,28 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
 
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, seqused_k: Any = None,
+           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, seqused_q: Any = None,
+           seqused_k: Any = None,
            causal: bool = False, softmax_scale: float | None = None, window_size: Any = (-1, -1),
            softcap: Any = 0.0, deterministic: bool = False, fallback: str = "error",
            debug_checks: bool | None = None, out: torch.Tensor | None = None,
            lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32).
-    out / lse: optional output buffers of those shapes (rows outside every sequence are then left as they were)."""
+    out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
+    left as they were)."""
     key = None
     debug = check_serving.debug_checks_on(debug_checks)
     if not debug and out is None and lse is None:
-        key = fastpath.serving_signature("varlen", (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k),
+        arrays = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_q": seqused_q,
+                  "seqused_k": seqused_k}
+        key = fastpath.serving_signature("varlen", (q, k, v, *arrays.values()),
                                          (max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, softcap,
                                           deterministic, fallback))
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k, v):
-            arrays = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k}
             return launch.again(entry, q, k, v, lse_shape(q, packed=True), arrays, -math.inf)
-    call = check_serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=seqused_k,
+    call = check_serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
+                                seqused_k=seqused_k,
                                 causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                 deterministic=deterministic, fallback=fallback, out=out, lse=lse)
     if debug:
@@ -95,38 +105,49 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
 
 
 def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Any, *, k: Any = None,
-            v: Any = None, cache_batch_idx: Any = None, page_table: Any = None, causal: bool = False,
+            v: Any = None, cache_batch_idx: Any = None, page_table: Any = None, cache_leftpad: Any = None,
+            cu_seqlens_q: Any = None, max_seqlen_q: Any = None, causal: bool = False,
             softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
             num_splits: int | None = None, sm_margin: int = 0, fallback: str = "error",
             debug_checks: bool | None = None, out: torch.Tensor | None = None,
             lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A KV cache with a length (and optionally a slot) per sequence, or a paged cache (module docstring): (out,
     lse [B, Hq, Sq]). cache_seqlens: int32 [B] (or FA3's int / None: one length for all). k, v [B, Snew, Hkv, D]:
-    appended in place at each sequence's length first (FA3's append), then attended to. out / lse: optional output
-    buffers of those shapes."""
+    appended in place at each sequence's length first (FA3's append), then attended to. cache_leftpad int32 [B]
+    (not with page_table): sequence b's keys start at row cache_leftpad[b] of its entry (FA3's). cu_seqlens_q
+    int32 [B + 1] with max_seqlen_q: q packed [total_q, Hq, D] (chunked prefill, speculative decoding), sequence b's
+    queries rows [cu[b], cu[b + 1]); out [total_q, Hq, D], lse [Hq, total_q] (rows in no sequence not written).
+    out / lse: optional output buffers of those shapes."""
     import torch
 
     debug = check_serving.debug_checks_on(debug_checks)
     key = None
     if not debug and out is None and lse is None:
         per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument
-        tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v)
+        tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v,
+                   cache_leftpad, cu_seqlens_q)
         args = (causal, softmax_scale, window_size, softcap, num_splits, sm_margin, fallback,
-                None if per_sequence else cache_seqlens)
+                None if per_sequence else cache_seqlens, max_seqlen_q)
         key = fastpath.serving_signature("kvcache", tensors, args)
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k_cache, v_cache):
             lengths = cache_seqlens
             if not per_sequence:  # the checked call's int, within the capacity
                 capacity = check_serving.cache_capacity(k_cache, page_table)
-                lengths = torch.full((q.shape[0],), capacity if cache_seqlens is None else cache_seqlens,
+                batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+                lengths = torch.full((batch,), capacity if cache_seqlens is None else cache_seqlens,
                                      dtype=torch.int32, device=k_cache.device)
             if k is not None:  # every tensor has the layout of a checked call's
                 lengths = append.each(k_cache, v_cache, k, v, lengths, cache_batch_idx, page_table, False)
-            arrays = {"seqused_k": lengths, "kv_batch_idx": cache_batch_idx, "page_table": page_table}
-            return launch.again(entry, q, k_cache, v_cache, lse_shape(q), arrays)
+            arrays = {"cu_seqlens_q": cu_seqlens_q, "seqused_k": lengths, "kv_batch_idx": cache_batch_idx,
+                      "leftpad_k": cache_leftpad, "page_table": page_table}
+            packed = cu_seqlens_q is not None
+            return launch.again(entry, q, k_cache, v_cache, lse_shape(q, packed), arrays,
+                                -math.inf if packed else None)
     call = check_serving.kvcache(q, k_cache, v_cache, cache_seqlens, k_new=k, v_new=v,
-                                 cache_batch_idx=cache_batch_idx, page_table=page_table, causal=causal,
+                                 cache_batch_idx=cache_batch_idx, page_table=page_table,
+                                 cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
+                                 causal=causal,
                                  softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                  num_splits=num_splits, sm_margin=sm_margin, fallback=fallback, out=out, lse=lse)
     if k is not None:

@@ -6,6 +6,8 @@
 //       [--splits N] [--sm-margin N] [--deterministic]   (split-KV: fc_params fields of the same names)
 //       [--block-n N] [--schedule 0..3] [--l2-pct N]       (tile configuration: fc_params fields, 0 = default)
 //       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]
+//       [--seqused-q a,b,..]                                   (varlen: each sequence's used queries, FA3's seqused_q)
+//       [--leftpad-k a,b,..]                      (kvcache: each sequence's first key row, FA3's leftpad_k <= seqlens-k)
 //       [--window L,R] [--softcap X] [--head-dim-v N]         (serving layouts: harness/schema.py's Workload)
 //   varlen: packed sequences of seqlens-q queries and seqlens-k keys (seqlen-q/-k: the longest); kvcache: a cache
 //   of seqlen-k slots per sequence holding seqlens-k keys; paged: that cache in pages of page-size keys, stored in a
@@ -89,7 +91,7 @@ struct Args {
   fc_params p{};
   int iters = 1, seed = 1, check = 0, phase1 = 0, layout = kDense;
   double tol = -1;
-  std::vector<int32_t> seqlens_q, seqlens_k;
+  std::vector<int32_t> seqlens_q, seqlens_k, seqused_q, leftpad_k;
 };
 
 // "a,b,c" -> {a, b, c}; false on anything but non-negative integers.
@@ -111,6 +113,14 @@ bool consistent(const Args& a) {
   const fc_params& p = a.p;
   const auto longest = [](const std::vector<int32_t>& v) { int64_t m = 0; for (int32_t x : v) m = x > m ? x : m;
                                                            return m; };
+  if (!a.seqused_q.empty()) {  // varlen only, one count per sequence within its length
+    if (a.layout != kVarlen || a.seqused_q.size() != a.seqlens_q.size()) return false;
+    for (size_t b = 0; b < a.seqused_q.size(); ++b) if (a.seqused_q[b] > a.seqlens_q[b]) return false;
+  }
+  if (!a.leftpad_k.empty()) {  // kvcache only (the paged producer takes no offset), within each sequence's keys
+    if (a.layout != kKvcache || a.leftpad_k.size() != a.seqlens_k.size()) return false;
+    for (size_t b = 0; b < a.leftpad_k.size(); ++b) if (a.leftpad_k[b] > a.seqlens_k[b]) return false;
+  }
   if (a.layout == kDense) return a.seqlens_q.empty() && a.seqlens_k.empty() && p.page_size == 0;
   if (static_cast<int64_t>(a.seqlens_k.size()) != p.batch) return false;
   if (a.layout == kVarlen)
@@ -128,6 +138,7 @@ int usage(const char* msg) {
                "       [--kernel wgmma|phase1] [--splits N] [--sm-margin N] [--deterministic]\n"
                "       [--block-n N] [--schedule 0..3] [--l2-pct N]\n"
                "       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]\n"
+               "       [--seqused-q a,b,..] [--leftpad-k a,b,..]\n"
                "       [--window L,R] [--softcap X] [--head-dim-v N] [--fp8-v-transpose auto|pass|smem]\n", msg);
   std::printf("RESULT status=error reason=usage\n");
   return 2;
@@ -179,6 +190,8 @@ bool parse(int argc, char** argv, Args* a) {
       if (a->layout < 0) return false;
     }
     else if (!std::strcmp(f, "--seqlens-q")) { if (i + 1 >= argc || !parse_list(argv[++i], &a->seqlens_q)) return false; }
+    else if (!std::strcmp(f, "--seqused-q")) { if (i + 1 >= argc || !parse_list(argv[++i], &a->seqused_q)) return false; }
+    else if (!std::strcmp(f, "--leftpad-k")) { if (i + 1 >= argc || !parse_list(argv[++i], &a->leftpad_k)) return false; }
     else if (!std::strcmp(f, "--seqlens-k")) { if (i + 1 >= argc || !parse_list(argv[++i], &a->seqlens_k)) return false; }
     else if (!std::strcmp(f, "--page-size")) { if (!next(&a->p.page_size)) return false; }
     else if (!std::strcmp(f, "--head-dim-v")) { if (!next(&a->p.head_dim_v)) return false; }
@@ -228,8 +241,10 @@ void serving_arrays(Args* a, int64_t* rows_q, int64_t* rows_k, std::vector<int32
     *rows_k = p.total_k = cu_k.back();
     owned->push_back(to_device(cu_q)); p.cu_seqlens_q = owned->back();
     owned->push_back(to_device(cu_k)); p.cu_seqlens_k = owned->back();
+    if (!a->seqused_q.empty()) { owned->push_back(to_device(a->seqused_q)); p.seqused_q = owned->back(); }
   } else if (a->layout != kDense) {
     owned->push_back(to_device(a->seqlens_k)); p.seqused_k = owned->back();
+    if (!a->leftpad_k.empty()) { owned->push_back(to_device(a->leftpad_k)); p.leftpad_k = owned->back(); }
   }
   if (a->layout == kPaged) {
     const int64_t per = p.seqlen_k / p.page_size, pages = p.batch * per;
@@ -339,8 +354,9 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   double pairs = 0.0;  // (query, key) pairs before masking, sequence by sequence
   for (int64_t b = 0; b < p.batch; ++b)
-    pairs += static_cast<double>(a.layout == kVarlen ? a.seqlens_q[b] : p.seqlen_q) *
-             (a.layout == kDense ? p.seqlen_k : a.seqlens_k[b]);
+    pairs += static_cast<double>(a.layout != kVarlen ? p.seqlen_q : !a.seqused_q.empty() ? a.seqused_q[b]
+                                                                                          : a.seqlens_q[b]) *
+             (a.layout == kDense ? p.seqlen_k : a.seqlens_k[b] - (a.leftpad_k.empty() ? 0 : a.leftpad_k[b]));
   const double flops = 2.0 * p.heads_q * pairs * (D + Dv) / (p.causal ? 2.0 : 1.0);
   const double ms_per_iter = ms / a.iters;
 

@@ -88,9 +88,16 @@ typedef struct fc_params {
                                 // [cu[b], cu[b + 1]) of q and o, which are [total_q, Hq, D] (q_stride[0] and
                                 // o_stride[0] unused); seqlen_q is then the longest sequence, lse [Hq, total_q]
   const int32_t* cu_seqlens_k;  // [batch + 1], likewise for keys: k and v [total_k, Hkv, D]; seqlen_k the longest
+  const int32_t* seqused_q;     // [batch], with cu_seqlens_q: the sequence uses its first seqused_q[b] queries only
+                                // (<= its length; FA3's seqused_q): masks and the causal diagonal take it as the
+                                // sequence's query count; o and lse rows past it are not written
   const int32_t* seqused_k;     // [batch]: the sequence attends to its first seqused_k[b] keys only (<= its length)
   const int32_t* kv_batch_idx;  // [batch]: its keys are k/v batch entry kv_batch_idx[b] in [0, kv_batch) (a KV
-                                // cache's slot); not with cu_seqlens_k
+                                // cache's slot); with page_table, the row of page_table it reads (FA3's); not with
+                                // cu_seqlens_k
+  const int32_t* leftpad_k;     // [batch], with seqused_k: its keys start at row leftpad_k[b] of its cache or packed
+                                // rows, and it attends to keys [leftpad_k[b], seqused_k[b]) (FA3's leftpad_k, the
+                                // KV cache's cache_leftpad: k_len = seqused_k - leftpad_k); not with page_table
   int64_t total_q;   // rows of packed q and o (with cu_seqlens_q), >= 1
   int64_t total_k;   // rows of packed k and v (with cu_seqlens_k), >= 1
   int64_t kv_batch;  // batch entries of k and v: 0 = batch (kv_batch_idx may index a larger cache)
@@ -102,9 +109,10 @@ typedef struct fc_params {
   // FC_HEAD_DIM_TABLE.
   int64_t head_dim_v;
   // Paged KV cache: k and v are [kv_batch pages, page_size, Hkv, D] (k_stride[0]: the page stride); sequence b's
-  // key j is row j % page_size of page page_table[b * page_table_stride + j / page_size]. Needs seqused_k (its
-  // keys); not with cu_seqlens_k or kv_batch_idx. page_size: a multiple of 16. Page ids are not checked on the
-  // host (a device array); one outside [0, kv_batch) reads zeros (TMA bounds), never other memory.
+  // key j is row j % page_size of page page_table[r * page_table_stride + j / page_size], r = kv_batch_idx[b]
+  // (default b; r * page_table_stride below 2^31). Needs seqused_k (its keys); not with cu_seqlens_k. page_size: a
+  // multiple of 16. Page ids are not checked on the host (a device array); one outside [0, kv_batch) reads zeros
+  // (TMA bounds), never other memory.
   const int32_t* page_table;
   int64_t page_table_stride;  // elements between sequences' rows of page_table (>= pages per sequence)
   int64_t page_size;

@@ -26,8 +26,10 @@ struct KernelParams {
   // Per-sequence lengths (nullptr: every sequence is seqlen_q x seqlen_k; then seqlen_q/k are the longest).
   const int* cu_seqlens_q;  // [batch + 1]: sequence b's queries are rows [cu[b], cu[b + 1]) of packed q and o
   const int* cu_seqlens_k;  // [batch + 1]: its keys are rows [cu[b], cu[b + 1]) of packed k and v
+  const int* seqused_q;     // [batch]: it uses its first seqused_q[b] of those queries (packed only)
   const int* seqused_k;     // [batch]: it uses its first seqused_k[b] keys (a KV cache's per-sequence length)
   const int* kv_batch_idx;  // [batch]: its keys are k/v batch entry kv_batch_idx[b] (the cache's slot)
+  const int* leftpad_k;     // [batch]: its keys start leftpad_k[b] rows in (k_off), and k_len excludes them
   int64_t lse_stride[2];    // LSE element strides of batch and head: [B, Hq, Sq], or [Hq, total_q] when packed
   int fault;        // FaultKind, test-only
   // GQA packing (short queries): one tile holds all `group` query heads of a K/V head, tile row

@@ -1,6 +1,6 @@
 // Where one sequence of a call lives: its query and key rows, for dense batches (every sequence seqlen_q x
-// seqlen_k, no memory read) and for the serving layouts (packed varlen rows, per-sequence KV-cache lengths, a
-// cache slot per sequence). The producer reads the arrays once per tile and hands q_len, k_len and q_off to the
+// seqlen_k, no memory read) and for the serving layouts (packed varlen rows and their used counts, per-sequence
+// KV-cache lengths, a cache slot per sequence). The producer reads the arrays once per tile and hands q_len, k_len and q_off to the
 // consumers with the tile (tile_scheduler.h TileInfo).
 #pragma once
 #include "params.h"
@@ -19,7 +19,8 @@ __device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
   SeqLens s{0, p.seqlen_q, 0, p.seqlen_k, batch};
   if (p.cu_seqlens_q != nullptr) {
     s.q_off = __ldg(p.cu_seqlens_q + batch);
-    s.q_len = __ldg(p.cu_seqlens_q + batch + 1) - s.q_off;
+    // A used count replaces the length everywhere (tile rows, masks, the bottom-right diagonal), as in FA3.
+    s.q_len = p.seqused_q != nullptr ? __ldg(p.seqused_q + batch) : __ldg(p.cu_seqlens_q + batch + 1) - s.q_off;
   }
   if (p.cu_seqlens_k != nullptr) {
     s.k_off = __ldg(p.cu_seqlens_k + batch);
@@ -29,6 +30,11 @@ __device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
     s.kv_batch = __ldg(p.kv_batch_idx + batch);
   }
   if (p.seqused_k != nullptr) s.k_len = __ldg(p.seqused_k + batch);
+  if (p.leftpad_k != nullptr) {  // a left-padded cache: rows [leftpad, seqused_k) hold the keys (FA3's leftpad_k)
+    const int pad = __ldg(p.leftpad_k + batch);
+    s.k_off += pad;
+    s.k_len -= pad;
+  }
   return s;
 }
 

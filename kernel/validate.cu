@@ -80,6 +80,14 @@ int check_serving(const fc_params* in) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "num_splits = %d: split-KV is not available with packed queries "
                         "(cu_seqlens_q); pass 0 or 1", in->num_splits);
   }
+  if (in->seqused_q != nullptr && in->cu_seqlens_q == nullptr) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "seqused_q limits packed query sequences: it needs cu_seqlens_q");
+  }
+  if (in->leftpad_k != nullptr && (in->seqused_k == nullptr || in->page_table != nullptr)) {
+    // The paged producer addresses pages from the sequence's first key, not from an offset.
+    return report_error(FC_ERR_INVALID_ARGUMENT, "leftpad_k needs seqused_k (each sequence's end) and does not take "
+                        "page_table");
+  }
   if (in->cu_seqlens_k != nullptr && in->kv_batch_idx != nullptr) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch_idx indexes a batched cache: it cannot be combined with "
                         "packed keys (cu_seqlens_k)");
@@ -95,9 +103,9 @@ int check_serving(const fc_params* in) {
                         "and each bound >= -1 (-1: unbounded)", in->window, in->window_left, in->window_right);
   }
   if (in->page_table != nullptr) {
-    if (in->seqused_k == nullptr || in->cu_seqlens_k != nullptr || in->kv_batch_idx != nullptr) {
-      return report_error(FC_ERR_INVALID_ARGUMENT, "page_table needs seqused_k (each sequence's keys) and takes "
-                          "neither cu_seqlens_k nor kv_batch_idx");
+    if (in->seqused_k == nullptr || in->cu_seqlens_k != nullptr) {  // kv_batch_idx: the row of page_table
+      return report_error(FC_ERR_INVALID_ARGUMENT, "page_table needs seqused_k (each sequence's keys) and does not "
+                          "take cu_seqlens_k");
     }
     if (in->page_size < 16 || in->page_size % 16 != 0 || in->page_size > 65536) {
       return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld: a paged cache needs a multiple of 16 in "
@@ -172,7 +180,8 @@ int check_fp8(const fc_params* in) {
 }  // namespace
 
 bool uses_serving(const fc_params* in) {
-  return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_k != nullptr ||
+  return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_q != nullptr ||
+         in->seqused_k != nullptr || in->leftpad_k != nullptr ||
          in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f ||
          (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr ||
          kernel_head_dim(in->head_dim) != in->head_dim || (in->head_dim_v != 0 && in->head_dim_v != in->head_dim);
@@ -314,8 +323,10 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->page_box = 0;  // the launcher's: it depends on BLOCK_N (run_tiles.cuh)
   out->cu_seqlens_q = in->cu_seqlens_q;
   out->cu_seqlens_k = in->cu_seqlens_k;
+  out->seqused_q = in->seqused_q;
   out->seqused_k = in->seqused_k;
   out->kv_batch_idx = in->kv_batch_idx;
+  out->leftpad_k = in->leftpad_k;
   if (in->cu_seqlens_q != nullptr) {
     out->lse_stride[0] = 0;
     out->lse_stride[1] = in->total_q;

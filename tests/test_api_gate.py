@@ -61,7 +61,7 @@ def test_the_table_covers_the_issue_list(table: CaseTable) -> None:
                  "varlen-cu-seqlens-int64", "varlen-cu-seqlens-on-cpu", "varlen-cu-seqlens-lengths-differ",
                  "varlen-max-seqlen-negative", "varlen-seqused-k-length", "varlen-window-bad", "cache-seqlens-float",
                  "cache-seqlens-length", "cache-batch-idx-int64", "paged-table-int64", "paged-table-rows",
-                 "paged-page-size-24", "paged-with-cache-batch-idx"):
+                 "paged-page-size-24"):
         assert must in names
     for c in table.cases:
         if c.kind == "reject":

@@ -6,7 +6,7 @@ Layout: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (fp16 or bf16, last dim contig
 lse [B, Hq, Sq] float32; FP8 (E4M3) inputs with descale factors: flashcore.attention_fp8 (bf16 out).
 See flashcore.attention's docstring for the full contract. FlashAttention-3's names:
 flashcore.flash_attn_func, flashcore.flash_attn_varlen_func, flashcore.flash_attn_with_kvcache and
-flashcore.flash_attn_combine (merges split-KV partials)
+flashcore.flash_attn_combine (merges split-KV partials), flashcore.get_scheduler_metadata
 (flashcore/flash_attn.py; the serving layouts in flashcore/serving.py).
 """
 
@@ -18,9 +18,10 @@ from flashcore.flash_attn import flash_attn_combine, flash_attn_func, flash_attn
 from flashcore.fp8 import attention_fp8
 from flashcore.launch import compiled_points
 from flashcore.points import Point
+from flashcore.scheduler import get_scheduler_metadata
 from flashcore.tuning import TileConfig, TuningWarning
 
 __all__ = ["__version__", "attention", "attention_fp8", "plan", "Plan", "TileConfig", "Point", "compiled_points",
            "TuningWarning", "library_path", "FlashCoreError", "UnsupportedDeviceError", "KernelLaunchError",
            "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_combine",
-           "UnsupportedArgument"]
+           "get_scheduler_metadata", "UnsupportedArgument"]

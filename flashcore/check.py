@@ -43,7 +43,6 @@ UNSUPPORTED = {
                                      "from row 0 of its first page, or use a contiguous cache",
     "cu_seqlens_k_new": "packed new keys (a different count per sequence) are not supported: append k and v as "
                         "[B, Snew, Hkv, D]",
-    "scheduler_metadata": "FA3's precomputed scheduler metadata has no FlashCore equivalent; pass None",
     "sinks": "attention sinks are not supported",
 }
 

@@ -8,27 +8,28 @@ Sliding windows, softcap, packed variable-length batches, per-sequence cache len
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
 runs through flash_attn_func on dense batches (flashcore.attention_fp8). An argument FlashCore does not support
 (descales with packed sequences or a KV cache, rotary, left-padded caches, ...) raises
-UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa,
-scheduler_metadata left None) are accepted. FlashCore is forward-only: inputs that need a gradient are refused as
-by flashcore.attention. Extension, keyword-only: `fallback="sdpa"` (plain torch) for CPU tensors and non-Hopper
-GPUs.
+UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa;
+scheduler_metadata, checked against the call's shapes: flashcore/scheduler.py) are accepted. FlashCore is
+forward-only: inputs that need a gradient are refused as by flashcore.attention. Extension, keyword-only:
+`fallback="sdpa"` (plain torch) for CPU tensors and non-Hopper GPUs.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, fp8, serving
+from flashcore import append, check, check_serving, fp8, scheduler, serving
 from flashcore.api import attention
 from flashcore.call import is_fp8
 from flashcore.errors import FlashCoreError, UnsupportedArgument
+from flashcore.scheduler import get_scheduler_metadata
 from flashcore.split_combine import flash_attn_combine
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_combine",
-           "UnsupportedArgument"]
+           "get_scheduler_metadata", "UnsupportedArgument"]
 
 
 def _splits(num_splits: Any) -> int | None:
@@ -136,10 +137,10 @@ def flash_attn_with_kvcache(
                   "cache_leftpad with page_table": cache_leftpad is not None and page_table is not None,
                   "cu_seqlens_k_new": cu_seqlens_k_new is not None,
                   "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-                  "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0,
-                  "scheduler_metadata": scheduler_metadata is not None})
+                  "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0})
     import torch
 
+    scheduler.check_metadata(scheduler_metadata, q, k_cache, v_cache, cu_seqlens_q, page_table)
     window_size = check.window(window_size)  # before the append writes into the caches
     per_sequence = (cache_seqlens, cache_batch_idx, page_table, cache_leftpad, cu_seqlens_q)
     if isinstance(cache_seqlens, torch.Tensor) or any(t is not None for t in per_sequence[1:]):

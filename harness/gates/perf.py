@@ -82,8 +82,7 @@ class PerfParams:
         return pv.spread_limit(wl, self.max_rel_std, self.long_context_max_rel_std)
 
     def judged_and_shown(self, config: Config, settings: BenchSettings) -> tuple[list[Workload], list[Workload]]:
-        """(the workloads the gate judges: `workloads`, then the sweep's points unless shown only; those it
-        only shows: `report_workloads` not judged already)."""
+        """(`workloads` and the sweep's points unless shown only: judged; `report_workloads` not judged: shown)."""
         shown = set(self.report_workloads)  # a sweep point named here is shown, not judged
         swept = [w for w in settings.sweep_workloads if w.name not in shown] if self.sweep else []
         judged = list({w.name: w for w in (*(config.workloads[n] for n in self.workloads), *swept)}.values())
@@ -92,15 +91,12 @@ class PerfParams:
 
     def measured(self, config: Config, settings: BenchSettings) -> list[Workload]:
         """Every workload the gate times (harness/shard_perf.py deals them to the parts of a run)."""
-        judged, shown = self.judged_and_shown(config, settings)
-        return [*judged, *shown]
+        return [w for ws in self.judged_and_shown(config, settings) for w in ws]
 
     def reads(self, config: Config, settings: BenchSettings) -> set[tuple[str, str]]:
-        """The (workload, backend) pairs a check of this gate reads: FlashCore, each gated baseline and the
-        regression's reference on every judged workload (harness/bench/selection.py times no other pair on the
-        workloads gates/bench.yaml `skip_unread` names)."""
-        judged, _ = self.judged_and_shown(config, settings)
-        return {(w.name, b) for w in judged
+        """The pairs a check reads: FlashCore, each gated baseline and the regression's reference on every judged
+        workload (harness/bench/selection.py: on gates/bench.yaml `skip_unread` no other pair is timed)."""
+        return {(w.name, b) for w in self.judged_and_shown(config, settings)[0]
                 for b in (OURS, *self.gated, *((settings.stored_run.reference_for(w),) if self.regression else ()))}
 
 
@@ -136,8 +132,7 @@ def stored_notice(stored: Run | pv.Missing | None, checks: Sequence[Check]) -> s
 
 
 def measure_options(ctx: GateContext, settings: BenchSettings, noisy: bool = False) -> Options:
-    """How the gates of one run time (the same for each, so they share one Measurer and its measurements): the
-    timing settings, the run's seed and planted fault, and the pairs no check reads left untimed."""
+    """The same for every gate of a run (so they share one Measurer): the pairs no check reads left untimed."""
     from harness.bench.runner import Options
 
     return Options(settings.timing, ctx.seed, ctx.fault, noisy, untimed=selection.untimed(ctx.config, settings))
@@ -239,11 +234,8 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
         check_backends(ctx.config.gates_dir / PHASES_FILE, f"{key}.baselines", p.baselines, BASELINES)
         check_backends(ctx.config.gates_dir / PHASES_FILE, f"{key}.gated", p.gated, BASELINES)
         gpu.load_flashcore(0)
-    except (ConfigError, gpu.FlashcoreUnavailable) as e:
-        return ctx.verdict_only(Status.ERROR, str(e))
-    try:
-        part = shard_perf.part_of(ctx)
-    except ValueError as e:
+        part = shard_perf.part_of(ctx)  # a run in parts: this worker's share of the workloads
+    except (ConfigError, gpu.FlashcoreUnavailable, ValueError) as e:
         return ctx.verdict_only(Status.ERROR, str(e))
     workloads, reported = (shard_perf.mine(ctx.config, part, ws) for ws in p.judged_and_shown(ctx.config, settings))
     refs = references(settings, workloads) if p.regression else {}
@@ -258,14 +250,13 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
     measurer.release()  # free the inputs and the flush buffer for the next gate; the results stay cached
     checks = [c for wl in workloads
               for c in perf_checks(wl, by_wl[wl.name], p, refs.get(wl.name), stored, env_now, settings.judged)]
-    geomean_over = shard_perf.mine(ctx.config, part, ctx.workloads())
-    if part is None:
-        checks += geomean_checks(p, [w.name for w in geomean_over], by_wl, settings.judged)
+    geomean_over = [w.name for w in shard_perf.mine(ctx.config, part, ctx.workloads())]
+    checks += geomean_checks(p, geomean_over, by_wl, settings.judged) if part is None else []
     log_json = write_measurements(ctx, settings, by_wl)
     details = perf_details(ctx, settings, [*workloads, *reported], backends, by_wl, stored, log_json, refs)
     details["report_only"] = [w.name for w in reported]
     if part is not None:  # the geometric mean is judged once over every part's measurements (shard_join.py)
-        details["geomean_workloads"] = [w.name for w in geomean_over]
+        details["geomean_workloads"] = geomean_over
     notice = stored_notice(stored, checks)
     if notice:
         details[NOTICE_KEY] = notice
@@ -276,17 +267,14 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
 
 def geomean_checks(p: PerfParams, judged: Sequence[str], by_wl: Mapping[str, Mapping[str, Measurement]],
                    rules: JudgedParams) -> list[Check]:
-    """With `min_geomean` > 0, per gated baseline: the geometric mean of the paired ratios over `judged` (the
-    gate's `workloads`; a run in parts judges it once over every part's, harness/shard_join.py)."""
-    if p.min_geomean <= 0:
-        return []
+    """Per gated baseline with `min_geomean` > 0: the geometric mean of the paired ratios over `judged`."""
     return [pv.verdict_geomean(f"geomean over {len(judged)} workloads",
                                [(by_wl[w][OURS], by_wl[w][b]) for w in judged], p.min_geomean, p.max_rel_std, rules)
-            for b in p.gated]
+            for b in p.gated if p.min_geomean > 0]
 
 
 def gate_backends(p: PerfParams, refs: Mapping[str, str]) -> list[str]:
-    """FlashCore, then the gated baselines, the others and the regression's references, once each."""
+    """FlashCore, the gated baselines, the others and the regression's references, once each."""
     return [OURS, *dict.fromkeys((*p.gated, *p.baselines, *refs.values()))]
 
 
@@ -391,7 +379,6 @@ class PerfFa3Gate(PerfGate):
 
     selftest_none = ("perf-fa2's code against FA3 (its planted cases); red on the CPU in tests/test_bench_gates.py "
                      "test_planted_slow_kernel_turns_perf_fa3_red")
-
 
 
 @register("perf-fp8")

@@ -34,6 +34,7 @@ from typing import Any
 from harness.results import GateResult, RunResult, Status, combine, phase_without_gates
 from harness.schema import Config, GateSpec
 from harness.shard_plan import (
+    GPU_INDEX_ENV,
     PART_SEP,
     PARTS_ENV,
     SHARD_FILE,
@@ -50,9 +51,8 @@ from harness.shard_plan import stages as stages_of
 from harness.support.notices import run_notice
 
 # re-exported: the CI runners' placement and the CLI use them
-__all__ = ["SHARD_FILE", "ShardSettings", "load_shard_settings", "plan"]
+__all__ = ["GPU_INDEX_ENV", "SHARD_FILE", "ShardSettings", "load_shard_settings", "plan"]
 
-GPU_INDEX_ENV = "FLASHCORE_GPU_INDEX"  # set in a worker: the physical index of its GPU (nvidia-smi's numbering)
 
 
 def gpu_list(spec: str, count: Callable[[], int]) -> list[int]:

@@ -31,6 +31,7 @@ _KEYS = ("first", "together", "isolated", "isolated_parts", "split", "default_se
 PART_SEP = "@"  # "sanitizer-all@1/2": part 1 of 2 of a split gate, in a placement
 PARTS_ENV = "FLASHCORE_GATE_PARTS"  # set in a worker: "sanitizer-all=1/2[,...]", the parts it runs
 WORKERS_ENV = "FLASHCORE_WORKERS"  # set in a worker: how many workers share the host (its CPU share)
+GPU_INDEX_ENV = "FLASHCORE_GPU_INDEX"  # set in a worker: the physical index (or UUID) of its GPU, as nvidia-smi
 
 
 @dataclass(frozen=True)

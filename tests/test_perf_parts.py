@@ -248,3 +248,21 @@ def test_shipped_workload_seconds_are_the_evidence_run_less_the_untimed_pairs(
     assert printed.startswith("workload_seconds:\n") and len(printed.splitlines()) == len(shipped) + 1
     assert all(f"  {w}: {int(s)}\n" in printed for w, s in shipped.items())
     assert shipped["long-128k"] < 40  # 50 s with cuDNN and FA3 timed there (their 43 rounds of 229 + 217 ms)
+
+
+@pytest.mark.parametrize(("device", "expected"), [("1", ("index", 1)), ("GPU-8f2c", ("uuid", "GPU-8f2c")),
+                                                  ("", ("index", 0))])
+def test_a_perf_part_reads_the_clocks_of_its_own_gpu(monkeypatch: pytest.MonkeyPatch, device: str,
+                                                     expected: tuple[str, object]) -> None:
+    """NVML numbers GPUs physically: the part on GPU 1 must not record GPU 0's clocks and power."""
+    from harness.bench import timing
+
+    class FakeNvml:
+        def nvmlDeviceGetHandleByIndex(self, i: int) -> tuple[str, object]:  # noqa: N802 - NVML's name
+            return ("index", i)
+
+        def nvmlDeviceGetHandleByUUID(self, u: str) -> tuple[str, object]:  # noqa: N802 - NVML's name
+            return ("uuid", u)
+
+    monkeypatch.setenv(shard.GPU_INDEX_ENV, device)
+    assert timing._handle(FakeNvml()) == expected

@@ -71,6 +71,23 @@ def union_geomean(p: PerfParams, parts: Sequence[Part], by_wl: dict[str, dict[st
     return geomean_checks(p, names, by_wl, rules)
 
 
+def joined_details(whole: GateResult, parts: Sequence[Part]) -> dict[str, Any]:
+    """The joined details, corrected where a perf gate's are not per workload: settings every part records alike
+    (timing, the stored run, the sweep: mappings; gated, peak_seqlens: equal lists) once, as the first part has
+    them, never summed or repeated; the ceiling's per-workload fractions from every part (each part measured its
+    own GPU's ceiling)."""
+    details = dict(whole.details or {})
+    got = [r.details or {} for _, r in parts]
+    for key, value in got[0].items():
+        if isinstance(value, dict) or (isinstance(value, list) and all(d.get(key) == value for d in got)):
+            details[key] = value
+    ceilings = [d["ceiling"] for d in got if isinstance(d.get("ceiling"), dict)]
+    if ceilings:
+        fraction = {k: v for c in ceilings for k, v in (c.get("fraction") or {}).items()}
+        details["ceiling"] = {**ceilings[0], "fraction": fraction}
+    return details
+
+
 def join(config: Config, run_dir: Path, whole: GateResult, parts: Sequence[Part]) -> GateResult:
     """`whole` (the parts joined as any split gate) with the checks and charts that span the parts redrawn."""
     spec = next((g for ph in config.phases for g in ph.gates if g.name == whole.name), None)
@@ -80,9 +97,7 @@ def join(config: Config, run_dir: Path, whole: GateResult, parts: Sequence[Part]
     p = spec.params
     by_wl = measurements(run_dir, parts)
     checks = list(dict.fromkeys(whole.checks))  # a check every part made alike, once
-    details = dict(whole.details or {})
-    # settings each part records alike (timing, the stored run, the sweep): the first part's, never summed
-    details.update({k: v for k, v in (parts[0][1].details or {}).items() if isinstance(v, dict) and k != "parts"})
+    details = joined_details(whole, parts)
     order = {w.name: i for i, w in enumerate(p.measured(config, settings))}
     rows = details.get("workloads")
     if isinstance(rows, list):

@@ -135,6 +135,7 @@ def test_perf_fa3_in_parts_judges_as_one_run(config: Config, tmp_path: Path,  # 
     assert len(geo) == 1 and geo[0].workload == next(c.workload for c in whole.checks if c.metric.startswith("geo"))
     assert [w["name"] for w in got.details["workloads"]] == [w["name"] for w in whole.details["workloads"]]
     assert got.details["timing"] == whole.details["timing"]  # settings taken once, never summed
+    assert got.details["gated"] == whole.details["gated"] == ["fa3"]  # nor repeated (README's numbers read it)
     assert got.details["plots"]["ratio_svg"] or got.details["plots"]["ratio_note"]
 
 
@@ -266,3 +267,15 @@ def test_a_perf_part_reads_the_clocks_of_its_own_gpu(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setenv(shard.GPU_INDEX_ENV, device)
     assert timing._handle(FakeNvml()) == expected
+
+
+def test_perf_fp8_parts_keep_every_workloads_ceiling_fraction(config: Config, tmp_path: Path) -> None:  # noqa: F811
+    def part(w: str, fraction: float) -> GateResult:
+        return GateResult("perf-fp8", 7, Status.PASS, (Check(w, "speed_vs_fa3", 0.89, 1.0, Status.PASS, ">="),),
+                          details={"gated": ["fa3"], "timing": {"warmup": 5},
+                                   "ceiling": {"kind": "fp8-matmul", "tflops": 1265.0, "fraction": {w: fraction}}})
+
+    parts = [(0, part("fp8-s4k-d128", 0.72)), (1, part("fp8-s8k-d256", 0.97))]
+    got = shard_join.joined_details(shard.joined(parts), parts)
+    assert got["ceiling"]["fraction"] == {"fp8-s4k-d128": 0.72, "fp8-s8k-d256": 0.97}
+    assert got["ceiling"]["tflops"] == 1265.0 and got["timing"] == {"warmup": 5} and got["gated"] == ["fa3"]

@@ -187,7 +187,9 @@ def stages(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, s
     if settings.isolated_parts:
         n = len(gpus)
         has = holds or (lambda g, i, k: True)
-        first = {gpu: [part_name(g, i, n) for g in alone if has(g, i, n)] for i, gpu in enumerate(gpus, 1)}
+        # a gate with nothing in any part still runs as part 1 (and says so): a gate never vanishes from a run
+        runs = {g: [i for i in range(1, n + 1) if has(g, i, n)] or [1] for g in alone}
+        first = {gpu: [part_name(g, i, n) for g in alone if i in runs[g]] for i, gpu in enumerate(gpus, 1)}
         first = {gpu: ts for gpu, ts in first.items() if ts}
     else:
         first = {gpus[0]: alone}

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_bench_gates import Rate, config, context, fa3_rate, gpu_stand_in  # noqa: F401 - fixtures
+from test_bench_gates import Rate, config, context, fa3_rate, gpu_stand_in, html  # noqa: F401 - fixtures
 
 from harness import shard, shard_join, shard_perf
 from harness.bench import runner, selection
@@ -70,6 +70,13 @@ def test_two_parts_balance_by_the_measured_workload_seconds(repo_config: Config)
     assert max(loads) <= 0.55 * sum(loads)
     sweep = {w.name for w in shard_perf.bench_settings(repo_config).sweep_workloads}
     assert len({where[w] for w in sweep}) == 2  # the two sweeps, the costliest units, on different GPUs
+
+
+def test_a_gate_with_nothing_in_any_part_still_runs_once(repo_config: Config) -> None:
+    settings = repo_config.once("shard.yaml", load_shard_settings)
+    names = [g.name for g in repo_config.gates_through(7)]
+    first = stages(names, [0, 1], settings, {}, lambda g, i, n: g != "perf-serving")[0]
+    assert [t for ts in first.values() for t in ts if t.startswith("perf-serving")] == ["perf-serving@1/2"]
 
 
 def test_switch_back_to_one_isolated_part(gates_dir: Path) -> None:
@@ -137,6 +144,8 @@ def test_perf_fa3_in_parts_judges_as_one_run(config: Config, tmp_path: Path,  # 
     assert got.details["timing"] == whole.details["timing"]  # settings taken once, never summed
     assert got.details["gated"] == whole.details["gated"] == ["fa3"]  # nor repeated (README's numbers read it)
     assert got.details["plots"]["ratio_svg"] or got.details["plots"]["ratio_note"]
+    page = html(got)
+    assert all(w["name"] in page for w in whole.details["workloads"])  # one report section over both parts
 
 
 def test_a_slow_workload_in_one_part_fails_the_geometric_mean_over_the_union(

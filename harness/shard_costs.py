@@ -4,7 +4,9 @@ The placement of a run over several GPUs weighs each gate by its latest wall tim
 estimates shipped in gates/shard.yaml where the history has none (a first run on a new host). This prints those
 estimates from the newest run of the history store (gates/history.yaml `file`, $FLASHCORE_HISTORY, or --db) or from
 the given results.json files (.json.xz too; a later file wins per gate), rounded up to whole seconds, to paste over
-the block when the gates' times have moved.
+the block when the gates' times have moved. `--workloads`: the `workload_seconds:` block instead, by which the perf
+group's workloads are dealt to its parts (harness/shard_perf.py): each workload's GPU seconds in the perf gates of
+the given runs, from their rounds and medians, less the pairs a gate run leaves untimed (harness/bench/selection.py).
 """
 
 from __future__ import annotations

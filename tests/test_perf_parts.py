@@ -288,3 +288,12 @@ def test_perf_fp8_parts_keep_every_workloads_ceiling_fraction(config: Config, tm
     got = shard_join.joined_details(shard.joined(parts), parts)
     assert got["ceiling"]["fraction"] == {"fp8-s4k-d128": 0.72, "fp8-s8k-d256": 0.97}
     assert got["ceiling"]["tflops"] == 1265.0 and got["timing"] == {"warmup": 5} and got["gated"] == ["fa3"]
+
+
+def test_a_bad_skip_unread_names_the_key(gates_dir: Path) -> None:
+    from harness.bench.settings import load_bench_settings
+
+    path = gates_dir / "bench.yaml"
+    path.write_text(path.read_text().replace("  - long-context\n", "  - long-context\n  - no-such-workload\n"))
+    with pytest.raises(ConfigError, match=r"skip_unread\[1\]"):
+        load_bench_settings(load_config(gates_dir))

@@ -26,26 +26,21 @@ Absolute TFLOPS (median of all repetitions) and the baselines are shown in the c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness import shard_perf
 from harness.bench import report
-from harness.bench.settings import (
-    BASELINES,
-    BENCH_FILE,
-    OURS,
-    BenchSettings,
-    check_backends,
-    load_bench_settings,
-    timing_dict,
-)
+from harness.bench.settings import BASELINES, BENCH_FILE, OURS, check_backends, load_bench_settings, timing_dict
 from harness.gates.base import Gate, GateContext
-from harness.gates.perf import measure_all, measure_options, write_measurements
+from harness.gates.perf import measure_all, write_measurements
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
-from harness.schema import PHASES_FILE, Config, ConfigError, Workload, param
+from harness.schema import PHASES_FILE, ConfigError, param
 from harness.support import gpu
 from harness.support import perf_verdict as pv
+
+if TYPE_CHECKING:
+    from harness.bench.settings import BenchSettings
+    from harness.schema import Config, Workload
 
 
 @dataclass(frozen=True)
@@ -96,7 +91,9 @@ class ScalingGate(Gate):
             gpu.load_flashcore(0)
         except (ConfigError, gpu.FlashcoreUnavailable) as e:
             return ctx.verdict_only(Status.ERROR, str(e))
+        from harness import shard_perf
         from harness.bench.runner import shared  # late: see harness/gates/perf.py
+        from harness.gates.perf import measure_options
 
         try:
             part = shard_perf.part_of(ctx)

@@ -8,7 +8,9 @@ CUDA context must not be forked: a fresh interpreter per GPU is the one safe uni
 time, so a timing-sensitive gate (perf, ncu, scaling) is alone on its GPU while it runs.
 
 Placement (gates/shard.yaml, harness/shard_plan.py): `first` gates run here before the workers start (build: the
-workers load its library); with several GPUs the `isolated` gates (the perf group) then run alone on the host; the
+workers load its library); with several GPUs the `isolated` gates (the perf group) then run while no other gate
+does: as one part per GPU at once, each a share of the group's workloads (harness/shard_perf.py; each gate's
+parts joined and judged over all of them, shard_join.py), or whole on one GPU (`isolated_parts: false`); the
 rest spread by longest-first over every GPU, each gate weighted by its wall time in the last run in the history,
 else the estimate shipped in gates/shard.yaml; a `split` gate (sanitizer-all) runs as one part per GPU and its
 parts are joined into one result (`join_parts`). Each merged gate carries details["gpu"]: the GPU's index, name and
@@ -24,7 +26,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ from typing import Any
 from harness.results import GateResult, RunResult, Status, combine, phase_without_gates
 from harness.schema import Config, GateSpec
 from harness.shard_plan import (
+    GPU_INDEX_ENV,
+    PART_SEP,
     PARTS_ENV,
     SHARD_FILE,
     WORKERS_ENV,
@@ -40,15 +44,15 @@ from harness.shard_plan import (
     load_shard_settings,
     parts_env,
     plan,
+    stage_names,
 )
 from harness.shard_plan import critical_path as path_of
 from harness.shard_plan import stages as stages_of
 from harness.support.notices import run_notice
 
 # re-exported: the CI runners' placement and the CLI use them
-__all__ = ["SHARD_FILE", "ShardSettings", "load_shard_settings", "plan"]
+__all__ = ["GPU_INDEX_ENV", "SHARD_FILE", "ShardSettings", "load_shard_settings", "plan"]
 
-GPU_INDEX_ENV = "FLASHCORE_GPU_INDEX"  # set in a worker: the physical index of its GPU (nvidia-smi's numbering)
 
 
 def gpu_list(spec: str, count: Callable[[], int]) -> list[int]:
@@ -178,15 +182,24 @@ def joined(parts: Sequence[tuple[int, GateResult]]) -> GateResult:
                                logs=tuple(x for r in results for x in r.logs), details=details)
 
 
-def join_parts(results: Sequence[tuple[int, GateResult]]) -> dict[int, list[GateResult]]:
-    """Per GPU, its gates' results; a gate that ran in parts on several GPUs is joined, under its first part's GPU."""
+Finish = Callable[[GateResult, Sequence[tuple[int, GateResult]]], GateResult]  # (joined, its parts) -> result
+
+
+def join_parts(results: Sequence[tuple[int, GateResult]], parted: Collection[str] = (),
+               finish: Finish | None = None) -> dict[int, list[GateResult]]:
+    """Per GPU, its gates' results; a gate that ran in parts (on several GPUs, or named in `parted`: a part may be
+    a gate's only one) is joined, under its first part's GPU, then passed to `finish` (the perf group's verdicts
+    over every part: harness/shard_join.py)."""
     by_name: dict[str, list[tuple[int, GateResult]]] = {}
     for gpu, r in results:
         by_name.setdefault(r.name, []).append((gpu, r))
     shards: dict[int, list[GateResult]] = {}
-    for got in by_name.values():
+    for name, got in by_name.items():
         gpu, r = got[0]
-        shards.setdefault(gpu, []).append(joined(got) if len(got) > 1 else r)
+        if len(got) > 1 or name in parted:
+            r = joined(got)
+            r = finish(r, got) if finish is not None else r
+        shards.setdefault(gpu, []).append(r)
     return shards
 
 
@@ -217,14 +230,16 @@ def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Call
     t0 = time.monotonic()
     base = run_first(first_names)
     first_s = time.monotonic() - t0
-    stages = stages_of(names, gpus, settings, seconds)
+    from harness import shard_join, shard_perf
+
+    stages = stages_of(names, gpus, settings, seconds, shard_perf.holds(config))
+    titles = stage_names(stages, settings)
     results: list[tuple[int, GateResult]] = []
     walls: list[dict[int, tuple[list[str], float]]] = []
     for n, stage in enumerate(stages, 1):
         alone = len(stages) > 1 and n == 1
-        what = "alone on the host (isolated)" if alone else f"stage {n}/{len(stages)}"
         for gpu, gs in stage.items():
-            say(f"[shard] {what}: GPU {gpu}: {', '.join(gs)}")
+            say(f"[shard] {titles[n - 1]}: GPU {gpu}: {', '.join(gs)}")
         got = run_stage(phase, stage, seed, run_dir, gates_dir,
                         (lambda g: f"shards/isolated-gpu{g}") if alone else (lambda g: f"shards/gpu{g}"))
         walls.append({gpu: (stage[gpu], wall) for gpu, (_, wall) in got.items()})
@@ -233,9 +248,15 @@ def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Call
             say(f"[shard] GPU {gpu} done in {wall:.0f} s: {len(rs) - len(bad)}/{len(rs)} pass"
                 + (f" ({', '.join(bad)})" if bad else ""))
             results += [(gpu, r) for r in rs]
-    path = path_of(first_names, first_s, walls)
+    path = path_of(first_names, first_s, walls, names=titles)
     say(f"[shard] critical path {path['text']}")
-    merged = merge(config, phase, base.gates, join_parts(results), base)
+    parted = {gate_of(t) for st in stages for ts in st.values() for t in ts if PART_SEP in t}
+    isolated = set(settings.isolated)
+
+    def finish(whole: GateResult, parts: Sequence[tuple[int, GateResult]]) -> GateResult:
+        return shard_join.join(config, run_dir, whole, parts) if whole.name in isolated else whole
+
+    merged = merge(config, phase, base.gates, join_parts(results, parted, finish), base)
     placed: dict[str, list[str]] = {}
     for stage in stages:
         for g, gs in stage.items():

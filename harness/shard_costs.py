@@ -4,7 +4,9 @@ The placement of a run over several GPUs weighs each gate by its latest wall tim
 estimates shipped in gates/shard.yaml where the history has none (a first run on a new host). This prints those
 estimates from the newest run of the history store (gates/history.yaml `file`, $FLASHCORE_HISTORY, or --db) or from
 the given results.json files (.json.xz too; a later file wins per gate), rounded up to whole seconds, to paste over
-the block when the gates' times have moved.
+the block when the gates' times have moved. `--workloads`: the `workload_seconds:` block instead, by which the perf
+group's workloads are dealt to its parts (harness/shard_perf.py): each workload's GPU seconds in the perf gates of
+the given runs, from their rounds and medians, less the pairs a gate run leaves untimed (harness/bench/selection.py).
 """
 
 from __future__ import annotations
@@ -12,14 +14,53 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.schema import Config
 
 
-def seconds_block(seconds: Mapping[str, float], order: Sequence[str]) -> str:
+def seconds_block(seconds: Mapping[str, float], order: Sequence[str], key: str = "seconds") -> str:
     """'seconds:' and one '  gate: N' line per gate in `order` that has a time (N rounded up, at least 1)."""
-    lines = ["seconds:"] + [f"  {g}: {max(1, math.ceil(seconds[g]))}" for g in order if g in seconds]
+    lines = [f"{key}:"] + [f"  {g}: {max(1, math.ceil(seconds[g]))}" for g in order if g in seconds]
     return "\n".join(lines) + "\n"
+
+
+def workload_cost(rows: Sequence[Mapping[str, Any]], rounds: int, timing: Mapping[str, Any],
+                  skip: Collection[str] = ()) -> float:
+    """GPU seconds one workload's rows of a perf gate took (harness/bench/timing.py): per backend timed, its
+    rounds (each call with its clock probe) and its warm-up (`warmup` calls, at least `warmup_ms`); the backends
+    in `skip` (now left untimed) not counted."""
+    probe_ms = float(timing.get("clock_probe_us", 0)) / 1000
+    total = 0.0
+    for row in rows:
+        t = row.get("median_ms")
+        if t is None or row.get("backend") in skip:
+            continue
+        total += rounds * (t + probe_ms) + max(int(timing.get("warmup", 0)) * t, float(timing.get("warmup_ms", 0)))
+    return total / 1000
+
+
+def workload_seconds(paths: Sequence[Path], untimed: Collection[tuple[str, str]] = ()) -> dict[str, float]:
+    """Each workload's GPU seconds in the perf gates of the given results.json files (the first gate that lists a
+    workload: the others reuse its measurements), less the pairs `untimed` (harness/bench/selection.py)."""
+    from harness.render.stored import read_run
+
+    got: dict[str, float] = {}
+    for path in paths:
+        found: dict[str, float] = {}
+        for g in read_run(path).gates:
+            timing = (g.details or {}).get("timing") or {}
+            for wl in (g.details or {}).get("workloads") or []:
+                if not isinstance(wl, Mapping) or not isinstance(wl.get("rounds"), int) or wl.get("name") in found:
+                    continue  # another gate's workload list (names only), or a workload counted already
+                name = str(wl["name"])
+                skip = {b for w, b in untimed if w == name}
+                found[name] = workload_cost(wl.get("rows") or [], wl["rounds"], timing, skip)
+        got.update(found)
+    return got
 
 
 def from_results(paths: Sequence[Path]) -> dict[str, float]:
@@ -36,11 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("results", type=Path, nargs="*", help="results.json files (default: the history store)")
     ap.add_argument("--db", type=Path, help="history file (default $FLASHCORE_HISTORY, else gates/history.yaml)")
     ap.add_argument("--gates-dir", type=Path, default=Path("gates"))
+    ap.add_argument("--workloads", action="store_true",
+                    help="the `workload_seconds:` block instead: each perf workload's GPU seconds in the given runs")
     args = ap.parse_args(argv)
     from harness.config import load_config
     from harness.render.stored import StoredRunError
     from harness.shard import last_gate_seconds
 
+    if args.workloads:
+        return print_workloads(args.results, load_config(args.gates_dir))
     if args.results:
         try:
             seconds = from_results(args.results)
@@ -58,6 +103,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no gate times found: run a phase first, or name a results.json", file=sys.stderr)
         return 1
     sys.stdout.write(seconds_block(seconds, order))
+    return 0
+
+
+def print_workloads(paths: Sequence[Path], config: Config) -> int:
+    """The `workload_seconds:` block from the perf gates of `paths`, in workloads.yaml then sweep order, the pairs
+    a gate run leaves untimed today not counted."""
+    from harness.bench.selection import untimed
+    from harness.render.stored import StoredRunError
+    from harness.shard_perf import bench_settings
+
+    settings = bench_settings(config)
+    try:
+        seconds = workload_seconds(paths, untimed(config, settings))
+    except StoredRunError as e:
+        print(f"python -m harness.shard_costs: {e}", file=sys.stderr)
+        return 1
+    if not seconds:
+        print("no perf gate measurements found: name a results.json of a run with the perf gates", file=sys.stderr)
+        return 1
+    order = [*config.workloads, *(w.name for w in settings.sweep_workloads)]
+    sys.stdout.write(seconds_block(seconds, list(dict.fromkeys(order)), "workload_seconds"))
     return 0
 
 

@@ -6,9 +6,12 @@ gate) are placed longest first, each on the GPU with the least work so far (LPT)
 the longest) runs as one part per GPU, each part a share of its workloads dealt the same way by estimated cost
 (`deal`), so every worker computes the same shares. The parts' results are joined into one gate (harness/shard.py).
 
-Stages: with more than one GPU, the `isolated` gates (the perf group) run first, alone on the host, in one worker;
-the rest spread over every GPU after them. A perf measurement then never shares the host's CPUs, PCIe or power
-with another worker's sanitizer or ncu runs, so a sharded run judges its paired ratios as stably as a lone one.
+Stages: with more than one GPU, the `isolated` gates (the perf group) run first, while no other gate runs on the
+host; the rest spread over every GPU after them. A perf measurement then never shares its GPU, or the host's CPUs,
+PCIe or power budget, with another worker's sanitizer or ncu runs, so a sharded run judges its paired ratios as
+stably as a lone one. With `isolated_parts` the group runs as one part per GPU at the same time, each part every
+isolated gate on a share of the group's workloads (harness/shard_perf.py deals them by `workload_seconds`);
+without it, whole in one worker on the first GPU while the others wait.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from typing import Any
 from harness.schema import ConfigError, read_yaml
 
 SHARD_FILE = "shard.yaml"
-_KEYS = ("first", "together", "isolated", "split", "default_seconds", "seconds")
+_KEYS = ("first", "together", "isolated", "isolated_parts", "split", "default_seconds", "seconds",
+         "default_workload_seconds", "workload_seconds")
 PART_SEP = "@"  # "sanitizer-all@1/2": part 1 of 2 of a split gate, in a placement
 PARTS_ENV = "FLASHCORE_GATE_PARTS"  # set in a worker: "sanitizer-all=1/2[,...]", the parts it runs
 WORKERS_ENV = "FLASHCORE_WORKERS"  # set in a worker: how many workers share the host (its CPU share)
+GPU_INDEX_ENV = "FLASHCORE_GPU_INDEX"  # set in a worker: the physical index (or UUID) of its GPU, as nvidia-smi
 
 
 @dataclass(frozen=True)
@@ -37,9 +42,17 @@ class ShardSettings:
     isolated: tuple[str, ...] = ()
     split: tuple[str, ...] = ()
     seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    isolated_parts: bool = False  # the isolated group as one part per GPU at once (else whole on the first GPU)
+    default_workload_seconds: float = 1.0
+    workload_seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def weight(self, gate: str, history: Mapping[str, float]) -> float:
         return history.get(gate, self.seconds.get(gate, self.default_seconds))
+
+    def workload_weight(self, workload: str) -> float:
+        """A workload's expected time in the isolated group (every backend, every gate that times it), for
+        dealing the group's workloads to its parts."""
+        return self.workload_seconds.get(workload, self.default_workload_seconds)
 
 
 def load_shard_settings(gates_dir: Path) -> ShardSettings:
@@ -69,12 +82,19 @@ def load_shard_settings(gates_dir: Path) -> ShardSettings:
     for s in split:
         if any(s in g for g in groups) or s in isolated:
             raise ConfigError(file, "split", list(split), f"{s} is in a together group or isolated: not splittable")
-    raw = data.get("seconds", {})
-    if not isinstance(raw, dict):
-        raise ConfigError(file, "seconds", raw, "a mapping gate: seconds")
-    seconds = {str(k): positive(f"seconds.{k}", v) for k, v in raw.items()}
+    def table(key: str) -> dict[str, float]:
+        raw = data.get(key, {})
+        if not isinstance(raw, dict):
+            raise ConfigError(file, key, raw, "a mapping name: seconds")
+        return {str(k): positive(f"{key}.{k}", v) for k, v in raw.items()}
+
+    parts = data.get("isolated_parts", False)
+    if not isinstance(parts, bool):
+        raise ConfigError(file, "isolated_parts", parts, "true or false")
     return ShardSettings(names("first", data.get("first")), groups, positive("default_seconds",
-                         data.get("default_seconds")), isolated, split, MappingProxyType(seconds))
+                         data.get("default_seconds")), isolated, split, MappingProxyType(table("seconds")),
+                         parts, positive("default_workload_seconds", data.get("default_workload_seconds", 1.0)),
+                         MappingProxyType(table("workload_seconds")))
 
 
 def deal(items: Sequence[tuple[str, float]], n: int) -> list[list[str]]:
@@ -150,16 +170,43 @@ def plan(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, sec
     return {i: sorted(gs, key=lambda t: (order[gate_of(t)], t)) for i, gs in placed.items() if gs}
 
 
-def stages(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings,
-           seconds: Mapping[str, float]) -> list[dict[int, list[str]]]:
-    """The placement in stages: with several GPUs, the isolated gates alone on the first GPU, then the rest over
-    every GPU; with one GPU (one worker: its gates run one at a time anyway), one stage."""
+Holds = Callable[[str, int, int], bool]  # (gate, part i, of n): does that part of the gate hold any work
+
+
+def stages(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, seconds: Mapping[str, float],
+           holds: Holds | None = None) -> list[dict[int, list[str]]]:
+    """The placement in stages: with several GPUs, first the isolated gates while nothing else runs (with
+    `isolated_parts`, part i of n of each on the i-th GPU, all at once, leaving out the parts `holds` says are
+    empty; else whole on the first GPU), then the rest over every GPU; with one GPU (one worker: its gates run one
+    at a time anyway), one stage."""
     alone = [g for g in gates if g in settings.isolated and g not in settings.first]
     if len(gpus) < 2 or not alone:
         return [plan(gates, gpus, settings, seconds, split=True)]
     rest = [g for g in gates if g not in alone]
     spread = plan(rest, gpus, settings, seconds, split=True)
-    return [{gpus[0]: alone}, spread] if spread else [{gpus[0]: alone}]
+    if settings.isolated_parts:
+        n = len(gpus)
+        has = holds or (lambda g, i, k: True)
+        # a gate with nothing in any part still runs as part 1 (and says so): a gate never vanishes from a run
+        runs = {g: [i for i in range(1, n + 1) if has(g, i, n)] or [1] for g in alone}
+        first = {gpu: [part_name(g, i, n) for g in alone if i in runs[g]] for i, gpu in enumerate(gpus, 1)}
+        first = {gpu: ts for gpu, ts in first.items() if ts}
+    else:
+        first = {gpus[0]: alone}
+    return [first, spread] if spread else [first]
+
+
+def stage_names(stages_: Sequence[Mapping[int, Sequence[str]]], settings: ShardSettings) -> list[str]:
+    """What each stage is, for the progress lines and the critical path: the isolated stage says how it ran."""
+    isolated = set(settings.isolated)
+
+    def name(n: int, stage: Mapping[int, Sequence[str]]) -> str:
+        if len(stages_) > 1 and n == 1 and {gate_of(t) for ts in stage.values() for t in ts} <= isolated:
+            return (f"isolated in {len(stage)} parts at once" if any(PART_SEP in t for ts in stage.values() for t in ts)
+                    else "isolated, alone on the host")
+        return f"stage {n}/{len(stages_)}"
+
+    return [name(n, st) for n, st in enumerate(stages_, 1)]
 
 
 @dataclass(frozen=True)
@@ -177,15 +224,18 @@ class Leg:
 
 
 def critical_path(first: Sequence[str], first_s: float, walls: Sequence[Mapping[int, tuple[Sequence[str], float]]],
-                  label: Callable[[int], str] = lambda g: f"GPU {g}") -> dict[str, Any]:
+                  label: Callable[[int], str] = lambda g: f"GPU {g}",
+                  names: Sequence[str] | None = None) -> dict[str, Any]:
     """The run's critical path: the `first` gates, then in each stage its slowest worker (walls: per stage, GPU ->
-    (its gates, its wall seconds)). The sum is what a faster run must shorten."""
+    (its gates, its wall seconds); names: what each stage is, stage_names). The sum is what a faster run must
+    shorten."""
     legs = [Leg("first", "parent", tuple(first), first_s)] if first else []
     for n, stage in enumerate(walls, 1):
         if stage:
             gpu, (gs, wall) = max(stage.items(), key=lambda x: x[1][1])
-            legs.append(Leg(f"stage {n}/{len(walls)}", label(gpu), tuple(gs), wall))
+            legs.append(Leg(names[n - 1] if names else f"stage {n}/{len(walls)}", label(gpu), tuple(gs), wall))
     total = sum(leg.seconds for leg in legs)
-    text = " -> ".join(f"{leg.worker} {leg.seconds:.0f} s ({', '.join(leg.gates[:4])}"
-                       f"{f' +{len(leg.gates) - 4}' if len(leg.gates) > 4 else ''})" for leg in legs)
+    text = " -> ".join(f"{'' if leg.stage == 'first' else leg.stage + ': '}{leg.worker} {leg.seconds:.0f} s "
+                       f"({', '.join(leg.gates[:4])}{f' +{len(leg.gates) - 4}' if len(leg.gates) > 4 else ''})"
+                       for leg in legs)
     return {"seconds": round(total, 1), "legs": [leg.to_dict() for leg in legs], "text": f"{total:.0f} s: {text}"}

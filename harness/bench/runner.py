@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.bench import backends, timing
 from harness.bench.record import CRASHED, Measurement, not_available
+from harness.bench.selection import UNTIMED
 from harness.bench.settings import TimingParams
 from harness.schema import Workload
 from harness.support import gpu, serving
@@ -33,6 +34,8 @@ class Options:
     fault: int = 0  # test-only kernel fault for FlashCore (SLOW_FAULT = the planted slow path)
     noisy: bool = False  # test-only: side-stream matmul bursts alongside FlashCore's calls
     device: str = "cuda"
+    # (workload, backend) pairs left untimed, each "not available" with selection.UNTIMED (harness/bench/selection.py)
+    untimed: frozenset[tuple[str, str]] = frozenset()
 
 
 def pairing_id(group: Sequence[Workload]) -> str:
@@ -99,6 +102,8 @@ class Measurer:
 
     def prepare(self, wl: Workload, backend: str) -> backends.Prepared | Measurement:
         """A probed, ready call on this workload's inputs, or the "not available" Measurement saying why."""
+        if (wl.name, backend) in self.options.untimed:
+            return not_available(wl, backend, UNTIMED, self.seed(wl))
         inputs = self.inputs(wl)
         fault = self.options.fault if backend == "flashcore" else 0
         try:

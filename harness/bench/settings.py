@@ -151,6 +151,7 @@ class BenchSettings:
     anchors: Mapping[str, Anchor]
     sweep_workloads: tuple[Workload, ...]  # generated from `sweep`, or the workloads.yaml entry of that shape
     suite_workloads: tuple[Workload, ...]  # what `make bench` runs, in order, no duplicates
+    skip_unread: tuple[str, ...] = ()  # workloads on which a gate run times no pair that no check reads
 
     def anchor_for(self, wl: Workload) -> Anchor | None:
         return next((a for a in self.anchors.values() if a.matches(wl)), None)
@@ -224,7 +225,7 @@ def mapping(file: Path, key: str, value: Any) -> Mapping[str, Any]:
 def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettings:
     """Parse `<gates_dir>/bench.yaml` (or `file`) against the already loaded workloads."""
     file = Path(file) if file is not None else config.gates_dir / BENCH_FILE
-    data = read_yaml(file, ("timing", "suite", "sweep", "stored_run", "judged", "anchors"))
+    data = read_yaml(file, ("timing", "suite", "sweep", "stored_run", "judged", "anchors", "skip_unread"))
     for key in ("timing", "suite", "sweep", "stored_run", "judged"):
         if key not in data:
             raise ConfigError(file, key, None, "required")
@@ -249,9 +250,13 @@ def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettin
     swept = sweep_workloads(file, sweep, config.workloads)
     listed = expand(file, "suite.workloads", suite.workloads, config)
     suite_wls = {w.name: w for w in (*listed, *(swept if suite.sweep else ()))}
+    skip = data.get("skip_unread", [])
+    if not isinstance(skip, list) or not all(isinstance(n, str) for n in skip):
+        raise ConfigError(file, "skip_unread", skip, "a list of workload or set names")
     return BenchSettings(file=file, timing=timing, suite=suite, sweep=sweep, stored_run=stored, judged=judged,
                          anchors=MappingProxyType(anchors), sweep_workloads=swept,
-                         suite_workloads=tuple(suite_wls.values()))
+                         suite_workloads=tuple(suite_wls.values()),
+                         skip_unread=tuple(w.name for w in expand(file, "skip_unread", tuple(skip), config)))
 
 
 def parse_judged(file: Path, raw: Any, timing: TimingParams) -> JudgedParams:

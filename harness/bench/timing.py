@@ -29,6 +29,7 @@ paired ratio's spread must catch it.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.bench import paired
 from harness.bench.settings import OURS, TimingParams
+from harness.shard_plan import GPU_INDEX_ENV
 
 if TYPE_CHECKING:
     import torch
@@ -245,11 +247,22 @@ def _nvml() -> Iterator[Any]:
         pynvml.nvmlShutdown()
 
 
+def _handle(nv: Any) -> Any:
+    """The NVML handle of this process's GPU. NVML numbers GPUs physically, whatever CUDA_VISIBLE_DEVICES says: a
+    worker of a run over several GPUs names its own (FLASHCORE_GPU_INDEX, an index or a UUID), so a perf part on
+    GPU 1 records GPU 1's clocks and power, not GPU 0's; else the first GPU."""
+    device = os.environ.get(GPU_INDEX_ENV, "")
+    if device.isdigit():
+        return nv.nvmlDeviceGetHandleByIndex(int(device))
+    return nv.nvmlDeviceGetHandleByUUID(device) if device else nv.nvmlDeviceGetHandleByIndex(0)
+
+
 def read_clocks() -> dict[str, Any]:
-    """SM and memory clocks (MHz), temperature and power of GPU 0, read now; from NVML, else nvidia-smi."""
+    """SM and memory clocks (MHz), temperature and power of this process's GPU, read now; from NVML, else
+    nvidia-smi."""
     try:
         with _nvml() as nv:
-            h = nv.nvmlDeviceGetHandleByIndex(0)
+            h = _handle(nv)
             return {
                 "sm_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
                 "mem_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
@@ -269,7 +282,7 @@ def read_clocks() -> dict[str, Any]:
 def max_sm_clock_mhz() -> int | None:
     try:
         with _nvml() as nv:
-            return int(nv.nvmlDeviceGetMaxClockInfo(nv.nvmlDeviceGetHandleByIndex(0), nv.NVML_CLOCK_SM))
+            return int(nv.nvmlDeviceGetMaxClockInfo(_handle(nv), nv.NVML_CLOCK_SM))
     except Exception:  # noqa: BLE001 - best effort
         return None
 

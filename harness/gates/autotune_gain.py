@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from flashcore.tuning import TileConfig
+from harness import shard_perf
 from harness.gates.autotune_table import host_of, library_table_check
 from harness.gates.base import GateContext, SelfTest, flashcore_for
 from harness.gates.perf import PerfGate, run_perf
@@ -67,7 +68,8 @@ class AutotuneGainGate(PerfGate):
                 warnings.simplefilter("ignore", tuning.TuningWarning)
                 return tuning.config_for(bucket(wl), props.name, props.multi_processor_count, kernel_id)
 
-        judged, same = split_same_launch(ctx.workloads(), config_of, planted=bool(ctx.fault))
+        mine = shard_perf.mine(ctx.config, shard_perf.part_of(ctx), ctx.workloads())  # a run in parts: its share
+        judged, same = split_same_launch(mine, config_of, planted=bool(ctx.fault))
         if not judged:
             return ctx.result([same_launch_check(w) for w in same],
                               message="the table keeps the default on every bucket of these workloads: no gain to "

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import json
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.bench import report
+from harness import shard_perf
+from harness.bench import report, selection
 from harness.bench import stored as per_gpu
 from harness.bench.ceiling import KINDS as CEILINGS
 from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
@@ -47,13 +48,13 @@ from harness.bench.settings import (
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
-from harness.schema import PHASES_FILE, ConfigError, Workload, param
+from harness.schema import PHASES_FILE, Config, ConfigError, Workload, param
 from harness.support import gpu
 from harness.support import perf_verdict as pv
 from harness.support.notices import NOTICE_KEY
 
 if TYPE_CHECKING:  # the runner imports harness.support.gpu, whose package imports this module: import it late
-    from harness.bench.runner import Measurer
+    from harness.bench.runner import Measurer, Options
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,24 @@ class PerfParams:
 
     def spread_limit(self, wl: Workload) -> float:
         return pv.spread_limit(wl, self.max_rel_std, self.long_context_max_rel_std)
+
+    def judged_and_shown(self, config: Config, settings: BenchSettings) -> tuple[list[Workload], list[Workload]]:
+        """(`workloads` and the sweep's points unless shown only: judged; `report_workloads` not judged: shown)."""
+        shown = set(self.report_workloads)  # a sweep point named here is shown, not judged
+        swept = [w for w in settings.sweep_workloads if w.name not in shown] if self.sweep else []
+        judged = list({w.name: w for w in (*(config.workloads[n] for n in self.workloads), *swept)}.values())
+        names = {w.name for w in judged}
+        return judged, [config.workloads[n] for n in self.report_workloads if n not in names]
+
+    def measured(self, config: Config, settings: BenchSettings) -> list[Workload]:
+        """Every workload the gate times (harness/shard_perf.py deals them to the parts of a run)."""
+        return [w for ws in self.judged_and_shown(config, settings) for w in ws]
+
+    def reads(self, config: Config, settings: BenchSettings) -> set[tuple[str, str]]:
+        """The pairs a check reads: FlashCore, each gated baseline and the regression's reference on every judged
+        workload (harness/bench/selection.py: on gates/bench.yaml `skip_unread` no other pair is timed)."""
+        return {(w.name, b) for w in self.judged_and_shown(config, settings)[0]
+                for b in (OURS, *self.gated, *((settings.stored_run.reference_for(w),) if self.regression else ()))}
 
 
 def load_stored(settings: BenchSettings, repo_root: Path, here: per_gpu.GpuModel | None,
@@ -110,6 +129,13 @@ def stored_notice(stored: Run | pv.Missing | None, checks: Sequence[Check]) -> s
         return ""
     return (f"the stored run {stored.path} ({stored.gpu}) lacks workloads the perf gates judge (their regression "
             "checks are not applicable): run make bench-baseline on this GPU and commit it")
+
+
+def measure_options(ctx: GateContext, settings: BenchSettings, noisy: bool = False) -> Options:
+    """The same for every gate of a run (so they share one Measurer): the pairs no check reads left untimed."""
+    from harness.bench.runner import Options
+
+    return Options(settings.timing, ctx.seed, ctx.fault, noisy, untimed=selection.untimed(ctx.config, settings))
 
 
 def measure_all(ctx: GateContext, measurer: Measurer, settings: BenchSettings, workloads: Sequence[Workload],
@@ -208,39 +234,62 @@ def run_perf(ctx: GateContext, *, noisy: bool = False, stored_path: Path | None 
         check_backends(ctx.config.gates_dir / PHASES_FILE, f"{key}.baselines", p.baselines, BASELINES)
         check_backends(ctx.config.gates_dir / PHASES_FILE, f"{key}.gated", p.gated, BASELINES)
         gpu.load_flashcore(0)
-    except (ConfigError, gpu.FlashcoreUnavailable) as e:
+        part = shard_perf.part_of(ctx)  # a run in parts: this worker's share of the workloads
+    except (ConfigError, gpu.FlashcoreUnavailable, ValueError) as e:
         return ctx.verdict_only(Status.ERROR, str(e))
-    shown = set(p.report_workloads)  # a sweep point named here is shown, not judged
-    swept = [w for w in settings.sweep_workloads if w.name not in shown] if p.sweep else []
-    workloads = list({w.name: w for w in (*ctx.workloads(), *swept)}.values())
-    reported = [ctx.config.workloads[n] for n in p.report_workloads if n not in {w.name for w in workloads}]
+    workloads, reported = (shard_perf.mine(ctx.config, part, ws) for ws in p.judged_and_shown(ctx.config, settings))
     refs = references(settings, workloads) if p.regression else {}
-    backends = [OURS, *dict.fromkeys((*p.gated, *p.baselines, *refs.values()))]
-    from harness.bench.runner import Options, shared
+    backends = gate_backends(p, refs)
+    from harness.bench.runner import shared
 
     env_now = {**_gpu_now(), "torch": _torch_version()}
     here = per_gpu.model_of(env_now)
     stored = load_stored(settings, ctx.repo_root, here, stored_path) if p.regression else None
-    measurer = shared(ctx.run_dir, Options(settings.timing, ctx.seed, ctx.fault, noisy))
+    measurer = shared(ctx.run_dir, measure_options(ctx, settings, noisy))
     by_wl = measure_all(ctx, measurer, settings, [*workloads, *reported], backends)
     measurer.release()  # free the inputs and the flush buffer for the next gate; the results stay cached
     checks = [c for wl in workloads
               for c in perf_checks(wl, by_wl[wl.name], p, refs.get(wl.name), stored, env_now, settings.judged)]
-    if p.min_geomean > 0:
-        judged = ctx.workloads()
-        checks += [pv.verdict_geomean(f"geomean over {len(judged)} workloads",
-                                      [(by_wl[w.name][OURS], by_wl[w.name][b]) for w in judged], p.min_geomean,
-                                      p.max_rel_std, settings.judged)
-                   for b in p.gated]
+    geomean_over = [w.name for w in shard_perf.mine(ctx.config, part, ctx.workloads())]
+    checks += geomean_checks(p, geomean_over, by_wl, settings.judged) if part is None else []
     log_json = write_measurements(ctx, settings, by_wl)
     details = perf_details(ctx, settings, [*workloads, *reported], backends, by_wl, stored, log_json, refs)
     details["report_only"] = [w.name for w in reported]
+    if part is not None:  # the geometric mean is judged once over every part's measurements (shard_join.py)
+        details["geomean_workloads"] = geomean_over
     notice = stored_notice(stored, checks)
     if notice:
         details[NOTICE_KEY] = notice
     if p.ceiling:
         details["ceiling"] = ceiling_details(ctx, p, by_wl)
     return ctx.result(checks, details=details, logs=[log_json])
+
+
+def geomean_checks(p: PerfParams, judged: Sequence[str], by_wl: Mapping[str, Mapping[str, Measurement]],
+                   rules: JudgedParams) -> list[Check]:
+    """Per gated baseline with `min_geomean` > 0: the geometric mean of the paired ratios over `judged`."""
+    return [pv.verdict_geomean(f"geomean over {len(judged)} workloads",
+                               [(by_wl[w][OURS], by_wl[w][b]) for w in judged], p.min_geomean, p.max_rel_std, rules)
+            for b in p.gated if p.min_geomean > 0]
+
+
+def gate_backends(p: PerfParams, refs: Mapping[str, str]) -> list[str]:
+    """FlashCore, the gated baselines, the others and the regression's references, once each."""
+    return [OURS, *dict.fromkeys((*p.gated, *p.baselines, *refs.values()))]
+
+
+def perf_plots(gate: str, p: PerfParams, settings: BenchSettings, names: Sequence[str],
+               by_wl: Mapping[str, Mapping[str, Measurement]], backends: Sequence[str]) -> dict[str, Any]:
+    """The ratio chart over `names` and, with sweep points among them, the TFLOPS-vs-S chart."""
+    baselines = [b for b in backends if b != OURS]
+    ratio_svg, ratio_note = report.ratio_chart(
+        names, by_wl, ["fa3", *[b for b in baselines if b != "fa3"]] if "fa3" in baselines else baselines,
+        f"FlashCore speed / baseline speed (gated: {', '.join(p.gated)} >= {p.min_ratio:g})",
+        p.min_ratio, f"{gate}-ratio")
+    sweep = [w for w in settings.sweep_workloads if w.name in by_wl]
+    seq_svg, seq_note = report.seqlen_chart(sweep, by_wl, backends, f"{gate}-seqlen") if sweep \
+        else (None, "the sweep is not part of this gate (sweep: false)")
+    return {"ratio_svg": ratio_svg, "ratio_note": ratio_note, "seqlen_svg": seq_svg, "seqlen_note": seq_note}
 
 
 def ceiling_details(ctx: GateContext, p: PerfParams, by_wl: dict[str, dict[str, Measurement]]) -> dict[str, Any]:
@@ -265,14 +314,6 @@ def perf_details(ctx: GateContext, settings: BenchSettings, workloads: Sequence[
     p: PerfParams = ctx.params
     run = stored if isinstance(stored, Run) else None
     names = [w.name for w in workloads]
-    baselines = [b for b in backends if b != OURS]
-    ratio_svg, ratio_note = report.ratio_chart(
-        names, by_wl, ["fa3", *[b for b in baselines if b != "fa3"]] if "fa3" in baselines else baselines,
-        f"FlashCore speed / baseline speed (gated: {', '.join(p.gated)} >= {p.min_ratio:g})",
-        p.min_ratio, f"{ctx.spec.name}-ratio")
-    sweep = [w for w in settings.sweep_workloads if w.name in by_wl]
-    seq_svg, seq_note = report.seqlen_chart(sweep, by_wl, backends, f"{ctx.spec.name}-seqlen") if sweep \
-        else (None, "the sweep is not part of this gate (sweep: false)")
     return {
         "base_seed": ctx.seed,
         "gated": list(p.gated),
@@ -293,7 +334,7 @@ def perf_details(ctx: GateContext, settings: BenchSettings, workloads: Sequence[
                                             judged=(*p.gated, *([refs[w.name]] if w.name in refs else ())))
                       for w in workloads],
         "not_available": report.not_available(m for ms in by_wl.values() for m in ms.values()),
-        "plots": {"ratio_svg": ratio_svg, "ratio_note": ratio_note, "seqlen_svg": seq_svg, "seqlen_note": seq_note},
+        "plots": perf_plots(ctx.spec.name, p, settings, names, by_wl, backends),
         "measurements_file": log_json,
         "planted": sorted({m.planted for ms in by_wl.values() for m in ms.values() if m.planted}),
     }
@@ -338,7 +379,6 @@ class PerfFa3Gate(PerfGate):
 
     selftests = (SelfTest("perf-fa3-slow", "perf", "slow", "kernel fault 4 (the producer sleeps 20 us after every "
                           "K/V tile): FlashCore below FA3 per workload and in the geometric mean"),)
-
 
 
 @register("perf-fp8")

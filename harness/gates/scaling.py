@@ -26,7 +26,7 @@ Absolute TFLOPS (median of all repetitions) and the baselines are shown in the c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.bench import report
 from harness.bench.settings import BASELINES, BENCH_FILE, OURS, check_backends, load_bench_settings, timing_dict
@@ -37,6 +37,10 @@ from harness.results import Check, GateResult, Status
 from harness.schema import PHASES_FILE, ConfigError, param
 from harness.support import gpu
 from harness.support import perf_verdict as pv
+
+if TYPE_CHECKING:
+    from harness.bench.settings import BenchSettings
+    from harness.schema import Config, Workload
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,14 @@ class ScalingParams:
     per_clock: bool = param(default=False)  # judge TFLOPS per SM clock cycle (time x the clock probed before it)
     # the spread limit for points of kind long-context (batch 1 past the sweep's tokens); 0: max_rel_std
     long_context_max_rel_std: float = param(default=0.0, ge=0)
+
+    def measured(self, config: Config, settings: BenchSettings) -> list[Workload]:
+        """The sweep's points (harness/shard_perf.py deals them to the parts of a run by causal mode)."""
+        return list(settings.sweep_workloads)
+
+    def reads(self, config: Config, settings: BenchSettings) -> set[tuple[str, str]]:
+        """FlashCore at every point (judged against itself); the baselines are drawn, never read by a check."""
+        return {(w.name, OURS) for w in settings.sweep_workloads}
 
 
 def mode(causal: bool) -> str:
@@ -83,16 +95,22 @@ class ScalingGate(Gate):
             gpu.load_flashcore(0)
         except (ConfigError, gpu.FlashcoreUnavailable) as e:
             return ctx.verdict_only(Status.ERROR, str(e))
-        from harness.bench.runner import Options, shared  # late: see harness/gates/perf.py
+        from harness import shard_perf
+        from harness.bench.runner import shared  # late: see harness/gates/perf.py
+        from harness.gates.perf import measure_options
 
+        try:
+            part = shard_perf.part_of(ctx)
+        except ValueError as e:
+            return ctx.verdict_only(Status.ERROR, str(e))
         backends = [OURS, *dict.fromkeys(p.baselines)]
-        measurer = shared(ctx.run_dir, Options(settings.timing, ctx.seed, ctx.fault))
-        sweep = settings.sweep_workloads
+        measurer = shared(ctx.run_dir, measure_options(ctx, settings))
+        sweep = shard_perf.mine(ctx.config, part, settings.sweep_workloads)  # a run in parts: this part's modes
         by_wl = measure_all(ctx, measurer, settings, sweep, backends)
         measurer.release()
         checks: list[Check] = []
         tables: list[dict[str, Any]] = []
-        for causal in settings.sweep.causal:
+        for causal in (c for c in settings.sweep.causal if any(w.causal == c for w in sweep)):
             points = {w.seqlen_q: by_wl[w.name][OURS] for w in sweep if w.causal == causal}
             kinds = {w.seqlen_q: w for w in sweep if w.causal == causal}
             for s in p.judged_seqlens:

@@ -29,7 +29,9 @@ def check_varlen(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Ju
     lq = [length(rng, SERVING_EDGES, 2500.0) for _ in range(n)]
     lk = [length(rng, SERVING_EDGES, 2500.0) for _ in range(n)]
     used = [rng.randint(0, x) for x in lk] if rng.random() < 0.3 else None
-    what = f"varlen {describe(f)} q{lq} k{lk}" + (f" used{used}" if used else "")
+    used_q = [rng.randint(0, x) for x in lq] if rng.random() < 0.3 else None
+    what = (f"varlen {describe(f)} q{lq} k{lk}" + (f" used{used}" if used else "")
+            + (f" used_q{used_q}" if used_q else ""))
     h, hkv, d = f["heads_q"], f["heads_kv"], f["head_dim"]
     rand = functools.partial(randn, gen, device, f["dtype"])
     q, k, v = rand(sum(lq), h, d), rand(sum(lk), hkv, d), rand(sum(lk), hkv, d)
@@ -41,13 +43,18 @@ def check_varlen(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Ju
 
     given = [max(0, x - 1) for x in (lk if used is None else used)] if plant else used
     out, lse = fc.flash_attn_varlen_func(
-        q, k, v, index(cu_q), index(cu_k), max(lq), max(lk), seqused_k=None if given is None else index(given),
-        causal=f["causal"], window_size=f["window"], softcap=f["softcap"], return_attn_probs=True, debug_checks=True,
+        q, k, v, index(cu_q), index(cu_k), max(lq), max(lk), seqused_q=None if used_q is None else index(used_q),
+        seqused_k=None if given is None else index(given), causal=f["causal"], window_size=f["window"],
+        softcap=f["softcap"], return_attn_probs=True, debug_checks=True,
         **({} if device == "cuda" else {"fallback": "sdpa"}))
-    seqs = ((slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1] if used is None else cu_k[b] + used[b]))
-            for b in range(n))
-    ref, ref_lse, pt = packed_refs(((qs, q[qs], k[ks], v[ks]) for qs, ks in seqs), f, sum(lq), device)
-    return what, judge(j, out, lse, ref, ref_lse, pt)
+    # rows past seqused_q are not written (FA3's contract): only the used rows are judged, packed together
+    nq = lq if used_q is None else used_q
+    rows = torch.cat([torch.arange(cu_q[b], cu_q[b] + nq[b], device=device) for b in range(n)])
+    at = [sum(nq[:b]) for b in range(n + 1)]
+    seqs = ((slice(at[b], at[b + 1]), slice(cu_q[b], cu_q[b] + nq[b]),
+             slice(cu_k[b], cu_k[b + 1] if used is None else cu_k[b] + used[b])) for b in range(n))
+    ref, ref_lse, pt = packed_refs(((rs, q[qs], k[ks], v[ks]) for rs, qs, ks in seqs), f, at[-1], device)
+    return what, judge(j, out[rows], lse[:, rows], ref, ref_lse, pt)
 
 
 def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Judge, device: str,
@@ -62,34 +69,43 @@ def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: J
     capacity = max(16, new + length(rng, SERVING_EDGES, 4000.0))
     way = rng.choice(("int", "lengths", "slots", "paged", "paged"))
     page = rng.choice((16, 64, 256))
+    # cache slots with pages (the table has a row per slot); a left-padded contiguous cache; packed queries
+    slotted = way == "slots" or (way == "paged" and rng.random() < 0.3)
+    padded = way != "paged" and rng.random() < 0.3
+    packed = rng.random() < 0.3
+    entries = batch + (rng.randint(1, 2) if slotted else 0)
     table = slots = None
     if way == "paged":
         pages = -(-capacity // page)
         capacity = pages * page
-        order = torch.randperm(batch * pages + 3, generator=torch.Generator().manual_seed(rng.randrange(1 << 30)))
-        table = order[: batch * pages].reshape(batch, pages).to(device=device, dtype=torch.int32)
-        shape = (batch * pages + 3, page, hkv, d)
+        order = torch.randperm(entries * pages + 3, generator=torch.Generator().manual_seed(rng.randrange(1 << 30)))
+        table = order[: entries * pages].reshape(entries, pages).to(device=device, dtype=torch.int32)
+        shape = (entries * pages + 3, page, hkv, d)
     else:
-        entries = batch + (rng.randint(1, 2) if way == "slots" else 0)
         shape = (entries, capacity, hkv, d)
-        if way == "slots":
-            slots = torch.tensor(rng.sample(range(entries), batch), dtype=torch.int32, device=device)
+    if slotted:
+        slots = torch.tensor(rng.sample(range(entries), batch), dtype=torch.int32, device=device)
     lengths = [rng.randint(0, capacity - new)] * batch if way == "int" else [
         rng.randint(0, capacity - new) for _ in range(batch)]
+    left = [rng.randint(0, n) for n in lengths] if padded else [0] * batch
+    nq = [rows] * batch if not packed else [max(int(b == 0), rng.randint(0, rows)) for b in range(batch)]
+    cu = [sum(nq[:b]) for b in range(batch + 1)]
     rand = functools.partial(randn, gen, device, f["dtype"])
     k_cache, v_cache = rand(*shape), rand(*shape)
-    q = rand(batch, rows, h, d)
+    q = rand(cu[-1], h, d) if packed else rand(batch, rows, h, d)
     kn = rand(batch, new, hkv, d) if new else None
     vn = rand(batch, new, hkv, d) if new else None
-    what = (f"kvcache {describe(f)} B{batch} Sq{rows} new{new} {way}" + (f" page{page}" if table is not None else "")
-            + f" capacity{capacity} lengths{lengths}")
+    what = (f"kvcache {describe(f)} B{batch} Sq{nq if packed else rows} new{new} {way}"
+            + (" slots" if slotted and way == "paged" else "") + (f" page{page}" if table is not None else "")
+            + f" capacity{capacity} lengths{lengths}" + (f" leftpad{left}" if padded else ""))
 
     def place(b: int, j0: int, j1: int) -> tuple[Any, Any]:
         """The cache index of sequence b's tokens [j0, j1)."""
         t = torch.arange(j0, j1, device=device)
+        entry = b if slots is None else int(slots[b])
         if table is not None:
-            return table[b].long()[t // page], t % page
-        return (b if slots is None else int(slots[b])), t
+            return table[entry].long()[t // page], t % page
+        return entry, t
 
     expect_k, expect_v = k_cache.clone(), v_cache.clone()
     for b in range(batch):
@@ -98,17 +114,24 @@ def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: J
             expect_v[place(b, lengths[b], lengths[b] + new)] = vn[b]
     seqlens: int | torch.Tensor = (lengths[0] if way == "int"
                                    else torch.tensor(lengths, dtype=torch.int32, device=device))
+    index = functools.partial(torch.tensor, dtype=torch.int32, device=device)
     out, lse = fc.flash_attn_with_kvcache(
         q, k_cache, v_cache, k=kn, v=vn, cache_seqlens=seqlens, cache_batch_idx=slots, page_table=table,
-        causal=f["causal"], window_size=f["window"], softcap=f["softcap"], return_softmax_lse=True, debug_checks=True,
-        **({} if device == "cuda" else {"fallback": "sdpa"}))
+        cache_leftpad=index(left) if padded else None, cu_seqlens_q=index(cu) if packed else None,
+        max_seqlen_q=max(nq) if packed else None, causal=f["causal"], window_size=f["window"], softcap=f["softcap"],
+        return_softmax_lse=True, debug_checks=True, **({} if device == "cuda" else {"fallback": "sdpa"}))
     if plant:
-        out, lse = out.flip(2), lse.flip(1)
+        out, lse = out.flip(-2), lse.flip(-2 if packed else 1)
     if not (torch.equal(k_cache, expect_k) and torch.equal(v_cache, expect_v)):
         return what, "the cache after the call is not the cache with the new tokens appended"
-    ats = (place(b, 0, lengths[b] + new) for b in range(batch))
-    parts = ((slice(b * rows, (b + 1) * rows), q[b], expect_k[at], expect_v[at]) for b, at in enumerate(ats))
-    ref, ref_lse, pt = packed_refs(parts, f, batch * rows, device)
+    ats = (place(b, left[b], lengths[b] + new) for b in range(batch))
+    qs = (q[cu[b]:cu[b + 1]] if packed else q[b] for b in range(batch))
+    starts = cu if packed else [b * rows for b in range(batch + 1)]
+    parts = ((slice(starts[b], starts[b + 1]), qb, expect_k[at], expect_v[at])
+             for b, (qb, at) in enumerate(zip(qs, ats, strict=True)))
+    ref, ref_lse, pt = packed_refs(parts, f, starts[-1], device)
+    if packed:  # already the judge's layout: out [total_q, H, D], lse [H, total_q]
+        return what, judge(j, out, lse, ref, ref_lse, pt)
     return what, judge(j, out_rows(out), lse_rows(lse), ref, ref_lse, pt)
 
 

@@ -114,7 +114,7 @@ def flash_attn_with_kvcache(
     """FA3's flash_attn_with_kvcache on a contiguous cache [B_cache, S_cache, Hkv, D] or a paged one. cache_seqlens:
     the tokens each sequence already holds, an int (all the same) or a [B] int32 tensor (per sequence);
     cache_batch_idx [B] int32: the cache entry of sequence b (default b). page_table [B, max_pages] int32: the
-    caches are [pages, page_size, Hkv, D] (page_size a multiple of 16) and sequence b's token j is row
+    caches are [pages, page_size, Hkv, D] (any page_size from 1 to 65536) and sequence b's token j is row
     j % page_size of page page_table[b, j // page_size]. k, v [B, Snew, Hkv, D] are written into the cache in place
     at each sequence's cache_seqlens first (FA3's append), then q [B, Sq, Hq, D] attends to each sequence's first
     cache_seqlens + Snew keys (causal: bottom-right aligned to them). window_size and softcap as flash_attn_func.

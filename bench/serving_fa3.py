@@ -1,7 +1,7 @@
 """The serving workloads of issue 15 side by side with FA3 (the fa3-fwd wheel), paired in one process on one GPU:
 dense prefill (the regression check of the serving changes), a sliding window (FlashCore only: fa3-fwd has no local
 attention), softcap, varlen prefill of 9 causal sequences of 1K-16K (65536 tokens), decode with per-sequence cache
-lengths 1K-8K (with and without cache_batch_idx), the same decode from a paged cache (pages of 16, 64 and 256 keys;
+lengths 1K-8K (with and without cache_batch_idx), the same decode from a paged cache (pages of 1, 16, 64 and 256 keys;
 fa3-fwd has no paged KV, so the pair is FA3 on the contiguous cache), and head dims 96, 192 and 192 with a v of
 128 (FlashCore runs them on its 128 and 256 kernels). Each figure is the median over 5 rounds of the median of 15
 repetitions of the mean time of INNER (default 10) back-to-back calls, so a call's host time hides behind the GPU
@@ -126,25 +126,34 @@ def head_dims(fa3, dim: int, dim_v: int) -> None:  # type: ignore[no-untyped-def
         print(f"dense B4 H16 S8K D{dim}/{dim_v} causal: fc {fc_ms:.3f} ms; fa3-fwd: {e}", flush=True)
 
 
+def to_pages(k_cache: torch.Tensor, v_cache: torch.Tensor,
+             page_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Caches [B, capacity, H, D] (capacity a multiple of page_size) copied into pages in a shuffled order: (k
+    pages, v pages, page_table [B, capacity / page_size])."""
+    batch, capacity, heads, dim = k_cache.shape
+    per = capacity // page_size
+    order = torch.randperm(batch * per, device="cuda").to(torch.int32)
+    k_pages = torch.empty(batch * per, page_size, heads, dim, device="cuda", dtype=k_cache.dtype)
+    v_pages = torch.empty_like(k_pages)
+    k_pages[order.long()] = k_cache.reshape(batch * per, page_size, heads, dim)
+    v_pages[order.long()] = v_cache.reshape(batch * per, page_size, heads, dim)
+    return k_pages, v_pages, order.view(batch, per)
+
+
 def paged_decode(fa3, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,  # type: ignore[no-untyped-def]
                  lengths: torch.Tensor) -> None:
     """The per-sequence decode from pages (shuffled page ids), against FA3 on the contiguous cache; the bandwidth
     is the K/V bytes the sequences use over the FlashCore time."""
-    batch, capacity, heads, dim = k_cache.shape
+    _, _, heads, dim = k_cache.shape
     used = int(lengths.sum()) * heads * dim * 2 * 2
-    for page_size in (16, 64, 256):
-        per = capacity // page_size
-        order = torch.randperm(batch * per, device="cuda").to(torch.int32)
-        table = order.view(batch, per)
-        k_pages = torch.empty(batch * per, page_size, heads, dim, device="cuda", dtype=k_cache.dtype)
-        v_pages = torch.empty_like(k_pages)
-        k_pages[order.long()] = k_cache.reshape(batch * per, page_size, heads, dim)
-        v_pages[order.long()] = v_cache.reshape(batch * per, page_size, heads, dim)
+    for page_size in (1, 16, 64, 256):
+        k_pages, v_pages, table = to_pages(k_cache, v_cache, page_size)
         fc_ms, fa_ms = paired(lambda kp=k_pages, vp=v_pages, t=table: flashcore.flash_attn_with_kvcache(
                                   q, kp, vp, cache_seqlens=lengths, page_table=t),
                               lambda: fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths))
         record(f"decode paged {page_size} (fa3 contiguous)", fc_ms, fa_ms)
         print(f"    paged {page_size}: {used / fc_ms / 1e6:.0f} GB/s of K/V", flush=True)
+        del k_pages, v_pages
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ from flashcore.errors import FlashCoreError
 if TYPE_CHECKING:
     import torch
 
+# The kernel's bound on keys per page (kernel/validate.cu): a page's rows are one TMA map dim, and 65536 keys per page
+# is past any serving stack's page.
+MAX_PAGE_SIZE = 65536
+
 
 def debug_checks_on(flag: bool | None) -> bool:
     if flag is None:
@@ -243,12 +247,19 @@ def outputs(out: Any, lse: Any, q: torch.Tensor, v: torch.Tensor, lse_shape: tup
     return out, lse
 
 
+def check_page_size(page_size: int) -> None:
+    """Any number of keys per page from 1 to MAX_PAGE_SIZE: the kernel loads each page's rows in TMA boxes of
+    gcd(page_size, BLOCK_N) rows (one row for odd sizes), so no size needs a multiple of 16."""
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise FlashCoreError(f"page size (k_cache.shape[1]) is {page_size}: a paged cache needs 1 .. "
+                             f"{MAX_PAGE_SIZE} keys per page")
+
+
 def check_page_table(page_table: Any, batch: int, k_cache: torch.Tensor, device: torch.device,
                      slotted: bool = False) -> torch.Tensor:
     """page_table: int32 [B, max_pages] on the cache's device, rows contiguous; with cache_batch_idx (`slotted`)
     [B_cache, max_pages], any count of rows, sequence b reading row cache_batch_idx[b] (FA3's: the slot names a row
-    of the table); k_cache [pages, page_size, Hkv, D] with page_size a multiple of 16 (the kernel's TMA boxes lie
-    inside a page)."""
+    of the table); k_cache [pages, page_size, Hkv, D] with page_size in 1 .. MAX_PAGE_SIZE."""
     import torch
 
     table = validate.tensor("page_table", page_table, device.type, device)
@@ -259,9 +270,7 @@ def check_page_table(page_table: Any, batch: int, k_cache: torch.Tensor, device:
                              f"torch.int32 [{rows}, max_pages_per_sequence >= 1]")
     if table.stride(1) != 1:
         raise FlashCoreError(f"page_table has stride {table.stride()}: each row must be contiguous")
-    page_size = k_cache.shape[1] if k_cache.dim() == 4 else 0
-    if page_size < 16 or page_size % 16:
-        raise FlashCoreError(f"page size (k_cache.shape[1]) is {page_size}: a paged cache needs a multiple of 16")
+    check_page_size(k_cache.shape[1] if k_cache.dim() == 4 else 0)
     if table.shape[0] * table.stride(0) >= 1 << 31:
         raise FlashCoreError(f"page_table has {table.shape[0] * table.stride(0)} entries: at most 2^31 - 1")
     return table

@@ -123,7 +123,7 @@ def flash_attn_with_kvcache(
     [total_q, Hq, D] and softmax_lse [Hq, total_q]; k, v to append stay [B, Snew, Hkv, D] (cu_seqlens_k_new is
     refused); max_seqlen_q without cu_seqlens_q is ignored, as FA3 ignores it.
     cache_batch_idx [B] int32: the cache entry of sequence b (default b). page_table [B, max_pages] int32: the
-    caches are [pages, page_size, Hkv, D] (page_size a multiple of 16) and sequence b's token j is row
+    caches are [pages, page_size, Hkv, D] (any page_size from 1 to 65536) and sequence b's token j is row
     j % page_size of page page_table[b, j // page_size]; with cache_batch_idx the table is [B_cache, max_pages]
     and sequence b reads its row cache_batch_idx[b] (as FA3). k, v [B, Snew, Hkv, D] are written into the cache in place
     at each sequence's cache_seqlens first (FA3's append), then q [B, Sq, Hq, D] attends to each sequence's first

@@ -11,10 +11,11 @@ entry points here):
     kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx=None, page_table=None, ...)
         q [B, Sq, Hq, D], k_cache and v_cache [B_cache, S_cache, Hkv, D]; sequence b attends to the first
         cache_seqlens[b] keys of cache slot cache_batch_idx[b] (default b). Returns out like q, lse [B, Hq, Sq].
-        Paged: k_cache and v_cache are [pages, page_size, Hkv, D] (page_size a multiple of 16) and page_table
-        int32 [B, max_pages]: sequence b's key j is row j % page_size of page page_table[b, j // page_size] (with
-        cache_batch_idx: page_table [B_cache, max_pages], row cache_batch_idx[b] instead of b, as FA3). Every
-        page size takes the TMA path (boxes of gcd(page_size, BLOCK_N) rows, each inside one page).
+        Paged: k_cache and v_cache are [pages, page_size, Hkv, D] (any page_size in 1 .. 65536, as FA3) and
+        page_table int32 [B, max_pages]: sequence b's key j is row j % page_size of page page_table[b, j // page_size]
+        (with cache_batch_idx: page_table [B_cache, max_pages], row cache_batch_idx[b] instead of b, as FA3).
+        Every page size takes the TMA path (boxes of gcd(page_size, BLOCK_N) rows, each inside one page; a page of
+        one key is a box of one row), the boxes shared out over the producer warp's 32 lanes.
     dense(q, k, v, ...): flashcore.attention's layout with window_size and softcap.
 
 window_size (left, right): query row i sees keys [i + d - left, i + d + right], d = its sequence's Sk - Sq, -1 =

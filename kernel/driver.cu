@@ -127,7 +127,7 @@ bool consistent(const Args& a) {
     return static_cast<int64_t>(a.seqlens_q.size()) == p.batch && longest(a.seqlens_q) == p.seqlen_q &&
            longest(a.seqlens_k) == p.seqlen_k && p.page_size == 0;
   if (!a.seqlens_q.empty() || longest(a.seqlens_k) > p.seqlen_k) return false;
-  if (a.layout == kPaged) return p.page_size > 0 && p.page_size % 16 == 0 && p.seqlen_k % p.page_size == 0;
+  if (a.layout == kPaged) return p.page_size > 0 && p.seqlen_k % p.page_size == 0;
   return p.page_size == 0;
 }
 

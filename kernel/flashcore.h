@@ -110,8 +110,8 @@ typedef struct fc_params {
   int64_t head_dim_v;
   // Paged KV cache: k and v are [kv_batch pages, page_size, Hkv, D] (k_stride[0]: the page stride); sequence b's
   // key j is row j % page_size of page page_table[r * page_table_stride + j / page_size], r = kv_batch_idx[b]
-  // (default b; r * page_table_stride below 2^31). Needs seqused_k (its keys); not with cu_seqlens_k. page_size: a
-  // multiple of 16. Page ids are not checked on the host (a device array); one outside [0, kv_batch) reads zeros
+  // (default b; r * page_table_stride below 2^31). Needs seqused_k (its keys); not with cu_seqlens_k. page_size:
+  // 1 .. 65536 keys. Page ids are not checked on the host (a device array); one outside [0, kv_batch) reads zeros
   // (TMA bounds), never other memory.
   const int32_t* page_table;
   int64_t page_table_stride;  // elements between sequences' rows of page_table (>= pages per sequence)

@@ -294,7 +294,8 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   const int64_t k_rows = packed_k ? in->total_k : in->seqlen_k;
   const int64_t k_batch = packed_k ? 1 : (in->kv_batch > 0 ? in->kv_batch : in->batch);
   // A paged cache is [pages, page_size, Hkv, D]: boxes of gcd(page_size, BLOCK_N) rows, which never cross a page
-  // (pages of 16 keys: 16-row boxes; a multiple of BLOCK_N: one box per chunk as without pages).
+  // (pages of 16 keys: 16-row boxes; odd sizes: 1-row boxes; a multiple of BLOCK_N: one box per chunk as without
+  // pages).
   const bool paged = in->page_table != nullptr;
   const int64_t k_map_rows = paged ? in->page_size : k_rows;
   p.page_box = paged ? std::gcd(static_cast<int>(in->page_size), Cfg::kBlockN) : 0;

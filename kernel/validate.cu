@@ -107,9 +107,9 @@ int check_serving(const fc_params* in) {
       return report_error(FC_ERR_INVALID_ARGUMENT, "page_table needs seqused_k (each sequence's keys) and does not "
                           "take cu_seqlens_k");
     }
-    if (in->page_size < 16 || in->page_size % 16 != 0 || in->page_size > 65536) {
-      return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld: a paged cache needs a multiple of 16 in "
-                          "16 .. 65536", static_cast<long long>(in->page_size));
+    if (in->page_size < 1 || in->page_size > 65536) {
+      return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld: a paged cache needs 1 .. 65536 keys per page",
+                          static_cast<long long>(in->page_size));
     }
     if (in->kv_batch < 1 || in->kv_batch > (int64_t{1} << 31) - 1) {
       return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch = %lld: with page_table it is the number of pages of k "

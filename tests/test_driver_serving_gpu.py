@@ -23,7 +23,7 @@ def test_every_serving_workload_runs_on_the_driver(name: str) -> None:
 
 @pytest.mark.parametrize("extra", [
     ["--layout", "varlen", "--seqlens-q", "1,2", "--seqlens-k", "1,2"],  # 2 lengths for a batch of 3
-    ["--layout", "paged", "--seqlens-k", "1,2,3", "--page-size", "24"],  # not a multiple of 16
+    ["--layout", "paged", "--seqlens-k", "1,2,3", "--page-size", "24"],  # does not divide the capacity (64)
     ["--layout", "kvcache", "--seqlens-k", "1,2,999"],  # longer than the cache (seqlen-k 64)
     ["--layout", "dense", "--seqlens-k", "1,2,3"],  # lengths on a dense batch
     ["--layout", "varlen", "--seqlens-q", "1,2,x", "--seqlens-k", "1,2,3"],  # not a number

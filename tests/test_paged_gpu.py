@@ -1,6 +1,8 @@
 """Paged KV caches, head dims 96 and 192 (and 192 with a v of 128), and caches whose rows past a sequence's length
 hold NaN, on the H100 against the float32 reference (flashcore/reference.py). Fresh random inputs per case; unused
-pages and cache rows are NaN, so a kernel that reads them into a result fails the finiteness check."""
+pages and cache rows are NaN, so a kernel that reads them into a result fails the finiteness check. Page sizes run
+from 1 to 256 keys, 16 or not: pages smaller than the 128-key block (odd sizes take 1-row TMA boxes), lengths ending
+mid-page and mid-block, pages in shuffled order."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ pytestmark = pytest.mark.gpu
 ATOL, RTOL = 2e-2, 2e-2
 
 
-def rand(*shape: int) -> torch.Tensor:
-    return torch.randn(*shape, device="cuda").to(torch.bfloat16)
+def rand(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.randn(*shape, device="cuda").to(dtype)
 
 
 def close(out: torch.Tensor, ref: torch.Tensor, lse: torch.Tensor, ref_lse: torch.Tensor) -> None:
@@ -28,16 +30,16 @@ def close(out: torch.Tensor, ref: torch.Tensor, lse: torch.Tensor, ref_lse: torc
     torch.testing.assert_close(lse[seen], ref_lse[seen], atol=1e-3, rtol=1e-3)
 
 
-def paged(lengths: list[int], page_size: int, heads: int, d: int, dv: int,
-          spare: int = 5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def paged(lengths: list[int], page_size: int, heads: int, d: int, dv: int, spare: int = 5,
+          dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """k and v pages [pages, page_size, heads, d|dv] (NaN everywhere no sequence uses, the used pages' tails
     included) and page_table [B, max pages] (entries past a sequence's pages -1, then garbage ids)."""
     per = [max(1, -(-n // page_size)) for n in lengths]
     width = max(per) + 1
     pages = sum(per) + spare
     order = torch.randperm(pages, device="cuda")
-    k = torch.full((pages, page_size, heads, d), math.nan, device="cuda", dtype=torch.bfloat16)
-    v = torch.full((pages, page_size, heads, dv), math.nan, device="cuda", dtype=torch.bfloat16)
+    k = torch.full((pages, page_size, heads, d), math.nan, device="cuda", dtype=dtype)
+    v = torch.full((pages, page_size, heads, dv), math.nan, device="cuda", dtype=dtype)
     table = torch.full((len(lengths), width), -1, dtype=torch.int32, device="cuda")
     table[:, -1] = 1 << 30  # never read: past every sequence's pages
     used = 0
@@ -45,33 +47,48 @@ def paged(lengths: list[int], page_size: int, heads: int, d: int, dv: int,
         ids = order[used:used + per[b]]
         used += per[b]
         table[b, :per[b]] = ids.to(torch.int32)
-        flat_k, flat_v = rand(per[b] * page_size, heads, d), rand(per[b] * page_size, heads, dv)
+        flat_k = rand(per[b] * page_size, heads, d, dtype=dtype)
+        flat_v = rand(per[b] * page_size, heads, dv, dtype=dtype)
         flat_k[n:], flat_v[n:] = math.nan, math.nan  # a page's tail past the sequence: stale
         k[ids.long()] = flat_k.view(per[b], page_size, heads, d)
         v[ids.long()] = flat_v.view(per[b], page_size, heads, dv)
     return k, v, table
 
 
+BF16, FP16 = torch.bfloat16, torch.float16
 PAGED = [
-    # (lengths, page size, heads q, heads kv, head dim, v head dim, query rows, causal)
-    ([1, 700, 4097, 33, 0, 256], 16, 8, 2, 128, 128, 1, False),
-    ([1, 700, 4097, 33, 0, 256], 256, 8, 2, 128, 128, 1, True),
-    ([130, 8191, 1000], 48, 32, 8, 128, 128, 1, False),      # a page size that does not divide the tile
-    ([300, 129, 2000], 64, 4, 4, 128, 128, 5, True),
-    ([5000, 77], 128, 8, 1, 64, 64, 1, False),                # hdim 64: runs on the 128 kernel
-    ([1500, 300], 32, 4, 2, 256, 256, 2, True),
-    ([900, 17], 16, 4, 2, 96, 96, 1, False),
-    ([900, 400], 64, 4, 2, 192, 128, 3, True),
+    # (lengths, page size, heads q, heads kv, head dim, v head dim, query rows, causal, dtype)
+    ([1, 700, 4097, 33, 0, 256], 16, 8, 2, 128, 128, 1, False, BF16),
+    ([1, 700, 4097, 33, 0, 256], 256, 8, 2, 128, 128, 1, True, BF16),
+    ([130, 8191, 1000], 48, 32, 8, 128, 128, 1, False, BF16),      # a page size that does not divide the tile
+    ([300, 129, 2000], 64, 4, 4, 128, 128, 5, True, BF16),
+    ([5000, 77], 128, 8, 1, 64, 64, 1, False, BF16),                # hdim 64: runs on the 128 kernel
+    ([1500, 300], 32, 4, 2, 256, 256, 2, True, BF16),
+    ([900, 17], 16, 4, 2, 96, 96, 1, False, BF16),
+    ([900, 400], 64, 4, 2, 192, 128, 3, True, BF16),
 ]
+# Every page size a serving stack may take, 16 or not (SGLang runs 1), on each head-dim kernel: lengths of one key,
+# ending mid-page and mid-block (BLOCK_N 128 or 80), GQA, decode and a few causal query rows, both 16-bit types.
+SMALL_PAGES = [1, 2, 3, 8, 16, 24, 48, 256]
+SMALL_PAGE_SHAPES = [
+    ([1, 131, 517, 0, 1000], 8, 2, 64, 64, 1, False, BF16),
+    ([1, 131, 517, 0, 1000], 8, 2, 128, 128, 1, True, FP16),
+    ([259, 1, 77], 16, 4, 128, 128, 4, True, BF16),
+    ([1, 300, 161], 4, 2, 256, 256, 3, False, FP16),
+    ([255, 2], 8, 1, 256, 256, 1, True, BF16),
+]
+PAGED += [(lengths, page, *rest) for page in SMALL_PAGES for lengths, *rest in SMALL_PAGE_SHAPES]
 
 
-@pytest.mark.parametrize("case", PAGED, ids=[f"paged{i}" for i in range(len(PAGED))])
+@pytest.mark.parametrize("case", PAGED, ids=[f"paged{i}-page{c[1]}" for i, c in enumerate(PAGED)])
 def test_paged_cache_matches_reference(case: tuple) -> None:
-    lengths, page_size, hq, hkv, d, dv, sq, causal = case
-    k, v, table = paged(lengths, page_size, hkv, d, dv)
-    q = rand(len(lengths), sq, hq, d)
+    lengths, page_size, hq, hkv, d, dv, sq, causal, dtype = case
+    k, v, table = paged(lengths, page_size, hkv, d, dv, dtype=dtype)
+    q = rand(len(lengths), sq, hq, d, dtype=dtype)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
-    out, lse = serving.kvcache(q, k, v, seqlens, page_table=table, causal=causal, debug_checks=False)
+    out = torch.full((len(lengths), sq, hq, dv), math.nan, device="cuda", dtype=dtype)
+    lse = torch.full((len(lengths), hq, sq), math.nan, device="cuda")
+    serving.kvcache(q, k, v, seqlens, page_table=table, causal=causal, debug_checks=False, out=out, lse=lse)
     for b, n in enumerate(lengths):
         kb, vb = reference.cached_keys(k, v, b, n, None, table)
         ref, ref_lse = reference.sequence(q[b], kb, vb, causal=causal, scale=1 / math.sqrt(d))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import flashcore
-from flashcore import _lib, check, fastpath, launch, reference, serving
+from flashcore import _lib, check, check_serving, fastpath, launch, reference, serving
 from flashcore.errors import FlashCoreError
 from flashcore.flash_attn import UnsupportedArgument
 
@@ -157,24 +157,26 @@ def test_kvcache_features_not_built_are_refused_by_name(name: str) -> None:
                                           fallback="sdpa")
 
 
-def paged_copy(cache: torch.Tensor, page_size: int, pages: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cache [B, S, H, D] scattered into `pages` shuffled pages of `page_size` rows (unused pages random, the table's
-    unused entries -1): (paged cache, page_table [B, ceil(S / page_size)])."""
-    b, s = cache.shape[:2]
+def paged_copy(k_cache: torch.Tensor, v_cache: torch.Tensor, page_size: int,
+               pages: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """caches [B, S, H, D] scattered into `pages` shuffled pages of `page_size` rows each (unused pages and rows
+    random): (paged k, paged v, page_table [B, ceil(S / page_size)])."""
+    b, s = k_cache.shape[:2]
     per = -(-s // page_size)
     order = torch.randperm(pages)[:b * per].reshape(b, per)
-    paged = rand(pages, page_size, *cache.shape[2:])
-    padded = torch.cat([cache, rand(b, per * page_size - s, *cache.shape[2:])], dim=1)
-    paged[order.flatten()] = padded.reshape(b * per, page_size, *cache.shape[2:])
-    return paged, order.to(torch.int32)
+    out = []
+    for cache in (k_cache, v_cache):
+        paged = rand(pages, page_size, *cache.shape[2:])
+        padded = torch.cat([cache, rand(b, per * page_size - s, *cache.shape[2:])], dim=1)
+        paged[order.flatten()] = padded.reshape(b * per, page_size, *cache.shape[2:])
+        out.append(paged)
+    return out[0], out[1], order.to(torch.int32)
 
 
 def test_paged_cache_fallback_matches_the_contiguous_cache_and_appends_into_pages() -> None:
     q, k_cache, v_cache = rand(3, 2, 4, 64), rand(3, 40, 2, 64), rand(3, 40, 2, 64)
     lengths = torch.tensor([5, 40, 17], dtype=torch.int32)
-    k_pages, table = paged_copy(k_cache, 16, 12)
-    v_pages = rand(*k_pages.shape)
-    v_pages[table.flatten().long()] = torch.cat([v_cache, rand(3, 8, 2, 64)], 1).reshape(9, 16, 2, 64)
+    k_pages, v_pages, table = paged_copy(k_cache, v_cache, 16, 12)
     want = flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths, causal=True,
                                              fallback="sdpa")
     got = flashcore.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=lengths, page_table=table,
@@ -198,8 +200,8 @@ def test_paged_cache_arguments_are_checked() -> None:
         serving.kvcache(q, pages, pages, lengths, page_table=table.long(), fallback="sdpa")
     with pytest.raises(FlashCoreError, match=r"\[2, max_pages"):
         serving.kvcache(q, pages, pages, lengths, page_table=table[:1], fallback="sdpa")
-    with pytest.raises(FlashCoreError, match="multiple of 16"):
-        serving.kvcache(q, rand(6, 24, 2, 64), rand(6, 24, 2, 64), lengths, page_table=table, fallback="sdpa")
+    with pytest.raises(FlashCoreError, match=r"is 0: a paged cache needs 1 \.\. 65536 keys per page"):
+        serving.kvcache(q, rand(6, 0, 2, 64), rand(6, 0, 2, 64), lengths, page_table=table, fallback="sdpa")
     with pytest.raises(FlashCoreError, match=r"expected torch.int32 \[B_cache >= 1"):
         serving.kvcache(q, pages, pages, lengths, page_table=table[0], cache_batch_idx=lengths, fallback="sdpa")
     with pytest.raises(FlashCoreError, match=r"page_table\[1\] names page 7"):
@@ -208,6 +210,32 @@ def test_paged_cache_arguments_are_checked() -> None:
     with pytest.raises(FlashCoreError, match=r"cache_seqlens\[1\] is 40"):
         serving.kvcache(q, pages, pages, torch.tensor([3, 40], dtype=torch.int32), page_table=table,
                         fallback="sdpa", debug_checks=True)
+
+
+@pytest.mark.parametrize("page_size", [1, 3, 8, 24, 48, 65536])
+def test_page_size_check_accepts_any_size_from_1_to_65536(page_size: int) -> None:
+    check_serving.check_page_size(page_size)
+
+
+@pytest.mark.parametrize("page_size", [0, -1, -16, 65537, 1 << 20])
+def test_page_size_check_refuses_sizes_outside_1_to_65536(page_size: int) -> None:
+    with pytest.raises(FlashCoreError, match=rf"is {page_size}: a paged cache needs 1 \.\. 65536 keys per page"):
+        check_serving.check_page_size(page_size)
+
+
+@pytest.mark.parametrize("page_size", [1, 3, 8, 24])
+def test_paged_fallback_with_pages_of_any_size_matches_the_fp32_reference(page_size: int) -> None:
+    """Shuffled pages, lengths of one key and ending mid-page, GQA, causal: each sequence against the float32
+    reference over its contiguous keys."""
+    lengths = [1, 17, 40, 0]
+    q, k_cache, v_cache = rand(4, 3, 8, 64), rand(4, 40, 2, 64), rand(4, 40, 2, 64)
+    k_pages, v_pages, table = paged_copy(k_cache, v_cache, page_size, 4 * -(-40 // page_size) + 3)
+    out, lse = serving.kvcache(q, k_pages, v_pages, torch.tensor(lengths, dtype=torch.int32), page_table=table,
+                               causal=True, fallback="sdpa", debug_checks=True)
+    for b, n in enumerate(lengths):
+        ref, ref_lse = reference.sequence(q[b], k_cache[b, :n], v_cache[b, :n], causal=True, scale=1 / 8)
+        torch.testing.assert_close(out[b].float(), ref, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(lse[b], ref_lse, atol=1e-3, rtol=1e-3)
 
 
 @pytest.mark.parametrize("dims", [(96, 96), (192, 192), (192, 128)])

@@ -7,9 +7,9 @@ random_judge.py): the random-shapes gate (harness/gates/random_shapes.py) and te
   masking), causal or not, sometimes q, k, v as views of one packed qkv (or kv) tensor; out and lse poisoned (NaN);
 - serving: flash_attn_varlen_func (1-5 packed sequences, zero-length ones included, seqused_k and seqused_q
   sometimes: only the used query rows are judged) and flash_attn_with_kvcache (one int length or per-sequence
-  lengths, cache slots, paged caches in a random page order, slots with pages, left-padded caches, packed queries
-  (cu_seqlens_q), appends of 0-64 tokens, decode or a few query rows; the cache must then hold exactly the appended
-  tokens), both with sliding windows and soft-capping sometimes.
+  lengths, cache slots, paged caches in a random page order (pages of 1-256 keys), slots with pages, left-padded
+  caches, packed queries (cu_seqlens_q), appends of 0-64 tokens, decode or a few query rows; the cache must then
+  hold exactly the appended tokens), both with sliding windows and soft-capping sometimes.
 `fc` is the flashcore module (or the gate's copy with a planted kernel fault); `device` "cuda" (a CPU run goes
 through fallback="sdpa", which the tests use to check this module without a GPU).
 """

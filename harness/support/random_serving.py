@@ -68,7 +68,7 @@ def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: J
     rows = rng.choice((1, 1, rng.randint(2, 300))) if new == 0 else rng.choice((1, new))
     capacity = max(16, new + length(rng, SERVING_EDGES, 4000.0))
     way = rng.choice(("int", "lengths", "slots", "paged", "paged"))
-    page = rng.choice((16, 64, 256))
+    page = rng.choice((1, 3, 8, 16, 24, 64, 256))
     # cache slots with pages (the table has a row per slot); a left-padded contiguous cache; packed queries
     slotted = way == "slots" or (way == "paged" and rng.random() < 0.3)
     padded = way != "paged" and rng.random() < 0.3

@@ -98,7 +98,7 @@ class Workload:
     layout: str = param(default="dense", choices=LAYOUTS)
     seqlens_q: tuple[int, ...] = param(default=())  # varlen: query tokens per sequence (0 allowed)
     seqlens_k: tuple[int, ...] = param(default=())  # varlen: keys per sequence; kvcache/paged: cache_seqlens
-    page_size: int = param(default=0, ge=0)  # paged: keys per page, a multiple of 16
+    page_size: int = param(default=0, ge=0, le=65536)  # paged: keys per page (1 .. 65536, as FA3)
     window_left: int = param(default=-1, ge=-1)  # sliding window (left, right); -1 = unbounded on that side
     window_right: int = param(default=-1, ge=-1)
     softcap: float = param(default=0.0, ge=0)  # > 0: scores soft-capped to softcap * tanh(score / softcap)
@@ -190,8 +190,8 @@ def workload_problems(wl: Workload) -> list[tuple[str, str]]:
         if wl.seqlens_k and max(wl.seqlens_k) > wl.seqlen_k:
             out.append(("seqlens_k", f"at most seqlen_k ({wl.seqlen_k}), the cache's capacity"))
     if wl.layout == "paged":
-        if wl.page_size == 0 or wl.page_size % 16 or wl.seqlen_k % wl.page_size:
-            out.append(("page_size", "a multiple of 16 that divides seqlen_k (the capacity)"))
+        if wl.page_size == 0 or wl.seqlen_k % wl.page_size:
+            out.append(("page_size", "1 .. 65536 keys that divide seqlen_k (the capacity)"))
     elif wl.page_size:
         out.append(("page_size", "only for the paged layout"))
     return out

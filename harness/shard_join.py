@@ -34,7 +34,8 @@ def measurements(run_dir: Path, parts: Sequence[Part]) -> dict[str, dict[str, Me
     """workload -> backend -> measurement, from every part's bench.json; or why they cannot be read."""
     by_wl: dict[str, dict[str, Measurement]] = {}
     for n, (gpu, r) in enumerate(parts, 1):
-        files = [x for x in r.logs if x.endswith(".bench.json")]
+        # a part's logs are compressed when its worker finishes (harness/run_files.py): .bench.json.xz then
+        files = [x for x in r.logs if x.endswith((".bench.json", ".bench.json.xz"))]
         if not files and r.checks:
             return f"part {n} of {len(parts)} (GPU {gpu}) wrote no measurements file"
         for rel in files:

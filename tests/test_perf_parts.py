@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_bench_gates import Rate, config, context, fa3_rate, gpu_stand_in, html  # noqa: F401 - fixtures
 
-from harness import shard, shard_join, shard_perf
+from harness import run_files, shard, shard_join, shard_perf
 from harness.bench import runner, selection
 from harness.bench.settings import OURS
 from harness.config import load_config
@@ -178,6 +178,25 @@ def test_a_lost_measurements_file_makes_the_geometric_mean_an_error(
     (tmp_path / "part2/logs/perf-fa3.bench.json").unlink()
     geo = next(c for c in joined(config, tmp_path, parts).checks if c.metric == "geomean_speed_vs_fa3")
     assert geo.status is Status.ERROR and "part 2 of 2" in geo.message
+
+
+def test_parts_whose_logs_were_compressed_still_join(
+        config: Config, tmp_path: Path, gpu_stand_in: Callable[[Rate], None],  # noqa: F811 - fixtures
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker compresses its large logs when it finishes (run_files.compress_logs): on the H200 a part's
+    bench.json went .xz and the join called it lost. The compressed file must join as the plain one does."""
+    gpu_stand_in(fa3_rate(1.0))
+    parts = run_parts(config, "perf-fa3", tmp_path, monkeypatch)
+    plain = joined(config, tmp_path, parts)
+    packed = []
+    for gpu, r in parts:
+        path = tmp_path / next(x for x in r.logs if x.endswith(".bench.json"))
+        run_files.compress_file(path)
+        packed.append((gpu, dataclasses.replace(r, logs=tuple(x + ".xz" if x.endswith(".bench.json") else x
+                                                              for x in r.logs))))
+    got = joined(config, tmp_path, packed)
+    assert got.status is plain.status is Status.PASS, got.message
+    assert sorted(map(key, got.checks)) == sorted(map(key, plain.checks))
 
 
 def test_scaling_in_parts_judges_each_causal_mode_once(

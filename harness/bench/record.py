@@ -32,6 +32,7 @@ from typing import Any
 from harness.bench import flops as fl
 from harness.bench.stats import Summary, summarize
 from harness.schema import Workload
+from harness.stored_file import XzError, stored_text
 
 RUN_SCHEMA = "flashcore.bench-run/1"
 MEASUREMENT_SCHEMA = "flashcore.measurement/2"  # /1 (no rounds) still reads
@@ -221,7 +222,9 @@ def parse_run(data: Any, path: str) -> Run:
 
 def read_run(path: Path) -> Run:
     try:
-        text = Path(path).read_text()
+        text = stored_text(Path(path))  # a run's logs are xz-compressed once it is over (harness/run_files.py)
+    except XzError as e:
+        raise RecordError(f"{path}: not valid xz data: {e}") from None
     except FileNotFoundError:
         raise RecordError(f"{path}: no such file") from None
     except OSError as e:

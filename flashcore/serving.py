@@ -15,7 +15,7 @@ entry points here):
         page_table int32 [B, max_pages]: sequence b's key j is row j % page_size of page page_table[b, j // page_size]
         (with cache_batch_idx: page_table [B_cache, max_pages], row cache_batch_idx[b] instead of b, as FA3).
         Every page size takes the TMA path (boxes of gcd(page_size, BLOCK_N) rows, each inside one page; a page of
-        one key is a box of one row), the boxes shared out over the producer warp's 32 lanes.
+        one key is a box of one row: correct at any size, slow below 16 keys, one TMA per row and chunk).
     dense(q, k, v, ...): flashcore.attention's layout with window_size and softcap.
 
 window_size (left, right): query row i sees keys [i + d - left, i + d + right], d = its sequence's Sk - Sq, -1 =

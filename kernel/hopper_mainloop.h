@@ -26,10 +26,7 @@ namespace flashcore {
 // every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty + w where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
 // kPaged: K/V rows come from a paged cache through the page table (a copy of its own: the page walk inlined into
-// the one producer made ptxas spill its 32 registers for every call). Warp 0 runs it, all 32 lanes: lane 0 (`lead`)
-// does what the one thread does without pages (every wait, arrive, tile-info store, Q load and tile fetch), and the
-// lanes share out each K/V block's page-table reads and TMA boxes (a coalesced read instead of a serial walk: pages
-// of 1 key take 128 boxes per block). Every wait by lane 0 is followed by a __syncwarp before any lane's copy.
+// the one producer made ptxas spill its 32 registers for every call).
 // FP8 with V transposed in shared memory (Cfg::kVtSmem): V goes into the raw ring (v_smem is then that ring), with a
 // word for the transposing warps beside each stage (kernel/fp8_vt_smem.cuh): they, not this thread, wait for the V
 // stage and for kOEmpty, and they stop on kVtStop.
@@ -40,14 +37,6 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
   using Slots = typename Cfg::Slots;
   constexpr int kVFull = Cfg::kVtSmem ? Slots::kVRawFull : Slots::kVFull;
   constexpr int kVEmpty = Cfg::kVtSmem ? Slots::kVRawEmpty : Slots::kVEmpty;
-  // Dense: the one thread, lane 0 and lead at compile time.
-  const int lane = kPaged ? static_cast<int>(threadIdx.x % 32) : 0;
-  const bool lead = lane == 0;
-  // A tile index fetched by lane 0 alone (a dynamic fetch is an atomic), handed to every lane.
-  auto from_lead = [&](int t) {
-    if constexpr (kPaged) t = __shfl_sync(0xffffffffu, t, 0);
-    return t;
-  };
   tma_prefetch_descriptor(&tma.q);
   tma_prefetch_descriptor(&tma.k);
   tma_prefetch_descriptor(&tma.v);
@@ -74,7 +63,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       if (kTail && valid && tile >= p.tail_first) {
         const int t = tail_item(p, tile).tile;
         if (t < 0) {
-          tile = from_lead(lead ? next_tile(p, tile) : 0);
+          tile = next_tile(p, tile);
           continue;
         }
         at = p.tail_first + t;
@@ -82,7 +71,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       c = tile_coord(p, at);
       seq = seq_lens(p, c.batch);
       if (!valid || tile_has_rows<Cfg::kBlockM>(p, c.m_block, seq)) break;
-      tile = from_lead(lead ? next_tile(p, tile) : 0);
+      tile = next_tile(p, tile);
     }
     // FP8 (kDescalesProducer): the tile's descales, loaded now; their latency hides behind the waits below.
     float qk_d = 1.f, v_d = 1.f;
@@ -107,11 +96,10 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         if (Cfg::kVtHeadCount && n == 0) vt_all = vt_head_ready(p, seq.kv_batch, head_kv);
         if (!vt_all) vt_block_wait(p, seq.kv_batch, head_kv, kv.n_begin + n);
       }
-      if (lead) mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
+      mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
       // The word for the transposing warps beside a raw V stage: the arrive below publishes it.
       if (Cfg::kVtSmem && slot_full == kVFull) vt_flags_store(bars, Slots::kVtFlags + stage, flags);
-      if (lead) mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
-      if constexpr (kPaged) __syncwarp();  // the stage is free and its bytes are expected: every lane may copy
+      mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
       uint8_t* dst = ring + stage * Cfg::kKVBytes;
       const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys
       if (Cfg::kFp8 && !Cfg::kVtSmem && slot_full == Slots::kVFull) {
@@ -132,42 +120,42 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         }
       } else {
         // Boxes of page_box rows (gcd(page_size, BLOCK_N): a box never crosses a page; one box per chunk when the
-        // pages are a multiple of the tile), box b (rows b * page_box ..) on lane b % 32, so a round reads up to 32
-        // consecutive table entries in one coalesced load. Boxes past the sequence's keys never read the table (its
-        // row may be shorter): page -1 is outside the map, which TMA fills with zeros (the bytes still count). The
-        // table index is 32-bit: the host keeps the table below 2^31 entries.
-        // Boxes of fewer than 8 rows (pages of 1..4 keys, odd sizes) with the 128-byte swizzle: TMA swizzles by the
-        // destination's shared-memory address, not by the row inside the box (PTX ISA, cp.async.bulk.tensor and the
-        // tensor-copy swizzling modes: the 16-byte unit at address a goes to a ^ ((a >> 7) & 7) << 4, within each
-        // 1024-byte span; the destination must be 128-byte aligned). Row r of a chunk starts at a 128-byte aligned
-        // stage + (ch * BLOCK_N + r) * 128, in a 1024-byte aligned stage, so a box of any row count puts its rows
-        // exactly where one box of the whole block would: the layout the wgmma descriptors read.
+        // pages are a multiple of the tile), one at a time (unrolled, the table reads are hoisted and spill). A box
+        // of fewer than 8 rows (pages of 1-8 keys, odd sizes) fills the rows a full box would: TMA's 128-byte swizzle
+        // follows the shared-memory address, not the row within the box. Such pages are slow (one TMA per row and
+        // chunk, from this one thread: docs/perf-notes.md, small pages); spreading the boxes over the warp's lanes
+        // took pages of 128 keys from 81 % to 71.5 % of peak DRAM on the H200, so it is not done. Boxes
+        // past the sequence's keys never read the table (its row may be shorter): page -1 is outside the map,
+        // which TMA fills with zeros (the bytes still count). The table index is 32-bit: the host keeps the table
+        // below 2^31 entries.
+        int entry = seq.kv_batch * static_cast<int>(p.page_table_stride) + key0 / p.page_size;
+        int row = key0 % p.page_size;
         const int keys = seq.k_len - key0;  // rows of this block that hold keys
-        const int boxes = Cfg::kBlockN / p.page_box;
-        const int entry0 = seq.kv_batch * static_cast<int>(p.page_table_stride);
         const uint32_t dst_addr = smem_addr(dst), full_addr = smem_addr(full);
 #pragma unroll 1
-        for (int b = lane; b < boxes; b += 32) {
-          const int r = b * p.page_box;
-          const int key = key0 + r;
-          const int page = r < keys ? __ldg(p.page_table + entry0 + key / p.page_size) : -1;
-          const int row = key % p.page_size;
+        for (int r = 0; r < Cfg::kBlockN; r += p.page_box) {
+          const int page = r < keys ? __ldg(p.page_table + entry) : -1;
 #pragma unroll
           for (int ch = 0; ch < Cfg::kChunks; ++ch) {
             tma_load_4d<kKvHint>(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch,
                                  row, head_kv, page);
+          }
+          row += p.page_box;
+          if (row == p.page_size) {
+            row = 0;
+            ++entry;
           }
         }
       }
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
     FC_TL(k, 3, 1);
-    if (lead && k > 0) mbarrier_wait_sleep(&bars[Slots::kQEmpty], (k - 1) & 1);
+    if (k > 0) mbarrier_wait_sleep(&bars[Slots::kQEmpty], (k - 1) & 1);
     FC_TL(k, 3, 2);
     if constexpr (Cfg::kDescales == kDescalesProducer) store_descales(tile_slots, k, qk_d, v_d);
-    if (lead) store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv, seq.q_len, seq.k_len, seq.q_off});
+    store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv, seq.q_len, seq.k_len, seq.q_off});
     if (!valid) {
-      if (lead) mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave
+      mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave
       if constexpr (Cfg::kVtSmem) {  // and the transposing warps, through the next raw stage
         const int stage = block % Cfg::kStages;
         mbarrier_wait_sleep(&bars[kVEmpty + stage], ((block / Cfg::kStages) & 1) ^ 1);
@@ -177,18 +165,16 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       break;
     }
     // Packed GQA: the tile's head is the K/V head and the Q box spans its `group` query heads x all query rows.
-    if (lead) {
-      const int q_rows = p.pack_gqa ? p.group * p.seqlen_q : Cfg::kBlockM;
-      mbarrier_arrive_expect_tx(&bars[Slots::kQFull], q_rows * Cfg::kRowBytes);
+    const int q_rows = p.pack_gqa ? p.group * p.seqlen_q : Cfg::kBlockM;
+    mbarrier_arrive_expect_tx(&bars[Slots::kQFull], q_rows * Cfg::kRowBytes);
 #pragma unroll
-      for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-        tma_load_4d<kQHint>(q_smem + ch * Cfg::kBlockM * Cfg::kSpan, &tma.q, &bars[Slots::kQFull],
-                            Cfg::kChunkCols * ch, seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM),
-                            p.pack_gqa ? c.head * p.group : c.head, q_batch_coord(p, c.batch));
-      }
+    for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+      tma_load_4d<kQHint>(q_smem + ch * Cfg::kBlockM * Cfg::kSpan, &tma.q, &bars[Slots::kQFull], Cfg::kChunkCols * ch,
+                          seq.q_off + (p.pack_gqa ? 0 : c.m_block * Cfg::kBlockM),
+                          p.pack_gqa ? c.head * p.group : c.head, q_batch_coord(p, c.batch));
     }
     FC_TL(k, 3, 3);
-    const int next = lead ? next_tile(p, tile) : 0;  // a dynamic fetch's latency hides behind the loads below
+    const int next = next_tile(p, tile);  // a dynamic fetch's latency hides behind the loads below
     if (n_blocks > 0) {
       // O over V: consumer warpgroup w of a tile with at least 2 blocks stages its O in the V stage of the tile's
       // block (end - kConsumerWGs + w); every tile with blocks arrives on kOEmpty + w, staged or not, once its store
@@ -213,9 +199,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         o_state = (((o_state >> 1) + 1) << 1) | (n_blocks == 1 ? 1 : 0);
       }
       auto o_wait = [&](int word) {
-        if constexpr (Cfg::kOAliasV && !Cfg::kVtSmem) {
-          if (lead) o_empty_wait<Cfg>(bars, word);  // V's load below syncs the warp after its own wait
-        }
+        if constexpr (Cfg::kOAliasV && !Cfg::kVtSmem) o_empty_wait<Cfg>(bars, word);
       };
       o_wait(o_words & 15);
       load(kVFull, kVEmpty, v_smem, &tma.v, 0, Cfg::kVtSmem ? o_words : 0);
@@ -228,7 +212,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     }
     FC_TL(k, 3, 5);
     block += n_blocks;
-    tile = from_lead(next);
+    tile = next;
   }
 }
 

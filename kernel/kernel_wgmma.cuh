@@ -148,12 +148,11 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   if (warpgroup == 0) {
     // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
     // beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh make_plan).
-    // It is warp 0, every lane: the lanes share each block's page-table reads and boxes (hopper_mainloop.h).
     // FP8 takes dense batches only (validate.cu check_fp8): no paged copy.
     if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
       grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
-      if (threadIdx.x < 32) {
+      if (threadIdx.x == 0) {
         tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail>(p, tma, q_smem, k_smem, v_smem, bars,
                                                                       tile_slots);
       }

@@ -43,6 +43,14 @@ def _greedy(models: dict, names: tuple[str, ...], ids: torch.Tensor, new: int, *
         return {k: models[k].generate(ids, max_new_tokens=new, do_sample=False, **kw) for k in names}
 
 
+def _left_padded_greedy(models: dict, names: tuple[str, ...], seed: int, pad: int) -> dict:
+    """6 greedy tokens of a batch of 2 random prompts, the first left-padded by `pad` tokens, from each model."""
+    ids = torch.randint(0, 128, (2, PROMPT), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(2, PROMPT, dtype=torch.long)
+    mask[0, :pad] = 0
+    return _greedy(models, names, ids, 6, attention_mask=mask)
+
+
 @pytest.fixture(scope="module")
 def models() -> dict[str, transformers.PreTrainedModel]:
     fct.register(fallback="sdpa")
@@ -80,10 +88,7 @@ def test_a_padded_batch_matches_sdpa_on_its_tokens(models) -> None:
 
 
 def test_a_padded_batch_generates_as_sdpa_does(models) -> None:
-    ids = torch.randint(0, 128, (2, PROMPT), generator=torch.Generator().manual_seed(4))
-    mask = torch.ones(2, PROMPT, dtype=torch.long)
-    mask[0, :7] = 0
-    out = _greedy(models, ("sdpa", fct.NAME), ids, 6, attention_mask=mask)
+    out = _left_padded_greedy(models, ("sdpa", fct.NAME), seed=4, pad=7)
     assert torch.equal(out[fct.NAME], out["sdpa"])
 
 
@@ -154,10 +159,7 @@ def test_windowed_and_softcapped_models_match_eager(windowed) -> None:
 def test_windowed_models_left_padded_generation_matches_eager(windowed) -> None:
     """Greedy tokens of a left-padded batch (the sliding layers' caches are cut to the window) equal float32 eager's
     (bf16 eager itself leaves them at a near-tie on this draw; FlashCore's fallback computes in float32)."""
-    ids = torch.randint(0, 128, (2, PROMPT), generator=torch.Generator().manual_seed(6))
-    mask = torch.ones(2, PROMPT, dtype=torch.long)
-    mask[0, :9] = 0
-    out = _greedy(windowed, ("fp32", fct.NAME), ids, 6, attention_mask=mask)
+    out = _left_padded_greedy(windowed, ("fp32", fct.NAME), seed=6, pad=9)
     assert torch.equal(out[fct.NAME], out["fp32"])
 
 

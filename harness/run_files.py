@@ -49,7 +49,12 @@ def _gate(gate: GateResult, run_dir: Path) -> GateResult:
             logs.append(rel)
             continue
         logs.append(rel + SUFFIX)
-    return dataclasses.replace(gate, logs=tuple(logs)) if tuple(logs) != gate.logs else gate
+    if tuple(logs) == gate.logs:
+        return gate
+    # A detail naming a log (a perf gate's measurements_file, the report's link to it) follows it to the .xz name.
+    renamed = {rel: new for rel, new in zip(gate.logs, logs, strict=True) if rel != new}
+    details = {k: renamed.get(v, v) if isinstance(v, str) else v for k, v in gate.details.items()}
+    return dataclasses.replace(gate, logs=tuple(logs), details=details)
 
 
 def compress_logs(run: RunResult, run_dir: Path) -> RunResult:

@@ -53,6 +53,18 @@ def test_large_raw_logs_are_compressed_and_the_report_links_them(tmp_path: Path)
     assert compress_logs(packed, tmp_path) == packed  # compressed once: a second pass changes nothing
 
 
+def test_a_detail_naming_a_compressed_log_follows_it(tmp_path: Path) -> None:
+    """A perf gate's measurements_file is one of its logs; once compressed, the report's link and the perf parts'
+    join must name the .xz file, not a path that no longer exists."""
+    _sanitizer_log(tmp_path / "logs/perf-fa3.bench.json", 4000)
+    gate = GateResult("perf-fa3", 4, Status.PASS, (Check("w", "m", None, None, Status.PASS),),
+                      logs=("logs/perf-fa3.bench.json",),
+                      details={"measurements_file": "logs/perf-fa3.bench.json", "gated": ["fa3"]})
+    packed = compress_logs(RunResult("r", 7, (gate,), {}, "", 1.0), tmp_path).gates[0]
+    assert packed.details == {"measurements_file": "logs/perf-fa3.bench.json.xz", "gated": ["fa3"]}
+    assert (tmp_path / packed.details["measurements_file"]).is_file()
+
+
 def test_the_gate_command_compresses_its_large_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class Noisy(Gate):
         Params = registry.get("build").Params  # type: ignore[union-attr]

@@ -112,9 +112,8 @@ def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: J
         if kn is not None and vn is not None:
             expect_k[place(b, lengths[b], lengths[b] + new)] = kn[b]
             expect_v[place(b, lengths[b], lengths[b] + new)] = vn[b]
-    seqlens: int | torch.Tensor = (lengths[0] if way == "int"
-                                   else torch.tensor(lengths, dtype=torch.int32, device=device))
     index = functools.partial(torch.tensor, dtype=torch.int32, device=device)
+    seqlens: int | torch.Tensor = lengths[0] if way == "int" else index(lengths)
     out, lse = fc.flash_attn_with_kvcache(
         q, k_cache, v_cache, k=kn, v=vn, cache_seqlens=seqlens, cache_batch_idx=slots, page_table=table,
         cache_leftpad=index(left) if padded else None, cu_seqlens_q=index(cu) if packed else None,

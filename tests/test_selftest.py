@@ -136,8 +136,8 @@ def test_the_repository_selftest_file_names_real_cases_and_workloads() -> None:
     (lambda s: s.replace("[spill, tail-mask,", "[spill, no-such-case, tail-mask,"), "shares"),
     (lambda s: s.replace("share_limit_s: 450", "share_limit_s: 100"), "shares[0]"),  # expected over the limit
     (lambda s: s.replace("  spill: 240", "  spil: 240"), "estimates_s"),
-    (lambda s: s.replace("    min_reps: 20", "    min_repz: 20"), "bench.timing.min_repz"),
-    (lambda s: s.replace("    min_reps: 20", "    min_reps: 10"), "bench.judged.min_rounds"),  # below the minimum
+    (lambda s: s.replace("    min_reps: 40", "    min_repz: 40"), "bench.timing.min_repz"),
+    (lambda s: s.replace("    min_reps: 40", "    min_reps: 10"), "bench.judged.min_rounds"),  # below the minimum
     (lambda s: s.replace("  sweep:\n", "  suite:\n"), "bench.suite"),
 ])  # fmt: skip
 def test_a_bad_selftest_file_names_the_key(gates_dir: Path, edit: object, key: str) -> None:

@@ -28,6 +28,19 @@ class Status(str, enum.Enum):
         return self is Status.PASS
 
 
+def gate_work_seconds(gate: Any) -> float | None:
+    """The GPU seconds a gate took, from a results.json gate entry: the sum of its parts' wall times where it ran in
+    parts at once on several GPUs (its wall time is their longest), else its wall time. The placement of the next
+    run divides this by its parts; the longest part alone would under-weigh the gate by the number of parts."""
+    parts = ((gate.get("details") or {}).get("parts") if isinstance(gate, dict) else None) or []
+    times = [p.get("elapsed_s") for p in parts if isinstance(p, dict)]
+    numbers = [float(t) for t in times if isinstance(t, int | float) and not isinstance(t, bool)]
+    if times and len(numbers) == len(times):
+        return sum(numbers)
+    value = gate.get("elapsed_s") if isinstance(gate, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def combine(statuses: list[Status]) -> Status:
     """Worst status wins: ERROR > FAIL > NOT_RUN > PASS; NOT_APPLICABLE is left out (all of them: NOT_APPLICABLE).
     An empty list is an ERROR (nothing was checked)."""

@@ -150,8 +150,8 @@ def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytes
                                              capsys: pytest.CaptureFixture[str]) -> None:
     """make gate-phase7 GPUS=0,1 with stand-in workers: one merged results.json, each gate once, its GPU named;
     then GPU 1's worker dies: its gates are ERRORs (exit 1), GPU 0's results still count. The balance reads gate
-    times from the history: an empty one here, so every gate weighs gates/shard.yaml's default_seconds (the
-    session's throwaway history holds whatever gates earlier tests ran, which moved the units around)."""
+    times from the history: an empty one here, so every gate weighs gates/shard.yaml's `seconds` (the session's
+    throwaway history holds whatever gates earlier tests ran, which moved the units around)."""
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "empty-history.sqlite"))
     _stand_in_build(monkeypatch)
@@ -164,7 +164,11 @@ def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytes
     names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
     assert [g["name"] for g in data["gates"]] == names and data["status"] == "pass"
     gpus = {g["name"]: g["details"].get("gpu", {}).get("index") for g in data["gates"]}
-    assert gpus["build"] is None and {gpus["perf-fa2"], gpus["ncu-dram"]} == {0, 1}  # the two heaviest units
+    # the two heaviest whole units of the second stage (gates/shard.yaml seconds: the ncu group, correctness) on
+    # different GPUs; sanitizer-all, split, on both (the first part's GPU is the joined gate's)
+    assert gpus["build"] is None and {gpus["ncu-dram"], gpus["correctness"]} == {0, 1}
+    parts = next(g for g in data["gates"] if g["name"] == "sanitizer-all")["details"]["parts"]
+    assert sorted(p["gpu"] for p in parts) == [0, 1]
     assert data["environment"]["gpus_used"] == [0, 1]
     assert all(json.loads((tmp_path / f"run/shards/gpu{i}/results.json").read_text())["environment"]["seed"] == "7"
                for i in (0, 1))  # every worker got the run's seed

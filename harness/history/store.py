@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.results import gate_work_seconds
+
 SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -24,7 +26,7 @@ CREATE TABLE IF NOT EXISTS runs (
   elapsed_s REAL, git_commit TEXT, gpu TEXT, gpu_uuid TEXT, driver TEXT, torch TEXT, source TEXT);
 CREATE TABLE IF NOT EXISTS gates (
   run_id TEXT NOT NULL REFERENCES runs(run_id), gate TEXT NOT NULL, phase INTEGER NOT NULL, status TEXT NOT NULL,
-  elapsed_s REAL, PRIMARY KEY (run_id, gate));
+  elapsed_s REAL, PRIMARY KEY (run_id, gate));  -- GPU seconds: a gate run in parts, the sum of their wall times
 CREATE TABLE IF NOT EXISTS checks (
   run_id TEXT NOT NULL REFERENCES runs(run_id), gate TEXT NOT NULL, workload TEXT NOT NULL, metric TEXT NOT NULL,
   value REAL, threshold REAL, status TEXT NOT NULL, rel_std REAL, PRIMARY KEY (run_id, gate, workload, metric));
@@ -101,7 +103,7 @@ def record(db: sqlite3.Connection, results: Mapping[str, Any], source: str) -> b
         for g in results["gates"]:
             db.execute("INSERT OR REPLACE INTO gates VALUES (?, ?, ?, ?, ?)",
                        (run_id, str(g.get("name")), int(g.get("phase", 0)), str(g.get("status")),
-                        _number(g.get("elapsed_s"))))
+                        _number(gate_work_seconds(g))))
             checks = g.get("checks") or []
             spreads = _spreads(checks)
             for c in checks:

@@ -106,7 +106,6 @@ def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
     ours = [m for m in run.measurements.values() if m.backend == OURS]
     if not ours:
         return ["the run has no FlashCore measurement"]
-    limit = settings.stored_run.max_rel_std
     problems = []
     if per_gpu.model_of(run.environment) is None:
         problems.append("the run records no GPU: a stored run is kept per GPU model and must name its GPU")
@@ -126,7 +125,7 @@ def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
                                 " (an unpaired, older record): re-measure")
             elif (thin := pv.too_little(r, j.stored_min_rounds, j.stored_min_spread_groups)) is not None:
                 problems.append(f"{m.workload}: FlashCore / {ref_name}: {thin}")
-            elif r.rel_std > limit:
+            elif r.rel_std > (limit := settings.stored_run.spread_limit(m.spec)):
                 problems.append(f"{m.workload}: rel std of FlashCore / {ref_name} (paired) {100 * r.rel_std:.2f} %"
                                 f" > {100 * limit:.2f} % (noisy)")
         for x in (m, ref):

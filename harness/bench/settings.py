@@ -97,7 +97,12 @@ class StoredRunParams:
     reference_backend: str = param(choices=BASELINES)  # FlashCore's speed is stored relative to this backend
     reference_backend_memory_bound: str = param(choices=BASELINES)  # ... on memory-bound workloads
     reference_backend_not_plain: str = param(choices=BASELINES)  # ... on FP8 and serving layouts (SDPA runs neither)
-    max_rel_std: float = param(gt=0)  # --update-baseline refuses a run whose paired ratio is noisier than this
+    max_rel_std: float = param(gt=0, le=0.1)  # --update-baseline refuses a run whose paired ratio is noisier than this
+    long_context_max_rel_std: float = param(gt=0, le=0.1)  # ... on workloads of kind long-context
+
+    def spread_limit(self, wl: Workload) -> float:
+        """The spread a stored ratio of `wl` may have (the perf gates' per-kind rule, gates/phases.yaml)."""
+        return self.long_context_max_rel_std if wl.kind == "long-context" else self.max_rel_std
 
     def reference_for(self, wl: Workload) -> str:
         """The backend FlashCore's speed is compared with, in the same rounds, for the regression check."""

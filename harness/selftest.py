@@ -18,6 +18,7 @@ import datetime as dt
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,29 +166,54 @@ class Row:
     control_s: float
 
 
-def run_case(case: Case, config: Config, root: Path) -> Row:
+def red_by_spread(statuses: dict[str, Status]) -> bool:
+    """A run whose spread check failed: its ratios were judged noise, so what it says of the gate is undecided."""
+    return any(k.endswith("/spread") and v is Status.FAIL for k, v in statuses.items())
+
+
+def clean_run(run: Callable[[Path], dict[str, Status]], path: Path, reruns: int) -> tuple[dict[str, Status], int]:
+    """A clean run (a control, or a clean case), measured again up to `reruns` times while its spread check alone
+    turns it red: on the H200, clean perf controls read 2.3-2.4 % spreads (limit 2 %) beside the other GPU's share,
+    and a control red by noise proves nothing about its gate. A fault run is never re-run (planted noise must stay
+    red), and the gate's own verdicts are untouched. Returns the last run's statuses and how many re-runs it took."""
+    statuses = run(path)
+    n = 0
+    while n < reruns and red_by_spread(statuses):
+        n += 1
+        statuses = run(path.with_name(f"{path.name}-rerun{n}"))
+    return statuses, n
+
+
+def run_case(case: Case, config: Config, root: Path, reruns: int = 0) -> Row:
     """The fault run and its control; a runner that raises makes the case WRONG, with the traceback printed."""
     t0 = time.monotonic()
+    again = 0
     try:
-        fault = case.run(config, root / case.name, True)
+        if case.must_fail is None:
+            fault, again = clean_run(lambda p: case.run(config, p, True), root / case.name, reruns)
+        else:
+            fault = case.run(config, root / case.name, True)
         t1 = time.monotonic()
         control = None
         if case.must_fail is not None:
             key = ("control", root, case.control or case.name)
-            control = once(key, lambda: case.run(config, root / f"{case.name}-control", False))
+            control, again = once(key, lambda: clean_run(lambda p: case.run(config, p, False),
+                                                         root / f"{case.name}-control", reruns))
     except Exception as e:  # noqa: BLE001 - one broken case must not hide the others' verdicts
         traceback.print_exc()
         return Row(case, False, f"the case crashed: {type(e).__name__}: {e}", time.monotonic() - t0, 0.0)
     ok, text = judge(case, fault, control)
+    if again:
+        text += f" (clean run measured {again + 1} times: red by its spread alone before)"
     return Row(case, ok, text, t1 - t0, time.monotonic() - t1)
 
 
-def run_all(cases: list[Case], config: Config, root: Path, parallel: int) -> list[Row]:
+def run_all(cases: list[Case], config: Config, root: Path, parallel: int, reruns: int = 0) -> list[Row]:
     """The parallel cases `parallel` at a time, then the serial ones alone; rows in the cases' order."""
 
     def one(case: Case) -> Row:
         print(f"selftest: {case.name} ({case.gate}): {case.why}", file=sys.stderr, flush=True)
-        return run_case(case, config, root)
+        return run_case(case, config, root, reruns)
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         rows = {r.case.name: r for r in pool.map(one, [c for c in cases if not c.serial])}
@@ -259,7 +285,8 @@ def main(gates_dir: Path = Path("gates"), cases: str | None = None, share: str |
     root = Path("reports") / f"selftest-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}"
     t0 = time.monotonic()
     # the longest first, so no long case starts last and the share ends near its expected time
-    rows = run_all(sorted(chosen, key=lambda c: -settings.estimates_s[c.name]), config, root, settings.parallel)
+    rows = run_all(sorted(chosen, key=lambda c: -settings.estimates_s[c.name]), config, root, settings.parallel,
+                   settings.spread_reruns)
     failed = [r for r in rows if not r.ok]
     wall = time.monotonic() - t0
     print(f"\nselftest ({root}){f', share {share}' if share else ''}: {len(rows)} cases in {wall:.0f} s "

@@ -14,7 +14,8 @@ from harness.gates.base import SelfTest
 from harness.schema import ConfigError, read_yaml
 
 SELFTEST_FILE = "selftest.yaml"
-_KEYS = ("parallel", "limit_s", "serial", "trim", "bench", "share_limit_s", "shares", "estimates_s", "cases")
+_KEYS = ("parallel", "limit_s", "serial", "trim", "bench", "share_limit_s", "shares", "estimates_s", "spread_reruns",
+         "cases")
 _CASE_KEYS = ("name", "gate", "plant", "arg", "why", "must_fail")
 BENCH_SECTIONS = ("timing", "sweep")  # the sections of gates/bench.yaml the timed cases may override
 
@@ -29,6 +30,7 @@ class SelftestSettings:
     share_limit_s: float  # what one share may be expected to take (one device call, less the start)
     shares: tuple[tuple[str, ...], ...]  # `--share I/N`: N = len(shares); share I runs shares[I-1]
     estimates_s: Mapping[str, float]  # case -> its expected seconds, fault and control together
+    spread_reruns: int  # times a clean run red by its spread check alone is measured again (harness/selftest.py)
     cases: tuple[tuple[str, SelfTest], ...]  # (gate, case) declared in the file
 
 
@@ -86,10 +88,13 @@ def load_selftest_settings(gates_dir: Path) -> SelftestSettings:
     if not isinstance(shares, list) or not shares:
         raise ConfigError(file, "shares", shares, "a non-empty list of shares, each a list of case names")
     estimates = _mapping(file, "estimates_s", data.get("estimates_s"))
+    reruns = data.get("spread_reruns")
+    if isinstance(reruns, bool) or not isinstance(reruns, int) or not 0 <= reruns <= 3:
+        raise ConfigError(file, "spread_reruns", reruns, "an integer in 0..3")
     return SelftestSettings(
         parallel, _seconds(file, "limit_s", data.get("limit_s")), _names(file, "serial", data.get("serial", [])),
         {k: _names(file, f"trim.{k}", v) for k, v in trim.items()}, _bench(file, data.get("bench")),
         _seconds(file, "share_limit_s", data.get("share_limit_s")),
         tuple(_names(file, f"shares[{i}]", s) for i, s in enumerate(shares)),
-        {k: _seconds(file, f"estimates_s.{k}", v) for k, v in estimates.items()},
+        {k: _seconds(file, f"estimates_s.{k}", v) for k, v in estimates.items()}, reruns,
         tuple(_case(file, i, c) for i, c in enumerate(cases)))

@@ -314,3 +314,77 @@ def test_a_crafted_profile_keeps_the_csv_readable() -> None:
     metric = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
     csv = parse_csv(with_metric((FIXTURES / "ncu" / "ours-prefill.csv").read_text(), metric, 12.5, 3))
     assert len(csv.launches) == 3 and {k.metrics.get(metric) for k in csv.launches} == {12.5}
+
+
+def _spread_case(runs: list[dict[str, Status]], must_fail: str | None = "perf-fa2") -> tuple[object, list[bool]]:
+    """A stand-in perf case: the fault run is red; the clean runs answer `runs` in turn. `planted` records every
+    run's kind."""
+    from harness.selftest import Case
+
+    seen: list[bool] = []
+    red = {"perf-fa2": Status.FAIL, "perf-fa2/spread": Status.FAIL, "perf-fa2/regression": Status.NOT_RUN}
+
+    def run(config: Config, path: Path, plant: bool) -> dict[str, Status]:
+        seen.append(plant)
+        return dict(red) if plant and must_fail is not None else runs.pop(0)
+
+    return Case("perf-noisy-stand-in", "perf-fa2", run, must_fail, "stand-in", control="stand-in"), seen
+
+
+NOISE = {"perf-fa2": Status.FAIL, "perf-fa2/spread": Status.FAIL, "perf-fa2/regression": Status.NOT_RUN}
+GREEN = {"perf-fa2": Status.PASS, "perf-fa2/spread": Status.PASS, "perf-fa2/regression": Status.PASS}
+SLOW = {"perf-fa2": Status.FAIL, "perf-fa2/spread": Status.PASS, "perf-fa2/regression": Status.FAIL}
+
+
+def test_a_control_red_by_its_spread_alone_is_measured_once_more(tmp_path: Path) -> None:
+    from harness.selftest import run_case
+
+    case, seen = _spread_case([dict(NOISE), dict(GREEN)])
+    row = run_case(case, None, tmp_path / "a", reruns=1)  # type: ignore[arg-type]
+    assert row.ok and "measured 2 times" in row.text and seen == [True, False, False]
+
+
+def test_a_control_red_by_spread_on_every_rerun_stays_wrong(tmp_path: Path) -> None:
+    from harness.selftest import run_case
+
+    case, seen = _spread_case([dict(NOISE), dict(NOISE)])
+    row = run_case(case, None, tmp_path / "b", reruns=1)  # type: ignore[arg-type]
+    assert not row.ok and seen == [True, False, False]  # one re-run, then the verdict stands
+
+
+def test_a_control_red_for_another_reason_is_not_rerun(tmp_path: Path) -> None:
+    from harness.selftest import run_case
+
+    case, seen = _spread_case([dict(SLOW), dict(GREEN)])
+    row = run_case(case, None, tmp_path / "c", reruns=3)  # type: ignore[arg-type]
+    assert not row.ok and seen == [True, False]  # a slow clean kernel is a finding, never measured away
+
+
+def test_a_fault_run_red_by_spread_is_never_rerun(tmp_path: Path) -> None:
+    from harness.selftest import run_case
+
+    case, seen = _spread_case([dict(GREEN)])  # the planted noise's fault run is red by spread: that is the fault
+    row = run_case(case, None, tmp_path / "d", reruns=3)  # type: ignore[arg-type]
+    assert row.ok and seen == [True, False] and "measured" not in row.text
+
+
+def test_a_clean_case_red_by_spread_is_measured_again(tmp_path: Path) -> None:
+    from harness.selftest import run_case
+
+    case, seen = _spread_case([dict(NOISE), dict(GREEN)], must_fail=None)
+    assert run_case(case, None, tmp_path / "e", reruns=1).ok and len(seen) == 2  # type: ignore[arg-type]
+    case, seen = _spread_case([dict(NOISE), dict(GREEN)], must_fail=None)
+    assert not run_case(case, None, tmp_path / "f", reruns=0).ok and len(seen) == 1  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [-1, 4, True, "1"])
+def test_spread_reruns_out_of_range_names_the_key(tmp_path: Path, value: object) -> None:
+    import shutil
+
+    gates = tmp_path / "gates"
+    shutil.copytree(REPO / "gates", gates)
+    text = (gates / "selftest.yaml").read_text()
+    (gates / "selftest.yaml").write_text(text.replace("spread_reruns: 1", f"spread_reruns: {value!r}"))
+    with pytest.raises(ConfigError) as e:
+        load_selftest_settings(gates)
+    assert "spread_reruns" in str(e.value)

@@ -56,12 +56,12 @@ class Call:
     cache_batch_idx: torch.Tensor | None = None
     page_table: torch.Tensor | None = None
     cache_leftpad: torch.Tensor | None = None  # int32 [B]: sequence b's keys are rows [leftpad, cache_seqlens)
+    attention_chunk: int = 0  # > 0: FA3's chunked local attention (kernel/flashcore.h fc_params.attention_chunk)
     # FA3 arguments refused today (flashcore.check.refuse names each): always their defaults in a checked Call
     rotary_cos: torch.Tensor | None = None
     rotary_sin: torch.Tensor | None = None
     rotary_seqlens: torch.Tensor | None = None
     rotary_interleaved: bool = True
-    attention_chunk: int = 0
     sinks: torch.Tensor | None = None
 
     @property
@@ -70,8 +70,8 @@ class Call:
 
     @property
     def windowed(self) -> bool:
-        """A sliding window or soft-capping: the serving kernel's score modifiers."""
-        return self.window != NO_WINDOW or self.softcap != 0.0
+        """A sliding window, chunks or soft-capping: the serving kernel's score modifiers."""
+        return self.window != NO_WINDOW or self.softcap != 0.0 or self.attention_chunk != 0
 
     @property
     def batch(self) -> int:

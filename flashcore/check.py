@@ -35,12 +35,10 @@ UNSUPPORTED = {
     "fp8 window_size": "sliding windows with FP8 inputs are not supported; pass (-1, -1)",
     "fp8 softcap": "softcap with FP8 inputs is not supported; pass 0.0",
     "fp8 fallback": "fallback='sdpa' has no FP8 path: FP8 runs on the Hopper kernel only",
-    "attention_chunk": "chunked attention is not supported; pass 0",
+    "fp8 attention_chunk": "chunked attention with FP8 inputs is not supported; pass 0",
     "rotary_cos": "rotary embedding inside the call is not supported; apply it to q and k first",
     "rotary_sin": "rotary embedding inside the call is not supported; apply it to q and k first",
     "rotary_seqlens": "rotary embedding inside the call is not supported",
-    "cache_leftpad with page_table": "left-padded paged caches are not supported: store each sequence's tokens "
-                                     "from row 0 of its first page, or use a contiguous cache",
     "cu_seqlens_k_new": "packed new keys (a different count per sequence) are not supported: append k and v as "
                         "[B, Snew, Hkv, D]",
     "sinks": "attention sinks are not supported",
@@ -105,6 +103,14 @@ def softcap(value: Any) -> float:
     if not (math.isfinite(cap) and cap >= 0):
         raise FlashCoreError(f"softcap is {cap}: it must be finite and >= 0 (0.0: no soft-capping)")
     return cap
+
+
+def chunk(value: Any) -> int:
+    """FA3's attention_chunk: an int >= 0 (0: off; C > 0: each query sees the keys of its chunk of C keys only)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= 2**30:
+        raise FlashCoreError(f"attention_chunk is {value!r}: expected an int >= 0 (0: no chunks; C > 0: each query "
+                             "row sees only the keys of its own chunk of C keys)")
+    return int(value)
 
 
 def v_transpose(value: object) -> int:

@@ -160,9 +160,6 @@ def kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, *, k_new: An
     lengths = index("cache_seqlens", lengths, batch, q.device)
     pad = None
     if cache_leftpad is not None:
-        if table is not None:  # flash_attn_with_kvcache refuses it first, by name
-            raise FlashCoreError("cache_leftpad cannot be combined with page_table: left-padded paged caches are not "
-                                 "supported")
         pad = index("cache_leftpad", cache_leftpad, batch, q.device)
     lse_shape = (q.shape[1], q.shape[0]) if cu_q is not None else (batch, q.shape[2], q.shape[1])
     out, lse = outputs(out, lse, q, v_cache, lse_shape, {"q": q, "k_cache": k_cache, "v_cache": v_cache},

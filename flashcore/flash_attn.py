@@ -7,7 +7,7 @@
 Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths, cache_batch_idx and paged
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
 runs through flash_attn_func on dense batches (flashcore.attention_fp8). An argument FlashCore does not support
-(descales with packed sequences or a KV cache, rotary, left-padded caches, ...) raises
+(descales with packed sequences or a KV cache, rotary, ...) raises
 UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa;
 scheduler_metadata, checked against the call's shapes: flashcore/scheduler.py) are accepted. FlashCore is
 forward-only: inputs that need a gradient are refused as by flashcore.attention. Extension, keyword-only:
@@ -41,12 +41,12 @@ def _splits(num_splits: Any) -> int | None:
 
 
 def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_size: Any, softcap: Any,
-           **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """A dense call: flashcore.attention (traceable by torch.compile), or flashcore.serving.dense with a window or
-    softcap (the window read once here: FA3's callers may pass it as tensors)."""
-    window = check.window(window_size)
-    if window != (-1, -1) or softcap != 0.0:
-        return serving.dense(q, k, v, window_size=window, softcap=softcap, **kw)
+           attention_chunk: Any = 0, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A dense call: flashcore.attention (traceable by torch.compile), or flashcore.serving.dense with a window,
+    chunks or softcap (the window read once here: FA3's callers may pass it as tensors)."""
+    window, chunk = check.window(window_size), check.chunk(attention_chunk)
+    if window != (-1, -1) or softcap != 0.0 or chunk != 0:
+        return serving.dense(q, k, v, window_size=window, softcap=softcap, attention_chunk=chunk, **kw)
     return attention(q, k, v, **kw)
 
 
@@ -61,11 +61,11 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     probabilities). pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count.
     FP8: float8_e4m3fn q, k, v (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on
     flashcore.attention_fp8; out is bf16."""
-    check.refuse({"qv": qv is not None, "attention_chunk": attention_chunk != 0})
+    check.refuse({"qv": qv is not None})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if is_fp8(q):
         check.refuse({"fp8 window_size": check.window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
-                      "fp8 fallback": fallback != "error"})
+                      "fp8 attention_chunk": check.chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error"})
         out, lse = fp8.attention_fp8(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
                                  num_splits=_splits(num_splits), sm_margin=sm_margin, **descales)
         return (out, lse) if return_attn_probs else out
@@ -73,7 +73,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     if given:
         raise FlashCoreError(f"{given[0]} is given but q is {getattr(q, 'dtype', type(q).__name__)}: descale "
                              "factors apply to float8_e4m3fn inputs only")
-    out, lse = _dense(q, k, v, window_size, softcap, causal=causal, softmax_scale=softmax_scale,
+    out, lse = _dense(q, k, v, window_size, softcap, attention_chunk, causal=causal, softmax_scale=softmax_scale,
                       deterministic=deterministic, num_splits=_splits(num_splits), sm_margin=sm_margin,
                       fallback=fallback)
     return (out, lse) if return_attn_probs else out
@@ -96,12 +96,13 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     never read them). Packed queries never split the keys (num_splits is a hint here: 1 is used).
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
     check.refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-                  "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0})
+                  "v_descale": v_descale is not None})
     _splits(num_splits)
     out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
                               seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
-                              deterministic=deterministic, fallback=fallback, debug_checks=debug_checks)
+                              attention_chunk=attention_chunk, deterministic=deterministic, fallback=fallback,
+                              debug_checks=debug_checks)
     return (out, lse) if return_attn_probs else out
 
 
@@ -128,16 +129,18 @@ def flash_attn_with_kvcache(
     and sequence b reads its row cache_batch_idx[b] (as FA3). k, v [B, Snew, Hkv, D] are written into the cache in place
     at each sequence's cache_seqlens first (FA3's append), then q [B, Sq, Hq, D] attends to each sequence's first
     cache_seqlens + Snew keys (causal: bottom-right aligned to them). window_size and softcap as flash_attn_func.
-    cache_leftpad [B] int32 (a contiguous cache): sequence b's tokens are rows [cache_leftpad[b], cache_seqlens[b])
-    of its cache entry: it attends to cache_seqlens[b] - cache_leftpad[b] keys (plus appended ones, written at
-    cache_seqlens[b]), and causal and window masks align to that count (FA3's); with page_table it is refused.
+    cache_leftpad [B] int32: sequence b's tokens are positions [cache_leftpad[b], cache_seqlens[b]) of its cache
+    entry or its pages: it attends to cache_seqlens[b] - cache_leftpad[b] keys (plus appended ones, written at
+    cache_seqlens[b]), and causal, window and chunk masks align to that count (FA3's).
+    attention_chunk C > 0 (every entry point, FA3's chunked local attention): query row i sees only the keys of
+    the chunk [c, c + C) that holds its bottom-right-aligned position (c a multiple of C from the sequence's first
+    key), within its causal and window bounds.
     debug_checks (extension): check the lengths, slots and pages on the host, including that an append fits (one
     device sync; see flashcore.serving). rotary_seqlens without rotary_cos is ignored, as FA3 ignores it."""
     check.refuse({"qv": qv is not None, "rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
-                  "cache_leftpad with page_table": cache_leftpad is not None and page_table is not None,
                   "cu_seqlens_k_new": cu_seqlens_k_new is not None,
                   "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-                  "v_descale": v_descale is not None, "attention_chunk": attention_chunk != 0})
+                  "v_descale": v_descale is not None})
     import torch
 
     scheduler.check_metadata(scheduler_metadata, q, k_cache, v_cache, cu_seqlens_q, page_table)
@@ -148,14 +151,14 @@ def flash_attn_with_kvcache(
                                    page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
                                    max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None, causal=causal,
                                    softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
-                                   num_splits=_splits(num_splits), sm_margin=sm_margin, fallback=fallback,
-                                   debug_checks=debug_checks)
+                                   attention_chunk=attention_chunk, num_splits=_splits(num_splits),
+                                   sm_margin=sm_margin, fallback=fallback, debug_checks=debug_checks)
         return (out, lse) if return_softmax_lse else out
     # one length for every sequence: the dense kernel on a slice of the cache
     check_serving.caches(k_cache, v_cache)
     length = check_serving.cache_length(cache_seqlens, k_cache.shape[1], appending=k is not None)
     end = append.at(k_cache, v_cache, k, v, length) if k is not None or v is not None else length
-    out, lse = _dense(q, k_cache[:, :end], v_cache[:, :end], window_size, softcap, causal=causal,
+    out, lse = _dense(q, k_cache[:, :end], v_cache[:, :end], window_size, softcap, attention_chunk, causal=causal,
                       softmax_scale=softmax_scale, num_splits=_splits(num_splits), sm_margin=sm_margin,
                       fallback=fallback)
     return (out, lse) if return_softmax_lse else out

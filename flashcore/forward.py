@@ -68,7 +68,7 @@ def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> No
             sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)
         return
     mods: dict[str, Any] = {"causal": call.causal, "scale": call.scale, "window": call.window,
-                            "softcap": call.softcap}
+                            "softcap": call.softcap, "chunk": call.attention_chunk}
     if call.layout == "dense":
         o, s = reference.dense(q, k, v, **mods)
         out.copy_(o)

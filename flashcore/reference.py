@@ -4,6 +4,7 @@ serving features (torch SDPA has no soft-capping and no per-sequence lengths).
 One sequence: q [Sq, Hq, D], k and v [Sk, Hkv, D]. Query row i sees key j iff
     j <= i + d + right   (causal: right = 0; window right bound; else no bound)
     j >= i + d - left    (window left bound; -1: none),        d = Sk - Sq (bottom-right alignment);
+    c <= j < c + C       (chunks of C > 0 keys: c = the start of the chunk of i + d, FA3's attention_chunk);
 scores are softmax_scale * q.k, soft-capped to softcap * tanh(score / softcap) when softcap > 0; GQA: query head h
 reads K/V head h // (Hq // Hkv). A row that sees no key gets out = 0 and lse = -inf. Works on any torch device.
 """
@@ -30,7 +31,7 @@ def dequantize(x: torch.Tensor, descale: torch.Tensor | None, heads_kv: int) -> 
 
 
 def visible(seqlen_q: int, seqlen_k: int, rows: slice, causal: bool, window: tuple[int, int],
-            device: torch.device) -> torch.Tensor:
+            device: torch.device, chunk: int = 0) -> torch.Tensor:
     """[rows, Sk] bool: True where key j is visible to query row i."""
     import torch
 
@@ -45,11 +46,14 @@ def visible(seqlen_q: int, seqlen_k: int, rows: slice, causal: bool, window: tup
         keep &= j <= diag + right
     if left >= 0:
         keep &= j >= diag - left
+    if chunk > 0:
+        start = diag - diag % chunk  # torch's % follows the divisor's sign: a floor division, as FA3's reference
+        keep &= (j >= start) & (j < start + chunk)
     return keep
 
 
 def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-             window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+             window: tuple[int, int] = (-1, -1), softcap: float = 0.0, chunk: int = 0,
              p_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One sequence: out [Sq, Hq, D] float32 and lse [Hq, Sq] float32. p_dtype: P is rounded to it before P V, as
     the FP8 kernel does (2^8 exp(s - row max), rounded, over the unrounded sum): the "same rounding" reference of
@@ -71,7 +75,7 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
         s = torch.matmul(q[rows].float().permute(1, 0, 2), k32) * scale  # [Hq, n, Sk]
         if softcap > 0:
             s = torch.tanh(s / softcap) * softcap
-        s = s.masked_fill(~visible(sq, sk, rows, causal, window, q.device), -math.inf)
+        s = s.masked_fill(~visible(sq, sk, rows, causal, window, q.device, chunk), -math.inf)
         row_lse = torch.logsumexp(s, dim=-1)  # [Hq, n]
         seen = torch.isfinite(row_lse)
         if p_dtype is None:
@@ -86,12 +90,13 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
 
 
 def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-          window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+          window: tuple[int, int] = (-1, -1), softcap: float = 0.0, chunk: int = 0,
           p_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]: out [B, Sq, Hq, D] float32, lse [B, Hq, Sq] float32."""
     import torch
 
-    pairs = [sequence(q[b], k[b], v[b], causal=causal, scale=scale, window=window, softcap=softcap, p_dtype=p_dtype)
+    pairs = [sequence(q[b], k[b], v[b], causal=causal, scale=scale, window=window, softcap=softcap, chunk=chunk,
+                      p_dtype=p_dtype)
              for b in range(q.shape[0])]
     if not pairs:
         return (torch.zeros(q.shape, dtype=torch.float32, device=q.device),
@@ -101,7 +106,8 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sc
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], cu_k: list[int],
            used_k: list[int] | None, *, causal: bool, scale: float, window: tuple[int, int] = (-1, -1),
-           softcap: float = 0.0, used_q: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           softcap: float = 0.0, chunk: int = 0,
+           used_q: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed q [total_q, Hq, D], k and v [total_k, Hkv, D] with host lists of offsets (and of used keys and
     queries: a sequence's lengths are then its used counts): out [total_q, Hq, D] float32 (rows outside every
     sequence's used queries 0), lse [Hq, total_q] float32 (-inf there)."""
@@ -112,7 +118,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], c
     for b, qs in enumerate(query_rows(cu_q, used_q)):
         k_end = cu_k[b + 1] if used_k is None else cu_k[b] + used_k[b]
         ks = slice(cu_k[b], k_end)
-        o, s = sequence(q[qs], k[ks], v[ks], causal=causal, scale=scale, window=window, softcap=softcap)
+        o, s = sequence(q[qs], k[ks], v[ks], causal=causal, scale=scale, window=window, softcap=softcap, chunk=chunk)
         out[qs], lse[:, qs] = o, s
     return out, lse
 
@@ -124,12 +130,12 @@ def query_rows(cu_q: list[int], used_q: list[int] | None) -> list[slice]:
 
 def cached_keys(k_cache: torch.Tensor, v_cache: torch.Tensor, b: int, n: int, slots: torch.Tensor | None,
                 table: torch.Tensor | None, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequence b's keys and values [n - start, Hkv, D]: rows [start, n) of a cache [B_cache, S, Hkv, D] (its slot
-    slots[b], default b; start > 0: a left-padded cache), or the first n of a paged cache [pages, page_size, Hkv, D]
-    (its row of the page table: row slots[b], default b)."""
+    """Sequence b's keys and values [n - start, Hkv, D]: positions [start, n) (start > 0: a left-padded cache) of a
+    cache [B_cache, S, Hkv, D] (its slot slots[b], default b) or of a paged cache [pages, page_size, Hkv, D] (its
+    row of the page table: row slots[b], default b)."""
     entry = int(slots[b]) if slots is not None else b
     if table is None:
         return k_cache[entry, start:n], v_cache[entry, start:n]
     page_size = k_cache.shape[1]
     pages = table[entry, :-(-n // page_size)].long()
-    return k_cache[pages].flatten(0, 1)[:n], v_cache[pages].flatten(0, 1)[:n]
+    return k_cache[pages].flatten(0, 1)[start:n], v_cache[pages].flatten(0, 1)[start:n]

@@ -44,7 +44,7 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
 
     if not isinstance(cache_seqlens, torch.Tensor):
         raise FlashCoreError(f"cache_seqlens is {type(cache_seqlens).__name__}: expected an int32 tensor [batch]")
-    check.refuse({"attention_chunk": attention_chunk != 0})
+    check.chunk(attention_chunk)  # FA3's device plan reads it; FlashCore's plan does not, but a bad one is refused
     dtype = str(qkv_dtype if qkv_dtype is not None else torch.bfloat16)
     if dtype not in _DTYPES:
         raise FlashCoreError(f"qkv_dtype is {dtype}: expected one of {', '.join(_DTYPES)}")

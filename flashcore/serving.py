@@ -20,6 +20,8 @@ entry points here):
 
 window_size (left, right): query row i sees keys [i + d - left, i + d + right], d = its sequence's Sk - Sq, -1 =
 unbounded; causal=True sets right to 0. softcap > 0: scores = softcap * tanh(softmax_scale * q.k / softcap).
+attention_chunk C > 0 (FA3's chunked local attention): row i sees only the keys of the chunk [c, c + C) holding
+i + d (c a multiple of C counted from the sequence's first key), within its causal and window bounds.
 
 Host checks (flashcore/check_serving.py: shapes, dtypes, devices, strides, window and softcap values) raise
 FlashCoreError before anything runs; each entry here checks its arguments into one Call and computes it with
@@ -52,34 +54,35 @@ if TYPE_CHECKING:
 
 def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
           softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
-          deterministic: bool = False, num_splits: int | None = None, sm_margin: int = 0,
+          attention_chunk: Any = 0, deterministic: bool = False, num_splits: int | None = None, sm_margin: int = 0,
           fallback: str = "error", out: torch.Tensor | None = None,
           lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """flashcore.attention's [B, S, H, D] layout with a sliding window and soft-capping; (out, lse [B, Hq, Sq]).
-    out / lse: optional output buffers, as flashcore.attention takes them."""
+    """flashcore.attention's [B, S, H, D] layout with a sliding window, chunks and soft-capping; (out, lse [B, Hq,
+    Sq]). out / lse: optional output buffers, as flashcore.attention takes them."""
     key = None
     if out is None and lse is None:
         key = fastpath.serving_signature("dense", (q, k, v), (causal, softmax_scale, window_size, softcap,
-                                                              deterministic, num_splits, sm_margin, fallback))
+                                                              attention_chunk, deterministic, num_splits, sm_margin,
+                                                              fallback))
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k, v):
             return launch.again(entry, q, k, v, lse_shape(q))
-    window, cap = check.window(window_size), check.softcap(softcap)
+    window, cap, chunk = check.window(window_size), check.softcap(softcap), check.chunk(attention_chunk)
     fallback = check.fallback_choice(fallback)
-    if window == (-1, -1) and cap == 0.0:  # flashcore.attention's call, with its own repeat-call key
+    if window == (-1, -1) and cap == 0.0 and chunk == 0:  # flashcore.attention's call, with its own repeat-call key
         return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                          deterministic=deterministic, num_splits=num_splits, sm_margin=sm_margin, fallback=fallback)
     call = check.dense(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                        deterministic=deterministic, fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
                        device_type=check.device_type(q, fallback))
-    return forward(replace(call, window=window, softcap=cap), key)
+    return forward(replace(call, window=window, softcap=cap, attention_chunk=chunk), key)
 
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, seqused_q: Any = None,
            seqused_k: Any = None,
            causal: bool = False, softmax_scale: float | None = None, window_size: Any = (-1, -1),
-           softcap: Any = 0.0, deterministic: bool = False, fallback: str = "error",
+           softcap: Any = 0.0, attention_chunk: Any = 0, deterministic: bool = False, fallback: str = "error",
            debug_checks: bool | None = None, out: torch.Tensor | None = None,
            lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32).
@@ -92,7 +95,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
                   "seqused_k": seqused_k}
         key = fastpath.serving_signature("varlen", (q, k, v, *arrays.values()),
                                          (max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, softcap,
-                                          deterministic, fallback))
+                                          attention_chunk, deterministic, fallback))
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k, v):
             return launch.again(entry, q, k, v, lse_shape(q, packed=True), arrays, -math.inf)
@@ -100,6 +103,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
                                 seqused_k=seqused_k,
                                 causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                 deterministic=deterministic, fallback=fallback, out=out, lse=lse)
+    call = replace(call, attention_chunk=check.chunk(attention_chunk))
     if debug:
         check_serving.values(call)
     return forward(call, key)
@@ -109,13 +113,13 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
             v: Any = None, cache_batch_idx: Any = None, page_table: Any = None, cache_leftpad: Any = None,
             cu_seqlens_q: Any = None, max_seqlen_q: Any = None, causal: bool = False,
             softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
-            num_splits: int | None = None, sm_margin: int = 0, fallback: str = "error",
+            attention_chunk: Any = 0, num_splits: int | None = None, sm_margin: int = 0, fallback: str = "error",
             debug_checks: bool | None = None, out: torch.Tensor | None = None,
             lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A KV cache with a length (and optionally a slot) per sequence, or a paged cache (module docstring): (out,
     lse [B, Hq, Sq]). cache_seqlens: int32 [B] (or FA3's int / None: one length for all). k, v [B, Snew, Hkv, D]:
-    appended in place at each sequence's length first (FA3's append), then attended to. cache_leftpad int32 [B]
-    (not with page_table): sequence b's keys start at row cache_leftpad[b] of its entry (FA3's). cu_seqlens_q
+    appended in place at each sequence's length first (FA3's append), then attended to. cache_leftpad int32 [B]:
+    sequence b's keys start at position cache_leftpad[b] of its entry or its pages (FA3's). cu_seqlens_q
     int32 [B + 1] with max_seqlen_q: q packed [total_q, Hq, D] (chunked prefill, speculative decoding), sequence b's
     queries rows [cu[b], cu[b + 1]); out [total_q, Hq, D], lse [Hq, total_q] (rows in no sequence not written).
     out / lse: optional output buffers of those shapes."""
@@ -127,7 +131,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
         per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument
         tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v,
                    cache_leftpad, cu_seqlens_q)
-        args = (causal, softmax_scale, window_size, softcap, num_splits, sm_margin, fallback,
+        args = (causal, softmax_scale, window_size, softcap, attention_chunk, num_splits, sm_margin, fallback,
                 None if per_sequence else cache_seqlens, max_seqlen_q)
         key = fastpath.serving_signature("kvcache", tensors, args)
         entry = fastpath.lookup(key)
@@ -151,6 +155,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                                  causal=causal,
                                  softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                  num_splits=num_splits, sm_margin=sm_margin, fallback=fallback, out=out, lse=lse)
+    call = replace(call, attention_chunk=check.chunk(attention_chunk))
     if k is not None:
         assert call.cache_seqlens is not None
         lengths = append.each(call.k, call.v, k, v, call.cache_seqlens, call.cache_batch_idx, call.page_table, debug)

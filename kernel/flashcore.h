@@ -95,9 +95,9 @@ typedef struct fc_params {
   const int32_t* kv_batch_idx;  // [batch]: its keys are k/v batch entry kv_batch_idx[b] in [0, kv_batch) (a KV
                                 // cache's slot); with page_table, the row of page_table it reads (FA3's); not with
                                 // cu_seqlens_k
-  const int32_t* leftpad_k;     // [batch], with seqused_k: its keys start at row leftpad_k[b] of its cache or packed
-                                // rows, and it attends to keys [leftpad_k[b], seqused_k[b]) (FA3's leftpad_k, the
-                                // KV cache's cache_leftpad: k_len = seqused_k - leftpad_k); not with page_table
+  const int32_t* leftpad_k;     // [batch], with seqused_k: its keys start at row leftpad_k[b] of its cache, pages or
+                                // packed rows, and it attends to keys [leftpad_k[b], seqused_k[b]) (FA3's leftpad_k,
+                                // the KV cache's cache_leftpad: k_len = seqused_k - leftpad_k)
   int64_t total_q;   // rows of packed q and o (with cu_seqlens_q), >= 1
   int64_t total_k;   // rows of packed k and v (with cu_seqlens_k), >= 1
   int64_t kv_batch;  // batch entries of k and v: 0 = batch (kv_batch_idx may index a larger cache)
@@ -128,6 +128,10 @@ typedef struct fc_params {
   int64_t k_descale_stride[2];
   int64_t v_descale_stride[2];
   int32_t fp8_v_transpose;  // FP8: enum fc_fp8_v_transpose (0: by the shape); 0 for 16-bit dtypes
+  // Chunked local attention (FA3's attention_chunk; 0: off): with C > 0, query row i sees only the keys of the chunk
+  // [c, c + C) holding its key-aligned position i + d (c a multiple of C from the sequence's first key), within its
+  // causal and window bounds. 16-bit inputs on the Hopper kernel.
+  int32_t attention_chunk;
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2, FC_SCHEDULE_WHOLE = 3 };
 

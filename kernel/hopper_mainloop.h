@@ -69,7 +69,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         at = p.tail_first + t;
       }
       c = tile_coord(p, at);
-      seq = seq_lens(p, c.batch);
+      seq = seq_lens<kPaged>(p, c.batch);
       if (!valid || tile_has_rows<Cfg::kBlockM>(p, c.m_block, seq)) break;
       tile = next_tile(p, tile);
     }
@@ -81,7 +81,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         v_d = descale(p.v_descale, p.v_descale_stride, p, c);
       }
     }
-    KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit>(p, c.m_block, c.split, seq);
+    KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit, !Cfg::kFp8 && !kTail>(p, c.m_block, c.split, c.batch, seq);
     if (kTail && valid && tile >= p.tail_first) kv = tail_range(p, kv, tail_item(p, tile));
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = kv_head(p, c);

@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     const int n_blocks = kv.n_blocks;
     stamp(1);
     if (thread == 0) FC_TL_VALUE(k, consumer_wg, 7, n_blocks);
-    const SeqMask seq = seq_mask(info.q_len, info.k_len);
+    const SeqMask seq = seq_mask(info.q_len, info.k_len, info.coord.batch);
     const ThreadRows mask_rows = thread_rows(p, info.coord, kv, info.q_len, tile_row0, lane);  // only .row is used
     // FP8: S is in units of q_descale * k_descale of the tile's (batch, K/V head); O in units of v_descale. Where the
     // factors are read is Fp8Choice's kDescales: from the producer's slot or from global memory now, kept in two
@@ -274,8 +274,10 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
       if constexpr (decltype(masked)::value) {
         // FP8 calls take no window (validate.cu), so FP8 kernels compile no left bound: behind the window's
-        // branch, ptxas kept the mask and the row max inside the softmax ring's turn.
-        constexpr bool kLeftBound = !Cfg::kFp8;
+        // branch, ptxas kept the mask and the row max inside the softmax ring's turn. Nor does the stream-K tail,
+        // which only equal tiles take (no window, chunks or per-sequence lengths: run_tiles.cuh): with the chunks'
+        // pass compiled in, its 16-bit hdim 256 kernels spilled 12 B.
+        constexpr bool kLeftBound = !Cfg::kFp8 && !kTail;
         mask_scores<Consumer::kNTiles, kLive, Cfg::kFp8, kLeftBound>(s, p, seq, mask_rows,
                                                                      (kv.n_begin + n) * Cfg::kBlockN, lane);
       }
@@ -292,7 +294,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     if constexpr (Cfg::kNarrowN > 0) {
       const int last_row = p.pack_gqa ? info.q_len - 1 : min(kv.row_first + consumer_wg * 64 + 63, info.q_len - 1);
       narrow_last = n_blocks > 0 &&
-                    visible_key_end(p, seq, last_row) - (kv.n_begin + n_blocks - 1) * Cfg::kBlockN <= Cfg::kNarrowN;
+                    visible_key_end<!Cfg::kFp8 && !kTail>(p, seq, last_row) - (kv.n_begin + n_blocks - 1) * Cfg::kBlockN <= Cfg::kNarrowN;
     }
     using Full = std::integral_constant<int, Cfg::kBlockN>;
     using Narrow = std::integral_constant<int, (Cfg::kNarrowN > 0 ? Cfg::kNarrowN : Cfg::kBlockN)>;

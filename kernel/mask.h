@@ -1,7 +1,9 @@
 // Score masking shared by every kernel version. Key j of a sequence with q_len queries and k_len keys is visible
 // to query row i iff
 //   j < k_len,  j <= i + diag + window_right (when p.causal: causal, window_right 0, or a right window bound),
-//   j >= i + diag - window_left (when window_left >= 0),   with diag = k_len - q_len (bottom-right alignment);
+//   j >= i + diag - window_left (when window_left >= 0),   with diag = k_len - q_len (bottom-right alignment),
+//   j >= floor (a left-padded paged cache: its keys are rows [floor, k_len) of the sequence's pages),
+//   c <= j < c + C with c the start of the chunk of i + diag (FA3's attention_chunk C > 0; chunks from floor);
 // other scores get -inf. Fragment layout: s[nt][e] holds row g + 8*(e/2), column 8*nt + 2*(lane%4) + e%2 of a
 // 16-row slab (mma.sync C fragments and wgmma accumulators share it).
 #pragma once
@@ -16,10 +18,34 @@ namespace flashcore {
 // The key extent of one sequence: what the mask needs besides the call's window.
 struct SeqMask {
   int k_len;
-  int diag;  // k_len - q_len
+  int diag;   // k_len - q_len
+  int batch;  // the sequence: its paged cache's left pad, where there is one, is read where a mask needs it
 };
 
-__device__ __forceinline__ SeqMask seq_mask(int q_len, int k_len) { return SeqMask{k_len, k_len - q_len}; }
+__device__ __forceinline__ SeqMask seq_mask(int q_len, int k_len, int batch = 0) {
+  return SeqMask{k_len, k_len - q_len, batch};
+}
+
+// Keys below it are not the sequence's: a paged cache's left pad (its pages keep the pad's rows, so the page walk
+// keeps page-aligned boxes), 0 elsewhere. Read when needed, not kept: a register held across the key loop made the
+// 16-bit hdim 256 kernels spill.
+__device__ __forceinline__ int key_floor(const KernelParams& p, const SeqMask& m) {
+  return p.leftpad_k != nullptr && p.page_table != nullptr ? __ldg(p.leftpad_k + m.batch) : 0;
+}
+
+// The first key of the chunk holding key-aligned position x (FA3's attention_chunk: chunks of p.attention_chunk keys
+// counted from the sequence's first key, `floor`). A position left of the keys is in a chunk left of them, which
+// holds no key whichever it is: the one just left of floor stands for all (no signed division). The division is
+// FastDiv's multiply-shift: a `/` by a runtime value spilled the 16-bit hdim 256 kernels.
+__device__ __forceinline__ int chunk_start(const KernelParams& p, int floor, int x) {
+  const int d = x - floor;
+  return d >= 0 ? floor + p.div_chunk(d) * p.attention_chunk : floor - p.attention_chunk;
+}
+
+// Whether rows can have a left bound: a window, a paged cache's left pad or chunks (the call's, not the row's).
+__device__ __forceinline__ bool has_left_bound(const KernelParams& p) {
+  return p.window_left >= 0 || p.attention_chunk > 0 || (p.leftpad_k != nullptr && p.page_table != nullptr);
+}
 
 // One past the last key that exists (widened by one under the planted tail-mask fault).
 __device__ __forceinline__ int key_end(const KernelParams& p, const SeqMask& m) {
@@ -48,6 +74,28 @@ __device__ __forceinline__ void mask_pair(float& s0, float& s1, uint32_t row_h2,
 constexpr int kPairTiles = 16;
 static_assert(kPairTiles * 8 <= 1022, "paired columns must stay below hi's clamp, exact in f16");
 
+// FA3's chunks, a pass of their own after the window's: each row keeps the columns of the chunk [c, c + C) holding
+// its position. Folded into the window's bounds, the chunk's two extra bounds spilled the 16-bit hdim 256 kernels
+// (8-24 B); as a second pass over the masked block only calls with chunks pay for it.
+template <int kNTiles, int kLive>
+__device__ __forceinline__ void mask_chunks(float (&s)[kNTiles][4], const KernelParams& p, int floor, int diag,
+                                         const ThreadRows& rows, int first_col) {
+  int lo[2], hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    lo[r] = chunk_start(p, floor, rows.row[r] + diag) - first_col;
+    hi[r] = lo[r] + p.attention_chunk - 1;
+  }
+#pragma unroll
+  for (int nt = 0; nt < kLive; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = nt * 8 + (e % 2);
+      if (col > hi[e / 2] || col < lo[e / 2]) s[nt][e] = -INFINITY;
+    }
+  }
+}
+
 // `rows.row` are the query indices of the thread's two fragment rows; `key0` the block's first key.
 // Row i sees keys [lo(i), hi(i)]: a score costs a compare of its compile-time column offset against hi(i) minus this
 // thread's first column and a select (kPairs: half a compare); a left window bound adds a compare against lo(i).
@@ -64,7 +112,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
     const int limit = p.causal ? min(end - 1, rows.row[r] + m.diag + p.window_right) : end - 1;
     hi[r] = limit - first_col;
   }
-  if (!kLeftBound || p.window_left < 0) {  // no left bound: one compare per score, or per two (kPairs)
+  if (!kLeftBound || !has_left_bound(p)) {  // no left bound: one compare per score, or per two (kPairs)
     uint32_t row_h2[2] = {0, 0};
     if constexpr (kPairs) {
 #pragma unroll
@@ -88,8 +136,11 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
     return;
   }
   int lo[2];
+  const int floor = key_floor(p, m);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) lo[r] = rows.row[r] + m.diag - p.window_left - first_col;
+  for (int r = 0; r < 2; ++r) {
+    lo[r] = max(p.window_left >= 0 ? rows.row[r] + m.diag - p.window_left : floor, floor) - first_col;
+  }
 #pragma unroll
   for (int nt = 0; nt < kLive; ++nt) {
 #pragma unroll
@@ -98,24 +149,39 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
       if (col > hi[e / 2] || col < lo[e / 2]) s[nt][e] = -INFINITY;
     }
   }
+  if (p.attention_chunk > 0) mask_chunks<kNTiles, kLive>(s, p, floor, m.diag, rows, first_col);
 }
+
+// The block bounds below take chunks and a paged cache's left pad where kExtra: the kernels that never see them
+// (FP8, the stream-K tail) compile them out, since their 24-32-register producers spilled 8-100 B more with them.
 
 // One past the last key that any query row <= last_row sees (widened by the planted tail fault, as mask_scores is).
+template <bool kExtra = true>
 __device__ __forceinline__ int visible_key_end(const KernelParams& p, const SeqMask& m, int last_row) {
   const int end = key_end(p, m);
-  return p.causal ? min(end, max(0, last_row + m.diag + p.window_right + 1)) : end;
+  const int right = p.causal ? min(end, max(0, last_row + m.diag + p.window_right + 1)) : end;
+  if (!kExtra || p.attention_chunk <= 0) return right;
+  return max(0, min(right, chunk_start(p, key_floor(p, m), last_row + m.diag) + p.attention_chunk));
 }
 
-// The first key that the query row `row` sees (0 without a left window bound).
+// The first key that the query row `row` sees (0 without a left bound).
+template <bool kExtra = true>
 __device__ __forceinline__ int visible_key_begin(const KernelParams& p, const SeqMask& m, int row) {
-  return p.window_left >= 0 ? max(0, row + m.diag - p.window_left) : 0;
+  const int window = p.window_left >= 0 ? max(0, row + m.diag - p.window_left) : 0;
+  if (!kExtra || !has_left_bound(p)) return window;
+  const int floor = key_floor(p, m);
+  const int left = max(window, floor);
+  return p.attention_chunk > 0 ? max(left, chunk_start(p, floor, row + m.diag)) : left;
 }
 
 // Keys below this limit are visible (from the right) to every row of a tile whose first query row is row_first;
 // 0 under the planted tail-mask fault, which masks every block.
+template <bool kExtra = true>
 __device__ __forceinline__ int unmasked_key_limit(const KernelParams& p, const SeqMask& m, int row_first) {
   if (p.fault == kFaultTailMaskOffByOne) return 0;
-  return p.causal ? min(m.k_len, max(0, row_first + m.diag + p.window_right + 1)) : m.k_len;
+  const int right = p.causal ? min(m.k_len, max(0, row_first + m.diag + p.window_right + 1)) : m.k_len;
+  if (!kExtra || p.attention_chunk <= 0) return right;
+  return max(0, min(right, chunk_start(p, key_floor(p, m), row_first + m.diag) + p.attention_chunk));
 }
 
 }  // namespace flashcore

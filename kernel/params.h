@@ -85,6 +85,10 @@ struct KernelParams {
   // [1 + vt_items + batch * heads_kv + head] the head's stored blocks (Cfg::kVtHeadCount).
   int* vt_ready;
   int vt_blocks, vt_items;
+  // Chunked local attention (FA3's attention_chunk; 0: off): row i sees only the keys of the chunk of i + diag
+  // (kernel/mask.h chunk_start), div_chunk its divisor.
+  int attention_chunk;
+  FastDiv div_chunk;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

@@ -126,8 +126,8 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   const int64_t elem_bytes = in->dtype == FC_E4M3 ? 1 : 2;
   const int64_t kv_bytes = 2 * elem_bytes * kHeadDim * p.seqlen_k / (plan->pack_gqa ? 1 : p.group);
   const int64_t bh = static_cast<int64_t>(plan->grid_heads) * p.batch;
-  // Uneven tiles: causal or windowed rows see different key counts; per-sequence lengths differ per sequence.
-  const bool ragged = p.window_left >= 0 || p.cu_seqlens_q != nullptr || ragged_keys;
+  // Uneven tiles: causal, windowed or chunked rows see different key counts; per-sequence lengths differ per sequence.
+  const bool ragged = p.window_left >= 0 || p.attention_chunk > 0 || p.cu_seqlens_q != nullptr || ragged_keys;
   const bool uneven =
       in->schedule == FC_SCHEDULE_DEFAULT ? (p.causal != 0 || ragged) : in->schedule == FC_SCHEDULE_DYNAMIC;
   plan->dynamic = uneven && plan->tiles > plan->ctas;

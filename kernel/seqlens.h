@@ -1,7 +1,8 @@
 // Where one sequence of a call lives: its query and key rows, for dense batches (every sequence seqlen_q x
 // seqlen_k, no memory read) and for the serving layouts (packed varlen rows and their used counts, per-sequence
-// KV-cache lengths, a cache slot per sequence). The producer reads the arrays once per tile and hands q_len, k_len and q_off to the
-// consumers with the tile (tile_scheduler.h TileInfo).
+// KV-cache lengths, a cache slot per sequence). The producer reads the arrays once per tile and hands q_len, k_len
+// and q_off to the consumers with the tile (tile_scheduler.h TileInfo); a paged cache's left pad is the masks'
+// (kernel/mask.h key_floor).
 #pragma once
 #include "params.h"
 
@@ -15,6 +16,8 @@ struct SeqLens {
   int kv_batch;  // k/v batch coordinate (packed: 0; else kv_batch_idx[b] or b)
 };
 
+// kPaged: the paged producer's (kernel/hopper_mainloop.h), which the kernel runs exactly when p.page_table is set.
+template <bool kPaged>
 __device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
   SeqLens s{0, p.seqlen_q, 0, p.seqlen_k, batch};
   if (p.cu_seqlens_q != nullptr) {
@@ -30,7 +33,9 @@ __device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
     s.kv_batch = __ldg(p.kv_batch_idx + batch);
   }
   if (p.seqused_k != nullptr) s.k_len = __ldg(p.seqused_k + batch);
-  if (p.leftpad_k != nullptr) {  // a left-padded cache: rows [leftpad, seqused_k) hold the keys (FA3's leftpad_k)
+  // A left-padded cache: rows [leftpad, seqused_k) hold the keys (FA3's). Paged, they stay at their positions (the
+  // page walk keeps its page-aligned boxes) and the masks drop rows [0, leftpad) (kernel/mask.h key_floor).
+  if (!kPaged && p.leftpad_k != nullptr) {
     const int pad = __ldg(p.leftpad_k + batch);
     s.k_off += pad;
     s.k_len -= pad;

@@ -4,6 +4,7 @@
 // source: only this small object recompiles for it.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -83,10 +84,12 @@ int check_serving(const fc_params* in) {
   if (in->seqused_q != nullptr && in->cu_seqlens_q == nullptr) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "seqused_q limits packed query sequences: it needs cu_seqlens_q");
   }
-  if (in->leftpad_k != nullptr && (in->seqused_k == nullptr || in->page_table != nullptr)) {
-    // The paged producer addresses pages from the sequence's first key, not from an offset.
-    return report_error(FC_ERR_INVALID_ARGUMENT, "leftpad_k needs seqused_k (each sequence's end) and does not take "
-                        "page_table");
+  if (in->leftpad_k != nullptr && in->seqused_k == nullptr) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "leftpad_k needs seqused_k (each sequence's end)");
+  }
+  if (in->attention_chunk < 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "attention_chunk = %d: 0 (off) or the chunk's keys (> 0)",
+                        in->attention_chunk);
   }
   if (in->cu_seqlens_k != nullptr && in->kv_batch_idx != nullptr) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch_idx indexes a batched cache: it cannot be combined with "
@@ -182,7 +185,7 @@ int check_fp8(const fc_params* in) {
 bool uses_serving(const fc_params* in) {
   return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_q != nullptr ||
          in->seqused_k != nullptr || in->leftpad_k != nullptr ||
-         in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f ||
+         in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f || in->attention_chunk != 0 ||
          (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr ||
          kernel_head_dim(in->head_dim) != in->head_dim || (in->head_dim_v != 0 && in->head_dim_v != in->head_dim);
 }
@@ -315,6 +318,10 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->window_right = right >= reach ? -1 : static_cast<int>(right);
   out->causal = out->window_right >= 0;
   if (!out->causal) out->window_right = 0;
+  // A chunk longer than both sequences together masks what one of their length does (rows left of the keys still
+  // see none), and keeps chunk_start + chunk in 32 bits.
+  out->attention_chunk = static_cast<int>(std::min<int64_t>(in->attention_chunk, reach));
+  out->div_chunk = make_fast_div(out->attention_chunk);
   out->diag_offset = static_cast<int>(in->seqlen_k - in->seqlen_q);
   out->head_dim_v = static_cast<int>(in->head_dim_v != 0 ? in->head_dim_v : in->head_dim);
   out->page_table = in->page_table;

@@ -61,7 +61,6 @@ def test_func_is_flashcore_attention() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [
-    ({"attention_chunk": 64}, "attention_chunk"),
     ({"qv": torch.ones(1)}, "qv"),
 ])
 def test_func_refuses_what_it_does_not_implement_by_name(kwargs, named) -> None:
@@ -243,9 +242,8 @@ def test_refusals_name_the_argument_and_a_reason_without_internal_history() -> N
         with pytest.raises(UnsupportedArgument, match=rf"^{re.escape(name)}: {re.escape(why)}$"):
             check.refuse({"qv": False, name: True})
     q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)
-    with pytest.raises(UnsupportedArgument, match="cache_leftpad with page_table: left-padded paged caches"):
-        flash_attn_with_kvcache(q, q, q, cache_seqlens=2, cache_leftpad=torch.zeros(1, dtype=torch.int32),
-                                page_table=torch.zeros(1, 1, dtype=torch.int32), fallback="sdpa")
+    with pytest.raises(UnsupportedArgument, match="^rotary_cos: rotary embedding inside the call"):
+        flash_attn_with_kvcache(q, q, q, cache_seqlens=2, rotary_cos=torch.zeros(4, 32), fallback="sdpa")
     package = Path(flashcore.__file__).resolve().parent
     cited = [f"{p.name}:{i}" for p in package.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"\b(issues?|steps?) \d", line, re.IGNORECASE)]

@@ -67,14 +67,14 @@ def test_plan_tuning_arguments_do_not_make_metadata_wrong() -> None:
                        flashcore.flash_attn_with_kvcache(**call))
 
 
-@pytest.mark.parametrize("bad", ["not-a-tensor", "attention-chunk", "int8-dtype", "float-batch"])
+@pytest.mark.parametrize("bad", ["not-a-tensor", "negative-attention-chunk", "int8-dtype", "float-batch"])
 def test_bad_arguments_are_refused(bad: str) -> None:
     call = caches(5)
     with pytest.raises(FlashCoreError):
         if bad == "not-a-tensor":
             flashcore.flash_attn_with_kvcache(**call, scheduler_metadata=[1, 2, 3])
-        elif bad == "attention-chunk":
-            metadata(call, attention_chunk=64)
+        elif bad == "negative-attention-chunk":
+            metadata(call, attention_chunk=-64)
         elif bad == "int8-dtype":
             metadata(call, qkv_dtype=torch.int8)
         else:

@@ -260,14 +260,24 @@ def test_cache_leftpad_is_checked(pads: torch.Tensor, match: str) -> None:
         serving.kvcache(q, k_cache, k_cache, ints([5, 3]), cache_leftpad=pads, fallback="sdpa", debug_checks=True)
 
 
-def test_cache_leftpad_with_a_page_table_is_refused_by_name() -> None:
-    k_pages, table = paged(rand(2, 32, 2, 64), 16)
-    with pytest.raises(flashcore.UnsupportedArgument, match="^cache_leftpad with page_table: left-padded paged"):
-        flashcore.flash_attn_with_kvcache(rand(2, 1, 2, 64), k_pages, k_pages, cache_seqlens=ints([3, 4]),
-                                          cache_leftpad=ints([1, 1]), page_table=table, fallback="sdpa")
-    with pytest.raises(FlashCoreError, match="cache_leftpad cannot be combined with page_table"):
-        serving.kvcache(rand(2, 1, 2, 64), k_pages, k_pages, ints([3, 4]), cache_leftpad=ints([1, 1]),
-                        page_table=table, fallback="sdpa")
+@pytest.mark.parametrize("page_size", [1, 4, 8])
+def test_cache_leftpad_on_pages_reads_the_same_keys_as_the_contiguous_cache(page_size: int) -> None:
+    """A left-padded paged cache (FA3 runs it): sequence b's tokens are positions [pad, cache_seqlens) of its
+    pages; the result is the contiguous cache's, with the appended tokens written at cache_seqlens."""
+    lengths, pads = [9, 20, 5], [3, 17, 5]
+    contiguous = rand(3, 24, 2, 64), rand(3, 24, 2, 64)
+    q, k_new, v_new = rand(3, 2, 4, 64), rand(3, 2, 2, 64), rand(3, 2, 2, 64)
+    k_pages, table = paged(contiguous[0].clone(), page_size)
+    v_pages = torch.empty_like(k_pages)
+    v_pages[table.flatten().long()] = contiguous[1].clone().reshape(-1, page_size, 2, 64)
+    args = {"cache_seqlens": ints(lengths), "cache_leftpad": ints(pads), "causal": True, "window_size": (6, 0),
+            "return_softmax_lse": True, "fallback": "sdpa", "debug_checks": True}
+    want, want_lse = flashcore.flash_attn_with_kvcache(q, *contiguous, k=k_new, v=v_new, **args)
+    out, lse = flashcore.flash_attn_with_kvcache(q, k_pages, v_pages, k=k_new, v=v_new, page_table=table, **args)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(lse, want_lse)
+    flat = k_pages[table.long()].flatten(1, 2)  # [B, S, H, D] through the table
+    assert torch.equal(flat[:, :24], contiguous[0])  # the same appends landed at the same positions
 
 
 PACKED_Q = [

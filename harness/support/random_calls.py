@@ -175,19 +175,22 @@ def run_dense(fc: ModuleType, seed: int, draws: int, j: Judge, max_scores: int, 
 
 
 def serving_features(rng: random.Random) -> dict[str, Any]:
-    """What every serving draw shares: input type, heads, head dim, causal, window, softcap."""
+    """What every serving draw shares: input type, heads, head dim, causal, window, softcap, chunks (FA3's
+    attention_chunk: below, at and above a K/V block)."""
     heads_kv = rng.choice((1, 2, 4))
     window = (-1, -1)
     if rng.random() < 0.3:
         window = (rng.choice((-1, 0, 1, 63, 200)), rng.choice((-1, 0, 1, 17, 128)))
     return {"dtype": rng.choice(("bf16", "fp16")), "heads_kv": heads_kv, "heads_q": heads_kv * rng.choice((1, 2, 4)),
             "head_dim": rng.choice(head_dims.SUPPORTED), "causal": rng.random() < 0.5, "window": window,
-            "softcap": rng.choice((5.0, 30.0)) if rng.random() < 0.3 else 0.0}
+            "softcap": rng.choice((5.0, 30.0)) if rng.random() < 0.3 else 0.0,
+            "chunk": rng.choice((7, 64, 128, 300)) if rng.random() < 0.2 else 0}
 
 
 def describe(f: dict[str, Any]) -> str:
     extra = (" causal" if f["causal"] else "") + (f" window{f['window']}" if f["window"] != (-1, -1) else "")
     extra += f" softcap{f['softcap']:g}" if f["softcap"] else ""
+    extra += f" chunk{f['chunk']}" if f["chunk"] else ""
     return f"{f['dtype']} Hq{f['heads_q']} Hkv{f['heads_kv']} D{f['head_dim']}{extra}"
 
 
@@ -196,7 +199,8 @@ def sequence_refs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """One sequence's reference out [Sq, H, D] and lse [H, Sq], and out when P is rounded as the kernel rounds it."""
     from flashcore import reference
 
-    kw = {"causal": f["causal"], "scale": f["head_dim"] ** -0.5, "window": f["window"], "softcap": f["softcap"]}
+    kw = {"causal": f["causal"], "scale": f["head_dim"] ** -0.5, "window": f["window"], "softcap": f["softcap"],
+          "chunk": f["chunk"]}
     ref, ref_lse = reference.sequence(q.float(), k.float(), v.float(), **kw)
     pt, _ = reference.sequence(q.float(), k.float(), v.float(), p_dtype=torch_dtype(f["dtype"]), **kw)
     return ref, ref_lse, pt

@@ -45,7 +45,7 @@ def check_varlen(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: Ju
     out, lse = fc.flash_attn_varlen_func(
         q, k, v, index(cu_q), index(cu_k), max(lq), max(lk), seqused_q=None if used_q is None else index(used_q),
         seqused_k=None if given is None else index(given), causal=f["causal"], window_size=f["window"],
-        softcap=f["softcap"], return_attn_probs=True, debug_checks=True,
+        softcap=f["softcap"], attention_chunk=f["chunk"], return_attn_probs=True, debug_checks=True,
         **({} if device == "cuda" else {"fallback": "sdpa"}))
     # rows past seqused_q are not written (FA3's contract): only the used rows are judged, packed together
     nq = lq if used_q is None else used_q
@@ -69,9 +69,9 @@ def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: J
     capacity = max(16, new + length(rng, SERVING_EDGES, 4000.0))
     way = rng.choice(("int", "lengths", "slots", "paged", "paged"))
     page = rng.choice((1, 3, 8, 16, 24, 64, 256))
-    # cache slots with pages (the table has a row per slot); a left-padded contiguous cache; packed queries
+    # cache slots with pages (the table has a row per slot); a left-padded cache (contiguous or paged); packed queries
     slotted = way == "slots" or (way == "paged" and rng.random() < 0.3)
-    padded = way != "paged" and rng.random() < 0.3
+    padded = rng.random() < 0.3
     packed = rng.random() < 0.3
     entries = batch + (rng.randint(1, 2) if slotted else 0)
     table = slots = None
@@ -118,7 +118,8 @@ def check_kvcache(fc: ModuleType, rng: random.Random, gen: torch.Generator, j: J
         q, k_cache, v_cache, k=kn, v=vn, cache_seqlens=seqlens, cache_batch_idx=slots, page_table=table,
         cache_leftpad=index(left) if padded else None, cu_seqlens_q=index(cu) if packed else None,
         max_seqlen_q=max(nq) if packed else None, causal=f["causal"], window_size=f["window"], softcap=f["softcap"],
-        return_softmax_lse=True, debug_checks=True, **({} if device == "cuda" else {"fallback": "sdpa"}))
+        attention_chunk=f["chunk"], return_softmax_lse=True, debug_checks=True,
+        **({} if device == "cuda" else {"fallback": "sdpa"}))
     if plant:
         out, lse = out.flip(-2), lse.flip(-2 if packed else 1)
     if not (torch.equal(k_cache, expect_k) and torch.equal(v_cache, expect_v)):

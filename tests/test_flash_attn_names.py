@@ -279,9 +279,6 @@ def test_kvcache_ignores_rotary_seqlens_without_rotary_cos_as_fa3_does() -> None
     ref = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, fallback="sdpa")
     got = flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, rotary_seqlens=lengths, fallback="sdpa")
     assert torch.equal(got, ref)
-    with pytest.raises(flashcore.UnsupportedArgument, match="rotary_cos"):
-        flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, rotary_cos=torch.ones(16, 32),
-                                rotary_sin=torch.ones(16, 32), rotary_seqlens=lengths, fallback="sdpa")
 
 
 def test_a_window_given_as_a_tensor_is_read_on_every_call() -> None:

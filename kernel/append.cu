@@ -3,8 +3,8 @@
 // rotary position) is checked where it is read, a bad one skips the writes it governs and is recorded in the
 // caller's error word (kernel/index_errors.h). Contract: fc_append_kv in kernel/flashcore.h.
 //
-// Build alone: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -Xcompiler -fPIC \
-//                -c kernel/append.cu -o /tmp/append.o
+// Build alone (make build links it into the library: kernel/kernel.mk):
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -Xcompiler -fPIC -c kernel/append.cu
 //
 // Grid: x = sequence, y = the sequence's blocks: the first `kv_blocks` append its new rows (k with rotary, v copied),
 // the rest write its rotated q rows. A block takes whole rows (several when a row has fewer tasks than threads);
@@ -56,7 +56,7 @@ __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bf
 // W elements at `ptr`: one 16-byte access when W == 8 (the host chose W = 8 only for 16-byte aligned rows).
 template <typename T, int W>
 struct Chunk {
-  T x[W];
+  alignas(16) T x[W];  // one 16-byte register access when W == 8
   __device__ __forceinline__ void load(const T* ptr) {
     if constexpr (W == 8) {
       *reinterpret_cast<uint4*>(x) = *reinterpret_cast<const uint4*>(ptr);

@@ -137,27 +137,38 @@ __host__ __device__ inline int tasks_per_head(int64_t dim, int64_t rotary_dim, i
   return static_cast<int>(rotary_tasks + (dim - rotary_dim) / w);
 }
 
+// Sequence b's rows of a packed tensor (rows [cu[b], cu[b + 1]) of `total`, both offsets checked) or of a
+// [batch, rows, ...] one (cu nullptr: `rows` each); false for a bad offset (reported as `code`).
+__device__ bool read_rows(const int32_t* cu, int64_t b, int64_t total, int64_t rows, IndexTensor code,
+                          int64_t* errors, int64_t& offset, int64_t& count) {
+  if (cu == nullptr) {
+    offset = b * rows;
+    count = rows;
+    return true;
+  }
+  const int64_t first = cu[b], last = cu[b + 1];
+  if (first < 0 || first > total) {
+    report_index_error(errors, code, b, first, total + 1);
+    return false;
+  }
+  if (last < first || last > total) {
+    report_index_error(errors, code, b + 1, last, total + 1);
+    return false;
+  }
+  offset = first;
+  count = last - first;
+  return true;
+}
+
 // Thread 0's reading of sequence b: every index value checked, the first bad one reported (by block y = 0 only, so
 // one sequence records one error once). Every block of the sequence reaches the same verdict.
 __device__ Sequence read_sequence(const fc_append_params& p, int64_t b, bool report) {
   Sequence s{};
   int64_t* errors = report ? p.errors : nullptr;
   // Its q rows first: a sequence with another bad value still knows which q rows to make NaN.
-  if (p.q != nullptr) {
-    if (p.cu_seqlens_q != nullptr) {
-      const int64_t first = p.cu_seqlens_q[b], last = p.cu_seqlens_q[b + 1];
-      if (first < 0 || first > p.total_q || last < first || last > p.total_q) {
-        const bool first_bad = first < 0 || first > p.total_q;
-        report_index_error(errors, kIndexCuSeqlensQ, first_bad ? b : b + 1, first_bad ? first : last,
-                           p.total_q + 1);
-        return s;
-      }
-      s.q_offset = first;
-      s.n_q = last - first;
-    } else {
-      s.q_offset = b * p.seqlen_q;
-      s.n_q = p.seqlen_q;
-    }
+  if (p.q != nullptr &&
+      !read_rows(p.cu_seqlens_q, b, p.total_q, p.seqlen_q, kIndexCuSeqlensQ, errors, s.q_offset, s.n_q)) {
+    return s;
   }
   const int64_t slot = p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b;
   const int64_t entries = p.page_table != nullptr ? p.page_table_rows : p.cache_batch;
@@ -166,21 +177,9 @@ __device__ Sequence read_sequence(const fc_append_params& p, int64_t b, bool rep
     return s;
   }
   s.entry = slot;
-  if (p.cu_seqlens_k_new != nullptr) {
-    const int64_t first = p.cu_seqlens_k_new[b], last = p.cu_seqlens_k_new[b + 1];
-    if (first < 0 || first > p.total_new) {
-      report_index_error(errors, kIndexCuSeqlensKNew, b, first, p.total_new + 1);
-      return s;
-    }
-    if (last < first || last > p.total_new) {
-      report_index_error(errors, kIndexCuSeqlensKNew, b + 1, last, p.total_new + 1);
-      return s;
-    }
-    s.new_offset = first;
-    s.n_new = last - first;
-  } else {
-    s.new_offset = b * p.seqlen_new;
-    s.n_new = p.seqlen_new;
+  if (!read_rows(p.cu_seqlens_k_new, b, p.total_new, p.seqlen_new, kIndexCuSeqlensKNew, errors, s.new_offset,
+                 s.n_new)) {
+    return s;
   }
   s.start = p.cache_seqlens[b];
   if (s.start < 0 || s.start + s.n_new > p.capacity) {

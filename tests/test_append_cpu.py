@@ -217,3 +217,43 @@ def test_a_bad_page_id_is_named() -> None:
                                           rand(2, 1, HKV, D), cache_seqlens=ints([1, 2]),
                                           page_table=ints([0, 1, 2, 9]).view(2, 2), fallback="sdpa")
 
+
+
+def test_the_kernel_launch_describes_every_tensor_to_fc_append_kv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fc_append_params as the kernel path fills it (a recording stand-in for the library: no GPU here)."""
+    import contextlib
+    import types
+
+    from flashcore import _lib, append, device_errors
+
+    seen: list[_lib.FcAppendParams] = []
+
+    def fc_append_kv(params: object, stream: object) -> int:
+        seen.append(_lib.FcAppendParams.from_buffer_copy(params))  # type: ignore[arg-type]
+        return _lib.FC_OK
+
+    lib = types.SimpleNamespace(fc_append_kv=lambda p, s: fc_append_kv(p, s))
+    monkeypatch.setattr(_lib, "load", lambda: lib)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d: types.SimpleNamespace(cuda_stream=7))
+    word = torch.zeros(4, dtype=torch.int64)
+    monkeypatch.setattr(device_errors, "words", lambda d: word)
+    k_cache, v_cache = rand(9, 16, HKV, D), rand(9, 16, HKV, D)
+    pages = ints([3, 1, 4, 0, 2, 5]).view(2, 3)
+    k, v = rand(5, HKV, D), rand(5, HKV, D)
+    cos, sin = table(64, 16)
+    rot = rotary.Rotary(cos, sin, ints([2, 9]), False, q_per_row=True)
+    q, cu_q = rand(7, H, D), ints([0, 3, 7])
+    lengths, q_out = append._kernel(k_cache, v_cache, k, v, ints([4, 30]), None, pages, ints([0, 2, 5]), rot, q,
+                                    cu_q, False)
+    (p,) = seen
+    assert (p.batch, p.heads_kv, p.head_dim, p.head_dim_v, p.dtype) == (2, HKV, D, D, _lib.FC_BF16)
+    assert list(p.k_new_stride) == [0, k.stride(0), k.stride(1)] and (p.seqlen_new, p.total_new) == (0, 5)
+    assert list(p.k_cache_stride) == list(k_cache.stride()[:3]) and (p.cache_batch, p.capacity) == (9, 48)
+    assert (p.page_table, p.page_table_stride, p.page_table_rows, p.page_size) == (pages.data_ptr(), 3, 2, 16)
+    assert (p.rotary_rows, p.rotary_dim, p.rotary_cos_stride, p.rotary_interleaved) == (64, 32, 16, 0)
+    assert p.rotary_seqlens == rot.seqlens.data_ptr() and p.errors == word.data_ptr()  # type: ignore[union-attr]
+    assert (p.q, p.q_out, p.heads_q, p.seqlen_q, p.total_q, p.q_rotary_per_row) == (
+        q.data_ptr(), q_out.data_ptr(), H, 0, 7, 1)  # type: ignore[union-attr]
+    assert list(p.q_stride) == [0, q.stride(0), q.stride(1)] and p.seqlens_out == lengths.data_ptr()
+    assert p.cache_batch_idx is None and p.cu_seqlens_q == cu_q.data_ptr()

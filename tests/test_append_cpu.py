@@ -257,3 +257,15 @@ def test_the_kernel_launch_describes_every_tensor_to_fc_append_kv(monkeypatch: p
         q.data_ptr(), q_out.data_ptr(), H, 0, 7, 1)  # type: ignore[union-attr]
     assert list(p.q_stride) == [0, q.stride(0), q.stride(1)] and p.seqlens_out == lengths.data_ptr()
     assert p.cache_batch_idx is None and p.cu_seqlens_q == cu_q.data_ptr()
+
+
+def test_one_int_length_with_rotary_is_the_per_sequence_call() -> None:
+    k_cache, v_cache, q = rand(2, 10, HKV, D), rand(2, 10, HKV, D), rand(2, 2, H, D)
+    k_new, v_new = rand(2, 2, HKV, D), rand(2, 2, HKV, D)
+    cos, sin = table(12, D // 2)
+    caches = [(k_cache.clone(), v_cache.clone()) for _ in range(2)]
+    outs = [flashcore.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                             cache_seqlens=lengths, causal=True, fallback="sdpa")
+            for (kc, vc), lengths in zip(caches, [5, ints([5, 5])], strict=True)]
+    assert torch.equal(outs[0], outs[1]) and torch.equal(caches[0][0], caches[1][0])
+    assert not torch.equal(caches[0][0], k_cache)

@@ -171,19 +171,19 @@ def _with_canaries(entries: int, rows: int, d: int) -> tuple[torch.Tensor, torch
 
 
 BAD = [
-    # (what is wrong, the tensor the error names)
-    ("append past the capacity", "cache_seqlens"),
-    ("negative length", "cache_seqlens"),
-    ("slot past the cache", "cache_batch_idx"),
-    ("page id past the pages", "page_table"),
-    ("negative page id", "page_table"),
-    ("packed offsets past the new keys", "cu_seqlens_k_new"),
-    ("rotary position past the table", "rotary_seqlens"),
+    # (what is wrong, the tensor the error names, the cache entry of the skipped sequence: unchanged (None: none))
+    ("append past the capacity", "cache_seqlens", 1),
+    ("negative length", "cache_seqlens", 1),
+    ("slot past the cache", "cache_batch_idx", None),
+    ("page id past the pages", "page_table", None),
+    ("negative page id", "page_table", None),
+    ("packed offsets past the new keys", "cu_seqlens_k_new", 2),
+    ("rotary position past the table", "rotary_seqlens", 1),
 ]
 
 
-@pytest.mark.parametrize("bad,named", BAD, ids=[b[0].replace(" ", "-") for b in BAD])
-def test_a_bad_index_writes_nothing_outside_and_is_named(bad: str, named: str) -> None:
+@pytest.mark.parametrize("bad,named,skipped", BAD, ids=[b[0].replace(" ", "-") for b in BAD])
+def test_a_bad_index_writes_nothing_outside_and_is_named(bad: str, named: str, skipped: int | None) -> None:
     d, batch, capacity, page_size = 128, 3, 32, 16
     paged_cache = "page" in bad
     entries = (batch * capacity // page_size) if paged_cache else batch
@@ -213,6 +213,9 @@ def test_a_bad_index_writes_nothing_outside_and_is_named(bad: str, named: str) -
         device_errors.check_errors()
     assert torch.equal(k_whole[0], before_k[0]) and torch.equal(k_whole[-1], before_k[-1])  # canaries intact
     assert torch.equal(v_whole[0], before_v[0]) and torch.equal(v_whole[-1], before_v[-1])
+    if skipped is not None:  # the bad sequence wrote nothing, not even where it would have stayed inside
+        assert torch.equal(k_cache[skipped], before_k[skipped + 1]) and torch.equal(v_cache[skipped],
+                                                                                 before_v[skipped + 1])
     # the context is alive: a valid call right after computes and raises nothing
     q = rand(batch, 1, HQ, d)
     good_k, good_v = rand(batch, capacity, HKV, d), rand(batch, capacity, HKV, d)

@@ -40,18 +40,12 @@ struct Sequence {
   int64_t n_q;         // its q rows
 };
 
+// 16-bit element <-> fp32: exact one way, round-to-nearest-even the other (__half's and __nv_bfloat16's own
+// conversions, as torch's .to()).
 template <typename T>
-__device__ __forceinline__ float to_float(T x);
-template <>
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(T x) { return static_cast<float>(x); }
 template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ T from_float(float x) { return T(x); }
 
 // W elements at `ptr`: one 16-byte access when W == 8 (the host chose W = 8 only for 16-byte aligned rows).
 template <typename T, int W>

@@ -269,3 +269,16 @@ def test_one_int_length_with_rotary_is_the_per_sequence_call() -> None:
             for (kc, vc), lengths in zip(caches, [5, ints([5, 5])], strict=True)]
     assert torch.equal(outs[0], outs[1]) and torch.equal(caches[0][0], caches[1][0])
     assert not torch.equal(caches[0][0], k_cache)
+
+
+def test_a_left_padded_cache_appends_and_rotates_at_cache_seqlens_as_fa3() -> None:
+    """FA3 writes sequence b's new keys at cache_seqlens[b] (the pad counted) and rotates them there too."""
+    k_cache, v_cache = rand(2, 10, HKV, D), rand(2, 10, HKV, D)
+    k_new, v_new, q = rand(2, 1, HKV, D), rand(2, 1, HKV, D), rand(2, 1, H, D)
+    cos, sin = table(12, D // 2)
+    lengths = [6, 4]
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    reference_append(want_k, want_v, list(k_new), list(v_new), lengths, [0, 1], None, (cos, sin, lengths, True))
+    flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                      cache_seqlens=ints(lengths), cache_leftpad=ints([2, 4]), fallback="sdpa")
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)

@@ -121,6 +121,7 @@ CASES = [
     ("packed", 0, None, False, (-1, -1)),
     ("packed-paged", 16, ("interleaved", 1.0), True, (-1, -1)),
     ("contiguous", 0, ("neox", 1.0), False, (64, 0)),
+    ("leftpad", 0, ("interleaved", 1.0), True, (-1, -1)),
 ]
 
 
@@ -141,6 +142,8 @@ def _case_inputs(layout: str, page_size: int, d: int) -> dict[str, object]:
     else:
         kw["k"], kw["v"] = rand(batch, 3, HKV, d), rand(batch, 3, HKV, d)
     kw["cache_seqlens"] = ints([0, 200, 509, 77])
+    if layout == "leftpad":  # FA3 appends and rotates at cache_seqlens, the pad counted
+        kw["cache_leftpad"] = ints([0, 50, 500, 10])
     kw["q"] = rand(batch, 3, HQ, d)
     return kw
 

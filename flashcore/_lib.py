@@ -104,6 +104,56 @@ class FcPlanInfo(ctypes.Structure):
     ]
 
 
+class FcAppendParams(ctypes.Structure):
+    """Mirror of `fc_append_params` in kernel/flashcore.h (field order and types must match)."""
+
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int64),
+        ("heads_kv", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("head_dim_v", ctypes.c_int64),
+        ("k_new", ctypes.c_void_p),
+        ("v_new", ctypes.c_void_p),
+        ("k_new_stride", Strides),
+        ("v_new_stride", Strides),
+        ("seqlen_new", ctypes.c_int64),
+        ("total_new", ctypes.c_int64),
+        ("cu_seqlens_k_new", ctypes.c_void_p),
+        ("k_cache", ctypes.c_void_p),
+        ("v_cache", ctypes.c_void_p),
+        ("k_cache_stride", Strides),
+        ("v_cache_stride", Strides),
+        ("cache_batch", ctypes.c_int64),
+        ("capacity", ctypes.c_int64),
+        ("page_table", ctypes.c_void_p),
+        ("page_table_stride", ctypes.c_int64),
+        ("page_table_rows", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("cache_seqlens", ctypes.c_void_p),
+        ("cache_batch_idx", ctypes.c_void_p),
+        ("seqlens_out", ctypes.c_void_p),
+        ("rotary_cos", ctypes.c_void_p),
+        ("rotary_sin", ctypes.c_void_p),
+        ("rotary_rows", ctypes.c_int64),
+        ("rotary_dim", ctypes.c_int64),
+        ("rotary_cos_stride", ctypes.c_int64),
+        ("rotary_sin_stride", ctypes.c_int64),
+        ("rotary_interleaved", ctypes.c_int32),
+        ("rotary_seqlens", ctypes.c_void_p),
+        ("q", ctypes.c_void_p),
+        ("q_out", ctypes.c_void_p),
+        ("heads_q", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("total_q", ctypes.c_int64),
+        ("q_stride", Strides),
+        ("q_out_stride", Strides),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("q_rotary_per_row", ctypes.c_int32),
+        ("errors", ctypes.c_void_p),
+    ]
+
+
 PACKAGED = Path(__file__).resolve().parent / "lib" / "libflashcore.so"  # shipped by `pip install .` (setup.py)
 CHECKOUT = Path(__file__).resolve().parent.parent  # a source checkout (editable install): its build/
 
@@ -150,6 +200,8 @@ def open_library(path: Path) -> ctypes.CDLL:
     lib.fc_block_n_options.restype = ctypes.c_int
     lib.fc_points.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_int]
     lib.fc_points.restype = ctypes.c_int
+    lib.fc_append_kv.argtypes = [ctypes.POINTER(FcAppendParams), ctypes.c_void_p]
+    lib.fc_append_kv.restype = ctypes.c_int
     return lib
 
 

@@ -36,11 +36,6 @@ UNSUPPORTED = {
     "fp8 softcap": "softcap with FP8 inputs is not supported; pass 0.0",
     "fp8 fallback": "fallback='sdpa' has no FP8 path: FP8 runs on the Hopper kernel only",
     "fp8 attention_chunk": "chunked attention with FP8 inputs is not supported; pass 0",
-    "rotary_cos": "rotary embedding inside the call is not supported; apply it to q and k first",
-    "rotary_sin": "rotary embedding inside the call is not supported; apply it to q and k first",
-    "rotary_seqlens": "rotary embedding inside the call is not supported",
-    "cu_seqlens_k_new": "packed new keys (a different count per sequence) are not supported: append k and v as "
-                        "[B, Snew, Hkv, D]",
     "sinks": "attention sinks are not supported",
 }
 

@@ -6,8 +6,10 @@
 
 Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths, cache_batch_idx and paged
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
-runs through flash_attn_func on dense batches (flashcore.attention_fp8). An argument FlashCore does not support
-(descales with packed sequences or a KV cache, rotary, ...) raises
+runs through flash_attn_func on dense batches (flashcore.attention_fp8). flash_attn_with_kvcache appends k and v
+(packed too: cu_seqlens_k_new) with FA3's rotary embedding on the library's append kernel (flashcore/append.py). An
+argument FlashCore does not support (descales with packed sequences or a KV cache, ...)
+raises
 UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa;
 scheduler_metadata, checked against the call's shapes: flashcore/scheduler.py) are accepted. FlashCore is
 forward-only: inputs that need a gradient are refused as by flashcore.attention. Extension, keyword-only:
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, fp8, scheduler, serving
+from flashcore import append, check, check_serving, fp8, rotary, scheduler, serving
 from flashcore.api import attention
 from flashcore.call import is_fp8
 from flashcore.errors import FlashCoreError, UnsupportedArgument
@@ -121,8 +123,8 @@ def flash_attn_with_kvcache(
     the tokens each sequence already holds, an int (all the same) or a [B] int32 tensor (per sequence);
     Packed queries (chunked prefill, speculative decoding): q [total_q, Hq, D] with cu_seqlens_q int32 [B + 1] and
     max_seqlen_q; sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) (FA3's); out is
-    [total_q, Hq, D] and softmax_lse [Hq, total_q]; k, v to append stay [B, Snew, Hkv, D] (cu_seqlens_k_new is
-    refused); max_seqlen_q without cu_seqlens_q is ignored, as FA3 ignores it.
+    [total_q, Hq, D] and softmax_lse [Hq, total_q]; max_seqlen_q without cu_seqlens_q is ignored, as FA3 ignores
+    it.
     cache_batch_idx [B] int32: the cache entry of sequence b (default b). page_table [B, max_pages] int32: the
     caches are [pages, page_size, Hkv, D] (any page_size from 1 to 65536) and sequence b's token j is row
     j % page_size of page page_table[b, j // page_size]; with cache_batch_idx the table is [B_cache, max_pages]
@@ -135,24 +137,37 @@ def flash_attn_with_kvcache(
     attention_chunk C > 0 (every entry point, FA3's chunked local attention): query row i sees only the keys of
     the chunk [c, c + C) that holds its bottom-right-aligned position (c a multiple of C from the sequence's first
     key), within its causal and window bounds.
-    debug_checks (extension): check the lengths, slots and pages on the host, including that an append fits (one
-    device sync; see flashcore.serving). rotary_seqlens without rotary_cos is ignored, as FA3 ignores it."""
-    check.refuse({"qv": qv is not None, "rotary_cos": rotary_cos is not None, "rotary_sin": rotary_sin is not None,
-                  "cu_seqlens_k_new": cu_seqlens_k_new is not None,
-                  "q_descale": q_descale is not None, "k_descale": k_descale is not None,
+    k, v may also be packed [total_new, Hkv, D] with cu_seqlens_k_new int32 [B + 1]: sequence b appends rows
+    [cu_seqlens_k_new[b], cu_seqlens_k_new[b + 1]) (cu_seqlens_k_new without k is ignored, as FA3 ignores it).
+    rotary_cos, rotary_sin [seqlen_ro, rotary_dim / 2] (q's dtype; rotary_dim a multiple of 16, <= D; needs k and
+    v): FA3's rotary embedding, interleaved (pairs 2i, 2i + 1) or not (pairs i, i + rotary_dim / 2); the appended
+    key j of sequence b is rotated at position rotary_seqlens[b] + j (default cache_seqlens[b] + j), q's row i at
+    that base + i when causal or local (a window FA3 keeps), else every row at the base; q itself is not changed
+    (the attention reads a rotated copy). With FP8 inputs rotary is refused. The append is one launch of the
+    library's kernel (no host sync): a slot, length, page, offset or rotary position out of range writes nothing
+    outside the caches (the sequence is skipped: its rotated q rows are NaN, its length -1) and
+    flashcore.check_errors() raises naming the tensor.
+    debug_checks (extension): check the lengths, slots and pages on the host and raise at once for a bad index
+    value found by the append (device syncs; see flashcore.serving). rotary_seqlens without rotary_cos is ignored,
+    as FA3 ignores it."""
+    check.refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
                   "v_descale": v_descale is not None})
+    rotary.refuse_fp8(q, rotary_cos, rotary_sin)
     import torch
 
     scheduler.check_metadata(scheduler_metadata, q, k_cache, v_cache, cu_seqlens_q, page_table)
     window_size = check.window(window_size)  # before the append writes into the caches
-    per_sequence = (cache_seqlens, cache_batch_idx, page_table, cache_leftpad, cu_seqlens_q)
+    per_sequence = (cache_seqlens, cache_batch_idx, page_table, cache_leftpad, cu_seqlens_q, rotary_cos, rotary_sin,
+                    cu_seqlens_k_new if k is not None else None)
     if isinstance(cache_seqlens, torch.Tensor) or any(t is not None for t in per_sequence[1:]):
         out, lse = serving.kvcache(q, k_cache, v_cache, cache_seqlens, k=k, v=v, cache_batch_idx=cache_batch_idx,
                                    page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
                                    max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None, causal=causal,
                                    softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                    attention_chunk=attention_chunk, num_splits=_splits(num_splits),
-                                   sm_margin=sm_margin, fallback=fallback, debug_checks=debug_checks)
+                                   sm_margin=sm_margin, fallback=fallback, debug_checks=debug_checks,
+                                   cu_seqlens_k_new=cu_seqlens_k_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                   rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved)
         return (out, lse) if return_softmax_lse else out
     # one length for every sequence: the dense kernel on a slice of the cache
     check_serving.caches(k_cache, v_cache)

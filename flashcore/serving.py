@@ -43,9 +43,9 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, fastpath, launch
+from flashcore import append, check, check_serving, fastpath, launch, rotary
 from flashcore.api import attention
-from flashcore.call import lse_shape
+from flashcore.call import Call, lse_shape
 from flashcore.forward import forward
 
 if TYPE_CHECKING:
@@ -115,11 +115,16 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
             softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
             attention_chunk: Any = 0, num_splits: int | None = None, sm_margin: int = 0, fallback: str = "error",
             debug_checks: bool | None = None, out: torch.Tensor | None = None,
-            lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            lse: torch.Tensor | None = None, cu_seqlens_k_new: Any = None, rotary_cos: Any = None,
+            rotary_sin: Any = None, rotary_seqlens: Any = None,
+            rotary_interleaved: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """A KV cache with a length (and optionally a slot) per sequence, or a paged cache (module docstring): (out,
-    lse [B, Hq, Sq]). cache_seqlens: int32 [B] (or FA3's int / None: one length for all). k, v [B, Snew, Hkv, D]:
-    appended in place at each sequence's length first (FA3's append), then attended to. cache_leftpad int32 [B]:
-    sequence b's keys start at position cache_leftpad[b] of its entry or its pages (FA3's). cu_seqlens_q
+    lse [B, Hq, Sq]). cache_seqlens: int32 [B] (or FA3's int / None: one length for all). k, v [B, Snew, Hkv, D]
+    (or packed [total_new, Hkv, D] with cu_seqlens_k_new int32 [B + 1]): appended in place at each sequence's length
+    first (FA3's append, flashcore/append.py), then attended to; rotary_cos, rotary_sin [seqlen_ro, rotary_dim / 2]
+    (with rotary_seqlens, rotary_interleaved): FA3's rotary embedding of the new keys and of q
+    (flashcore/rotary.py). cache_leftpad int32 [B]: sequence b's keys start at position cache_leftpad[b] of its
+    entry or its pages (FA3's). cu_seqlens_q
     int32 [B + 1] with max_seqlen_q: q packed [total_q, Hq, D] (chunked prefill, speculative decoding), sequence b's
     queries rows [cu[b], cu[b + 1]); out [total_q, Hq, D], lse [Hq, total_q] (rows in no sequence not written).
     out / lse: optional output buffers of those shapes."""
@@ -130,9 +135,9 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     if not debug and out is None and lse is None:
         per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument
         tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v,
-                   cache_leftpad, cu_seqlens_q)
+                   cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_seqlens)
         args = (causal, softmax_scale, window_size, softcap, attention_chunk, num_splits, sm_margin, fallback,
-                None if per_sequence else cache_seqlens, max_seqlen_q)
+                None if per_sequence else cache_seqlens, max_seqlen_q, rotary_interleaved)
         key = fastpath.serving_signature("kvcache", tensors, args)
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k_cache, v_cache):
@@ -143,26 +148,54 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                 lengths = torch.full((batch,), capacity if cache_seqlens is None else cache_seqlens,
                                      dtype=torch.int32, device=k_cache.device)
             if k is not None:  # every tensor has the layout of a checked call's
-                lengths = append.each(k_cache, v_cache, k, v, lengths, cache_batch_idx, page_table, False)
+                rot = None
+                if rotary_cos is not None and rotary_cos.shape[1]:
+                    per_row = rotary.q_per_row(causal, check.window(window_size), check.chunk(attention_chunk),
+                                               check_serving.cache_capacity(k_cache, page_table),
+                                               q.shape[1] if cu_seqlens_q is None else max_seqlen_q)
+                    rot = rotary.Rotary(rotary_cos, rotary_sin, rotary_seqlens, rotary_interleaved, per_row)
+                lengths, rotated = append.run(k_cache, v_cache, k, v, lengths, cache_batch_idx, page_table,
+                                              cu_new=cu_seqlens_k_new, rotary=rot, q=q, cu_q=cu_seqlens_q)
+                q = q if rotated is None else rotated
             arrays = {"cu_seqlens_q": cu_seqlens_q, "seqused_k": lengths, "kv_batch_idx": cache_batch_idx,
                       "leftpad_k": cache_leftpad, "page_table": page_table}
             packed = cu_seqlens_q is not None
             return launch.again(entry, q, k_cache, v_cache, lse_shape(q, packed), arrays,
                                 -math.inf if packed else None)
-    call = check_serving.kvcache(q, k_cache, v_cache, cache_seqlens, k_new=k, v_new=v,
+    packed_new = k is not None and cu_seqlens_k_new is not None  # checked by append.packed_keys
+    call = check_serving.kvcache(q, k_cache, v_cache, cache_seqlens, k_new=None if packed_new else k,
+                                 v_new=None if packed_new else v,
                                  cache_batch_idx=cache_batch_idx, page_table=page_table,
                                  cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
                                  causal=causal,
                                  softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                  num_splits=num_splits, sm_margin=sm_margin, fallback=fallback, out=out, lse=lse)
     call = replace(call, attention_chunk=check.chunk(attention_chunk))
-    if k is not None:
-        assert call.cache_seqlens is not None
-        lengths = append.each(call.k, call.v, k, v, call.cache_seqlens, call.cache_batch_idx, call.page_table, debug)
-        call = replace(call, cache_seqlens=lengths)
+    if k is not None or v is not None or rotary_cos is not None or rotary_sin is not None:
+        call = appended(call, k, v, cache_seqlens, cu_seqlens_k_new if packed_new else None, rotary_cos, rotary_sin,
+                        rotary_seqlens, rotary_interleaved, debug)
     if debug:
         check_serving.values(call)
     return forward(call, key)
+
+
+def appended(call: Call, k: Any, v: Any, cache_seqlens: Any, cu_seqlens_k_new: Any, rotary_cos: Any,
+             rotary_sin: Any, rotary_seqlens: Any, rotary_interleaved: Any, debug: bool) -> Call:
+    """A checked cache call after its append (flashcore/append.py): the new lengths, and q rotated when the call
+    has a rotary embedding (flashcore/rotary.py)."""
+    assert call.cache_seqlens is not None
+    cu_new = None
+    if cu_seqlens_k_new is not None:
+        cu_new = append.packed_keys(call.k, call.v, k, v, cu_seqlens_k_new, cache_seqlens, call.batch,
+                                    call.cache_batch_idx is None and call.page_table is None)
+    per_row = rotary.q_per_row(call.causal, call.window, call.attention_chunk, call.max_k, call.max_q)
+    rot = rotary.checked(rotary_cos, rotary_sin, rotary_seqlens, rotary_interleaved, q=call.q,
+                         appending=k is not None, batch=call.batch, head_dim=call.q.shape[-1], per_row=per_row)
+    if k is None:
+        return call
+    lengths, q = append.run(call.k, call.v, k, v, call.cache_seqlens, call.cache_batch_idx, call.page_table,
+                            cu_new=cu_new, rotary=rot, q=call.q, cu_q=call.cu_seqlens_q, debug=debug)
+    return replace(call, cache_seqlens=lengths, q=call.q if q is None else q)
 
 
 def fast_entries() -> int:

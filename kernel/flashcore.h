@@ -186,6 +186,57 @@ int fc_points(int head_dim, int32_t* out, int max, int defaults_only);
 // out[3 * i .. 3 * i + 2]; returns the table's length (out may be NULL with capacity 0 to ask for it).
 int fc_head_dims(int32_t* out, int capacity);
 
+// FA3's append into a KV cache (flash_attn_with_kvcache's k and v; kernel/append.cu): new rows of k and v are
+// written into the cache at each sequence's cache_seqlens[b] (+ j for its j-th new row; with cache_leftpad too, as
+// FA3), optionally rotating k (and q into q_out) by a rotary table, in one launch on `stream`. 16-bit dtypes;
+// strides in elements (last dim contiguous). Every index value read is checked on the device: a bad slot, length,
+// offset or rotary position skips the sequence (nothing written, its q_out rows NaN, its seqlens_out -1), a bad page
+// id skips that page's rows; the first one is recorded in `errors` (kernel/index_errors.h). No host sync.
+typedef struct fc_append_params {
+  int32_t dtype;                // FC_FP16 or FC_BF16 (every tensor below)
+  int64_t batch, heads_kv, head_dim, head_dim_v;
+  // new keys and values: [batch, seqlen_new, Hkv, D] (strides batch, row, head), or packed [total_new, Hkv, D]
+  // with cu_seqlens_k_new [batch + 1] (sequence b's rows [cu[b], cu[b + 1]); stride[0] unused)
+  const void* k_new;
+  const void* v_new;
+  int64_t k_new_stride[3];
+  int64_t v_new_stride[3];
+  int64_t seqlen_new, total_new;
+  const int32_t* cu_seqlens_k_new;
+  // the cache: contiguous [cache_batch, capacity, Hkv, D] (entry cache_batch_idx[b], default b), or paged
+  // [cache_batch pages, page_size, Hkv, D] with page_table [page_table_rows, page_table_stride >= pages per row]
+  // (row cache_batch_idx[b], default b; capacity = pages per row * page_size)
+  void* k_cache;
+  void* v_cache;
+  int64_t k_cache_stride[3];  // entry (page), row, head
+  int64_t v_cache_stride[3];
+  int64_t cache_batch, capacity;
+  const int32_t* page_table;
+  int64_t page_table_stride, page_table_rows, page_size;
+  const int32_t* cache_seqlens;    // [batch]: tokens already in each sequence's cache
+  const int32_t* cache_batch_idx;  // [batch] or NULL
+  int32_t* seqlens_out;            // [batch] or NULL: cache_seqlens[b] + its new rows (-1 where skipped)
+  // rotary (NULL: none): cos and sin [rotary_rows, rotary_dim / 2] (row strides; rotary_dim a multiple of 16,
+  // <= head_dim); new key j of sequence b at position rotary_seqlens[b] + j (NULL: cache_seqlens[b] + j)
+  const void* rotary_cos;
+  const void* rotary_sin;
+  int64_t rotary_rows, rotary_dim, rotary_cos_stride, rotary_sin_stride;
+  int32_t rotary_interleaved;  // 1: pairs (2i, 2i + 1); 0: (i, i + rotary_dim / 2) (GPT-NeoX)
+  const int32_t* rotary_seqlens;
+  // q rotary (NULL: none; needs rotary_cos): q [batch, seqlen_q, Hq, D] or packed [total_q, Hq, D] with
+  // cu_seqlens_q, rotated into q_out of the same shape; query row i at the first new key's position + i when
+  // q_rotary_per_row (FA3: causal or local), else at that position
+  const void* q;
+  void* q_out;
+  int64_t heads_q, seqlen_q, total_q;
+  int64_t q_stride[3];
+  int64_t q_out_stride[3];
+  const int32_t* cu_seqlens_q;
+  int32_t q_rotary_per_row;
+  int64_t* errors;  // the device error word (4 int64) or NULL
+} fc_append_params;
+int fc_append_kv(const fc_append_params* params, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,7 +8,7 @@ ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
 NVCC_EXTRA ?=
 NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall $(NVCC_EXTRA)
 KERNEL_HEADERS := $(wildcard kernel/*.h kernel/*.cuh kernel/phase1/*.h kernel/phase1/*.cuh)
-LIB_SOURCES := kernel/flashcore.cu kernel/validate.cu kernel/tensor_maps.cu
+LIB_SOURCES := kernel/flashcore.cu kernel/validate.cu kernel/tensor_maps.cu kernel/append.cu
 # fc_kernel_id(): a content hash of every kernel source, so a tuned table (harness/tune) knows the kernel it was
 # measured on (tests/test_tuning.py recomputes it from the same files). The standalone driver (driver.cu) and its
 # naive reference (naive.cu, naive.h) are not in the library: a change to them changes no kernel, so they are left out.
@@ -21,7 +21,8 @@ KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
 POINTS_FILE ?= kernel/tuned_points.inc
 POINT_NAMES := $(shell sed -n 's/^FC_POINT(\([0-9, ]*\)).*/\1/p' $(POINTS_FILE) | tr -d ' ' | tr ',' '_' | sort -u)
 POINT_OBJS := $(POINT_NAMES:%=$(BUILD_DIR)/points/p%.o)
-LIB_OBJS := $(BUILD_DIR)/flashcore.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/tensor_maps.o
+LIB_OBJS := $(BUILD_DIR)/flashcore.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/tensor_maps.o \
+  $(BUILD_DIR)/append.o
 point_arg = $(word $(1),$(subst _, ,$*))
 
 .PHONY: build ptx sass kernel-id
@@ -55,6 +56,12 @@ $(BUILD_DIR)/tensor_maps.o: kernel/tensor_maps.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
+# The KV-cache append (fc_append_kv): its own small object, compiled in seconds apart from the attention kernel.
+$(BUILD_DIR)/append.o: kernel/append.cu kernel/flashcore.h kernel/index_errors.h kernel/launch.h
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
+	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
+
 $(BUILD_DIR)/naive.o: kernel/naive.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
@@ -62,7 +69,7 @@ $(BUILD_DIR)/naive.o: kernel/naive.cu $(KERNEL_HEADERS)
 # --no-undefined: a point the dispatch declares extern but no object defines fails here, not at dlopen.
 $(BUILD_DIR)/libflashcore.so: $(LIB_OBJS)
 	$(NVCC) $(ARCH_FLAGS) -shared -Xlinker=--no-undefined -o $@ $^ -cudart=static
-	@cat $(BUILD_DIR)/flashcore.ptxas.log $(POINT_OBJS:.o=.ptxas.log) > $(BUILD_DIR)/ptxas.log
+	@cat $(BUILD_DIR)/flashcore.ptxas.log $(POINT_OBJS:.o=.ptxas.log) $(BUILD_DIR)/append.ptxas.log > $(BUILD_DIR)/ptxas.log
 
 $(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
 	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o

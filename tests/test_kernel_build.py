@@ -47,9 +47,9 @@ def test_kernel_builds_for_sm90a_without_spills(tmp_path: Path) -> None:
     # (kernel/stream_tail.h): a kTail copy of each non-split wgmma kernel but soft-capping's and FP8's with V
     # transposed in shared memory (8 16-bit, 3 FP8; 2 more per point), and its combine kernel per head dim and output
     # dtype (FP8's is bf16's; 2 more per point). The launch's zero kernel (kernel/zero_words.cuh): one per translation
-    # unit.
+    # unit. The KV-cache append (kernel/append.cu): 2 dtypes x 16-byte or 2-element accesses.
     points = len(TUNED_POINT.findall((REPO / "kernel" / "tuned_points.inc").read_text()))
-    assert len(report.entries) == 70 + 11 * points
+    assert len(report.entries) == 74 + 11 * points
     assert sum("zero_words_kernel" in f.name for f in report.entries) == 1 + points
     assert sum("combine_tail_kernel" in f.name for f in report.entries) == 6 + 2 * points
     assert sum("attention_forward_wgmma_kernel" in f.name for f in report.entries) == 51 + 6 * points

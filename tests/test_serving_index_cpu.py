@@ -333,9 +333,6 @@ def test_packed_queries_into_a_cache_are_checked() -> None:
     with pytest.raises(FlashCoreError, match="max_seqlen is 2"):
         flashcore.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=lens, cu_seqlens_q=cu, max_seqlen_q=2,
                                           fallback="sdpa", debug_checks=True)
-    with pytest.raises(flashcore.UnsupportedArgument, match="^cu_seqlens_k_new: packed new keys"):
-        flashcore.flash_attn_with_kvcache(q, k_cache, k_cache, q, q, cache_seqlens=lens, cu_seqlens_q=cu,
-                                          cu_seqlens_k_new=cu, max_seqlen_q=3, fallback="sdpa")
 
 
 def test_max_seqlen_q_without_cu_seqlens_q_is_ignored_as_fa3_does() -> None:

@@ -187,6 +187,7 @@ def test_ctypes_mirrors_match_the_header() -> None:
     header = (REPO / "kernel/flashcore.h").read_text()
     assert _c_struct_fields(header, "fc_params") == [f[0] for f in _lib.FcParams._fields_]
     assert _c_struct_fields(header, "fc_plan_info") == [f[0] for f in _lib.FcPlanInfo._fields_]
+    assert _c_struct_fields(header, "fc_append_params") == [f[0] for f in _lib.FcAppendParams._fields_]
     assert ctypes.sizeof(_lib.FcParams) % 8 == 0
 
 

@@ -209,7 +209,8 @@ def test_a_bad_index_writes_nothing_outside_and_is_named(bad: str, named: str, s
         k, v = rand(4, HKV, d), rand(4, HKV, d)
         kw["cu_seqlens_k_new"] = ints([0, 2, 3, 6])
     else:
-        kw["rotary_cos"], kw["rotary_sin"] = tables(33, d // 2, torch.bfloat16)
+        # sequence 1 rotates positions 31 and 32: a table of 32 rows ends before the second
+        kw["rotary_cos"], kw["rotary_sin"] = tables(32, d // 2, torch.bfloat16)
         kw["rotary_seqlens"] = ints([3, 31, 8])
     flashcore.flash_attn_with_kvcache(rand(batch, 2, HQ, d), k_cache, v_cache, k, v, causal=True, **kw)
     with pytest.raises(FlashCoreError, match=named):

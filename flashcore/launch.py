@@ -90,20 +90,26 @@ def compiled_points(head_dim: int, defaults_only: bool = False) -> tuple[points.
 def tile_config(call: Call, index: int) -> tuning.TileConfig:
     """The call's tile configuration: its own, else the tuned table's for its bucket on this GPU and kernel. FP8
     and paged caches run the defaults. In deterministic mode the table never picks block_n, a point or a split count
-    (what may move the last bits; tables differ per GPU); soft-capping runs each head dim's short default point, so
-    it takes the table's tile order but no point."""
+    (what may move the last bits; tables differ per GPU); soft-capping and left bounds (a window's left side,
+    chunks) run each head dim's short default point, so they take the table's tile order but no point."""
     if call.tile is not None:
         return call.tile
     if call.fp8 or call.page_table is not None:
         return tuning.DEFAULT
     env = (os.environ.get("FLASHCORE_TUNE"), os.environ.get("FLASHCORE_TUNE_TABLE"))
     return _table_config(index, str(call.q.dtype), call.q.shape[-1], call.q.shape[-2], call.k.shape[-2], call.max_q,
-                         call.max_k, call.causal, call.deterministic, call.softcap > 0, env)
+                         call.max_k, call.causal, call.deterministic, short_only(call), env)
+
+
+def short_only(call: Call) -> bool:
+    """Whether the call runs only on its head dim's short default point: the kernel compiles soft-capping and left
+    bounds there only (kernel/run_tiles.cuh launch_wgmma)."""
+    return call.softcap > 0 or call.window[0] >= 0 or call.attention_chunk > 0
 
 
 @lru_cache(maxsize=1024)
 def _table_config(index: int, dtype: str, head_dim: int, heads_q: int, heads_kv: int, max_q: int, max_k: int,
-                  causal: bool, deterministic: bool, softcap: bool,
+                  causal: bool, deterministic: bool, short: bool,
                   env: tuple[str | None, str | None]) -> tuning.TileConfig:
     """Cached: a decode step's host time is what a serving loop waits for. `env` is in the key so a changed
     FLASHCORE_TUNE or FLASHCORE_TUNE_TABLE is read again."""
@@ -118,7 +124,7 @@ def _table_config(index: int, dtype: str, head_dim: int, heads_q: int, heads_kv:
                                   f"names point {config.point}, which this library does not compile (make build "
                                   "compiles kernel/tuned_points.inc)")
         config = tuning.DEFAULT
-    return replace(config, block_n=0, point="") if softcap else config
+    return replace(config, block_n=0, point="") if short else config
 
 
 # ---- fc_params

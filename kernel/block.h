@@ -28,16 +28,16 @@ __device__ __forceinline__ bool tile_has_rows(const KernelParams& p, int m_block
   return p.pack_gqa ? seq.q_len > 0 : m_block * kBlockM < seq.q_len;
 }
 
-// kExtra: chunks and a paged cache's left pad (kernel/mask.h), compiled out where a kernel never sees them.
-template <int kBlockM, int kBlockN, bool kSplit, bool kExtra = true>
+// kLocal: rows may have a left bound (kernel/mask.h); without, every range starts at key 0.
+template <int kBlockM, int kBlockN, bool kSplit, bool kLocal>
 __device__ __forceinline__ KvRange kv_range(const KernelParams& p, int m_block, int split, int batch,
                                             const SeqLens& seq) {
   KvRange r;
   r.row_first = p.pack_gqa ? 0 : m_block * kBlockM;
   const int row_last = r.row_first + (p.pack_gqa ? seq.q_len : kBlockM) - 1;
   const SeqMask m = seq_mask(seq.q_len, seq.k_len, batch);
-  const int key_end = visible_key_end<kExtra>(p, m, row_last);  // (the tail fault widens it: its key is masked anyway)
-  const int n_lo = visible_key_begin<kExtra>(p, m, r.row_first) / kBlockN;
+  const int key_end = visible_key_end<kLocal>(p, m, row_last);  // (the tail fault widens it: its key is masked anyway)
+  const int n_lo = visible_key_begin<kLocal>(p, m, r.row_first) / kBlockN;
   const int n_total = max(0, (key_end + kBlockN - 1) / kBlockN - n_lo);
   if constexpr (kSplit) {
     // 32-bit unsigned: split < 128 and n_total < 2^25 keep the product below 2^32.
@@ -48,8 +48,8 @@ __device__ __forceinline__ KvRange kv_range(const KernelParams& p, int m_block, 
     r.n_blocks = n_total;
   }
   // Unmasked: keys from the last row's window start (rounded up to a block) below the first row's limit.
-  const int u_begin = (visible_key_begin<kExtra>(p, m, row_last) + kBlockN - 1) / kBlockN;
-  const int u_end = unmasked_key_limit<kExtra>(p, m, r.row_first) / kBlockN;
+  const int u_begin = (visible_key_begin<kLocal>(p, m, row_last) + kBlockN - 1) / kBlockN;
+  const int u_end = unmasked_key_limit<kLocal>(p, m, r.row_first) / kBlockN;
   r.um_begin = min(max(u_begin - r.n_begin, 0), r.n_blocks);
   r.um_end = max(min(u_end - r.n_begin, r.n_blocks), r.um_begin);
   return r;

@@ -39,11 +39,14 @@ template <int kHeadDim, typename F>
 int with_point(const fc_params* in, const KernelParams& p, F&& f) {
   using D = DefaultPoints<kHeadDim>;
   using Choice = BlockNChoice<kHeadDim>;
-  if (p.softcap_prescale > 0.f) {  // soft-capping is compiled for the short default point only (run_tiles.cuh)
+  // Soft-capping and left bounds (windows, chunks, left-padded pages) are compiled for the short default point only
+  // (run_tiles.cuh launch_wgmma).
+  if (p.softcap_prescale > 0.f || has_left_bound(p)) {
     if ((in->point != 0 && in->point != D::kShort) || (in->block_n != 0 && in->block_n != Choice::kShort)) {
-      return report_error(FC_ERR_INVALID_ARGUMENT, "softcap runs head dim %d's default point at %d keys per tile "
-                          "only: leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, Choice::kShort,
-                          static_cast<unsigned>(in->point), in->block_n);
+      return report_error(FC_ERR_INVALID_ARGUMENT, "%s runs head dim %d's default point at %d keys per tile only: "
+                          "leave point and block_n 0 (got point 0x%x, block_n %d)",
+                          p.softcap_prescale > 0.f ? "softcap" : "a left window bound, attention_chunk or cache_leftpad",
+                          kHeadDim, Choice::kShort, static_cast<unsigned>(in->point), in->block_n);
     }
     return f(std::integral_constant<int, D::kShort>{});
   }

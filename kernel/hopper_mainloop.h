@@ -26,11 +26,11 @@ namespace flashcore {
 // every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty + w where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
 // kPaged: K/V rows come from a paged cache through the page table (a copy of its own: the page walk inlined into
-// the one producer made ptxas spill its 32 registers for every call).
+// the one producer made ptxas spill its 32 registers for every call). kLocal: rows may have a left bound.
 // FP8 with V transposed in shared memory (Cfg::kVtSmem): V goes into the raw ring (v_smem is then that ring), with a
 // word for the transposing warps beside each stage (kernel/fp8_vt_smem.cuh): they, not this thread, wait for the V
 // stage and for kOEmpty, and they stop on kVtStop.
-template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged, bool kTail>
+template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged, bool kTail, bool kLocal>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
                              uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, kElemBytes>;
@@ -81,7 +81,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         v_d = descale(p.v_descale, p.v_descale_stride, p, c);
       }
     }
-    KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit, !Cfg::kFp8 && !kTail>(p, c.m_block, c.split, c.batch, seq);
+    KvRange kv = kv_range<Cfg::kBlockM, Cfg::kBlockN, kSplit, kLocal>(p, c.m_block, c.split, c.batch, seq);
     if (kTail && valid && tile >= p.tail_first) kv = tail_range(p, kv, tail_item(p, tile));
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = kv_head(p, c);

@@ -97,14 +97,20 @@ __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consume
 // kTail: the stream-K tail's items (kernel/stream_tail.h), launched only for a plan with a tail: compiled into every
 // kernel, its code moved ptxas's schedule of calls that never cut a tile (-0.3-0.6 % on causal S2K-S4K rows),
 // so those run kernels without it.
+// kLocal: rows may have a left bound (a window, chunks, a paged cache's left pad: kernel/mask.h has_left_bound),
+// compiled for the 16-bit short default point only, as FA3 compiles Is_local. Compiled into every kernel, the
+// bounds' code cost causal prefill 1.5-4 % (S1K and GQA hdim 128, S2K hdim 64) through ptxas's schedule, though no
+// causal call runs it. FP8 calls take no left bound (validate.cu), nor do the stream-K tail's equal tiles.
 // Element E4m3: FP8 inputs, the per-(batch, K/V head) descale factors folded into the tile's softmax scale and O's
 // normalization, P offset by 2^8 (softmax.h), V read transposed (a copy in the workspace that warps 1-3 of the
 // producer warpgroup write during the call, kernel/fp8_vt_fused.cuh, or transposed in shared memory at kPointVtSmem
 // points, kernel/fp8_vt_smem.cuh), bf16 output; dense batches only.
-template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap, bool kTail = false>
+template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap, bool kTail = false,
+          bool kLocal = false>
 __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kBytes>::kThreads, 1)
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
+  static_assert(!kLocal || (!Cfg::kFp8 && !kTail), "left bounds are compiled for 16-bit whole tiles only");
   using Out = typename Element::Out;
   constexpr int kPOffset = Cfg::kFp8 ? 8 : 0;
   using Slots = typename Cfg::Slots;
@@ -153,14 +159,14 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
       grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
       if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail>(p, tma, q_smem, k_smem, v_smem, bars,
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem, v_smem, bars,
                                                                       tile_slots);
       }
     } else {
       setmaxnreg_dec<Cfg::Registers::kProducer>();
       grid_dependency_wait();  // the tile counter and the V^T flags (kernel/zero_words.cuh)
       if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail>(p, tma, q_smem, k_smem,
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail, kLocal>(p, tma, q_smem, k_smem,
                                                                        Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
       } else if (Cfg::kVtSmem && threadIdx.x >= 32) {
         // Warps 1..3 transpose V from the raw ring into the V stages (kernel/fp8_vt_smem.cuh).
@@ -273,12 +279,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       constexpr int kLive = live_keys(keys) / 8;
       if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
       if constexpr (decltype(masked)::value) {
-        // FP8 calls take no window (validate.cu), so FP8 kernels compile no left bound: behind the window's
-        // branch, ptxas kept the mask and the row max inside the softmax ring's turn. Nor does the stream-K tail,
-        // which only equal tiles take (no window, chunks or per-sequence lengths: run_tiles.cuh): with the chunks'
-        // pass compiled in, its 16-bit hdim 256 kernels spilled 12 B.
-        constexpr bool kLeftBound = !Cfg::kFp8 && !kTail;
-        mask_scores<Consumer::kNTiles, kLive, Cfg::kFp8, kLeftBound>(s, p, seq, mask_rows,
+        mask_scores<Consumer::kNTiles, kLive, Cfg::kFp8, kLocal>(s, p, seq, mask_rows,
                                                                      (kv.n_begin + n) * Cfg::kBlockN, lane);
       }
       consumer.softmax.template update<kPOffset, kLive>(s, scale_log2, alpha);
@@ -294,7 +295,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     if constexpr (Cfg::kNarrowN > 0) {
       const int last_row = p.pack_gqa ? info.q_len - 1 : min(kv.row_first + consumer_wg * 64 + 63, info.q_len - 1);
       narrow_last = n_blocks > 0 &&
-                    visible_key_end<!Cfg::kFp8 && !kTail>(p, seq, last_row) - (kv.n_begin + n_blocks - 1) * Cfg::kBlockN <= Cfg::kNarrowN;
+                    visible_key_end<kLocal>(p, seq, last_row) - (kv.n_begin + n_blocks - 1) * Cfg::kBlockN <= Cfg::kNarrowN;
     }
     using Full = std::integral_constant<int, Cfg::kBlockN>;
     using Narrow = std::integral_constant<int, (Cfg::kNarrowN > 0 ? Cfg::kNarrowN : Cfg::kBlockN)>;

@@ -42,8 +42,9 @@ __device__ __forceinline__ int chunk_start(const KernelParams& p, int floor, int
   return d >= 0 ? floor + p.div_chunk(d) * p.attention_chunk : floor - p.attention_chunk;
 }
 
-// Whether rows can have a left bound: a window, a paged cache's left pad or chunks (the call's, not the row's).
-__device__ __forceinline__ bool has_left_bound(const KernelParams& p) {
+// Whether rows can have a left bound: a window, a paged cache's left pad or chunks (the call's, not the row's). The
+// launch picks a kLocal kernel by it (run_tiles.cuh).
+__host__ __device__ __forceinline__ bool has_left_bound(const KernelParams& p) {
   return p.window_left >= 0 || p.attention_chunk > 0 || (p.leftpad_k != nullptr && p.page_table != nullptr);
 }
 
@@ -74,18 +75,9 @@ __device__ __forceinline__ void mask_pair(float& s0, float& s1, uint32_t row_h2,
 constexpr int kPairTiles = 16;
 static_assert(kPairTiles * 8 <= 1022, "paired columns must stay below hi's clamp, exact in f16");
 
-// FA3's chunks, a pass of their own after the window's: each row keeps the columns of the chunk [c, c + C) holding
-// its position. Folded into the window's bounds, the chunk's two extra bounds spilled the 16-bit hdim 256 kernels
-// (8-24 B); as a second pass over the masked block only calls with chunks pay for it.
+// Every score whose column (past the thread's first) lies outside [lo, hi] of its row becomes -inf.
 template <int kNTiles, int kLive>
-__device__ __forceinline__ void mask_chunks(float (&s)[kNTiles][4], const KernelParams& p, int floor, int diag,
-                                         const ThreadRows& rows, int first_col) {
-  int lo[2], hi[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    lo[r] = chunk_start(p, floor, rows.row[r] + diag) - first_col;
-    hi[r] = lo[r] + p.attention_chunk - 1;
-  }
+__device__ __forceinline__ void mask_outside(float (&s)[kNTiles][4], const int (&lo)[2], const int (&hi)[2]) {
 #pragma unroll
   for (int nt = 0; nt < kLive; ++nt) {
 #pragma unroll
@@ -100,7 +92,8 @@ __device__ __forceinline__ void mask_chunks(float (&s)[kNTiles][4], const Kernel
 // Row i sees keys [lo(i), hi(i)]: a score costs a compare of its compile-time column offset against hi(i) minus this
 // thread's first column and a select (kPairs: half a compare); a left window bound adds a compare against lo(i).
 // kLive: the tiles past it are not read again (a narrow last block), so they take no mask. kLeftBound false: the
-// kernel never runs with a left window bound (p.window_left < 0 on every call), so its branch is compiled out.
+// kernel never runs with a left bound (has_left_bound false on every call: kernel_wgmma.cuh kLocal), so its branch
+// is compiled out.
 template <int kNTiles, int kLive = kNTiles, bool kPairs = false, bool kLeftBound = true>
 __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const KernelParams& p, const SeqMask& m,
                                             const ThreadRows& rows, int key0, int lane) {
@@ -141,34 +134,38 @@ __device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], const Kernel
   for (int r = 0; r < 2; ++r) {
     lo[r] = max(p.window_left >= 0 ? rows.row[r] + m.diag - p.window_left : floor, floor) - first_col;
   }
+  mask_outside<kNTiles, kLive>(s, lo, hi);
+  // FA3's chunks, a pass of their own: folded into the bounds above, the chunk's two bounds spilled the soft-capped
+  // 16-bit hdim 256 kernels (4 B); as a second pass only calls with chunks pay for it.
+  if (p.attention_chunk > 0) {
 #pragma unroll
-  for (int nt = 0; nt < kLive; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int col = nt * 8 + (e % 2);
-      if (col > hi[e / 2] || col < lo[e / 2]) s[nt][e] = -INFINITY;
+    for (int r = 0; r < 2; ++r) {
+      lo[r] = chunk_start(p, floor, rows.row[r] + m.diag) - first_col;
+      hi[r] = lo[r] + p.attention_chunk - 1;
     }
+    mask_outside<kNTiles, kLive>(s, lo, hi);
   }
-  if (p.attention_chunk > 0) mask_chunks<kNTiles, kLive>(s, p, floor, m.diag, rows, first_col);
 }
 
-// The block bounds below take chunks and a paged cache's left pad where kExtra: the kernels that never see them
-// (FP8, the stream-K tail) compile them out, since their 24-32-register producers spilled 8-100 B more with them.
+// The block bounds below take a left bound (a window, chunks, a paged cache's left pad) where kLocal: kernels that
+// never see one (kernel_wgmma.cuh kLocal) compile it out; their 24-32-register producers spilled 8-100 B with it.
 
 // One past the last key that any query row <= last_row sees (widened by the planted tail fault, as mask_scores is).
-template <bool kExtra = true>
+template <bool kLocal = true>
 __device__ __forceinline__ int visible_key_end(const KernelParams& p, const SeqMask& m, int last_row) {
   const int end = key_end(p, m);
   const int right = p.causal ? min(end, max(0, last_row + m.diag + p.window_right + 1)) : end;
-  if (!kExtra || p.attention_chunk <= 0) return right;
+  if (!kLocal || p.attention_chunk <= 0) return right;
   return max(0, min(right, chunk_start(p, key_floor(p, m), last_row + m.diag) + p.attention_chunk));
 }
 
 // The first key that the query row `row` sees (0 without a left bound).
-template <bool kExtra = true>
+template <bool kLocal = true>
 __device__ __forceinline__ int visible_key_begin(const KernelParams& p, const SeqMask& m, int row) {
+  // The window's term stays in kernels without kLocal (0 there: no call gives them a window): taken out, it moved
+  // ptxas's allocation of the FP8 hdim 256 kernels, whose spills went from 40 to 80 B.
   const int window = p.window_left >= 0 ? max(0, row + m.diag - p.window_left) : 0;
-  if (!kExtra || !has_left_bound(p)) return window;
+  if (!kLocal || !has_left_bound(p)) return window;
   const int floor = key_floor(p, m);
   const int left = max(window, floor);
   return p.attention_chunk > 0 ? max(left, chunk_start(p, floor, row + m.diag)) : left;
@@ -176,11 +173,11 @@ __device__ __forceinline__ int visible_key_begin(const KernelParams& p, const Se
 
 // Keys below this limit are visible (from the right) to every row of a tile whose first query row is row_first;
 // 0 under the planted tail-mask fault, which masks every block.
-template <bool kExtra = true>
+template <bool kLocal = true>
 __device__ __forceinline__ int unmasked_key_limit(const KernelParams& p, const SeqMask& m, int row_first) {
   if (p.fault == kFaultTailMaskOffByOne) return 0;
   const int right = p.causal ? min(m.k_len, max(0, row_first + m.diag + p.window_right + 1)) : m.k_len;
-  if (!kExtra || p.attention_chunk <= 0) return right;
+  if (!kLocal || p.attention_chunk <= 0) return right;
   return max(0, min(right, chunk_start(p, key_floor(p, m), row_first + m.diag) + p.attention_chunk));
 }
 

@@ -187,17 +187,24 @@ template <int kHeadDim, int kPoint, typename Element>
 cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, void* workspace,
                          cudaStream_t stream) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
-  auto kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false>
-                                    : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
+  // The short default point compiles the left-bound (kLocal) and soft-capping variants; a soft-capped kernel takes
+  // every left bound too (soft-capping x windows is Gemma 2's call; a fourth variant per split would add build time).
+  const bool local = has_left_bound(p);
+  const bool split = plan.num_splits > 1;
+  auto kernel = split ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false>
+                      : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false>;
   if constexpr (Cfg::kFp8) {
-    if (p.softcap_prescale > 0.f) return cudaErrorInvalidValue;  // validate_and_convert refuses it
+    if (p.softcap_prescale > 0.f || local) return cudaErrorInvalidValue;  // validate_and_convert refuses both
   } else if constexpr (kPoint == DefaultPoints<kHeadDim>::kShort) {
     if (p.softcap_prescale > 0.f) {
-      kernel = plan.num_splits > 1 ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, true>
-                                   : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, true>;
+      kernel = split ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, true, false, true>
+                     : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, true, false, true>;
+    } else if (local) {
+      kernel = split ? attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, true, false, false, true>
+                     : attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false, false, true>;
     }
-  } else if (p.softcap_prescale > 0.f) {
-    return cudaErrorInvalidValue;  // with_point (kernel/flashcore.cu) never picks another point with softcap
+  } else if (p.softcap_prescale > 0.f || local) {
+    return cudaErrorInvalidValue;  // with_point (kernel/flashcore.cu) never picks another point for them
   }
   if constexpr (!Cfg::kVtSmem) {  // make_plan cuts no tail on FP8 with V transposed in shared memory, nor softcap
     if (plan.tail.tiles > 0) kernel = attention_forward_wgmma_kernel<kHeadDim, kPoint, Element, false, false, true>;

@@ -236,7 +236,7 @@ def test_bench_baseline_on_a_new_gpu_writes_its_own_file_and_keeps_the_others(
 
 
 def test_perf_gates_lacking_different_workloads_raise_one_notice() -> None:
-    from harness.gates.perf import stored_notice
+    from harness.support.perf_stored import stored_notice
 
     stored = stored_run(*pair(4.0, 6.0))
     na = [Check(w, "slowdown_vs_stored", 1.05, None, Status.NOT_APPLICABLE) for w in ("a", "b")]

@@ -116,7 +116,8 @@ def test_declared_cases_and_their_plants() -> None:
     assert by_name["perf-slow"].serial and not by_name["tail-mask"].serial
     timed = [c for c in CASES if c.gate.startswith("perf-") or c.gate in ("autotune-gain", "scaling")]
     assert all(c.serial for c in timed) and by_name["slow-loads"].serial  # timed or profiled: alone
-    assert by_name["perf-slow"].control == by_name["perf-noisy"].control == "timed:perf-fa2:prefill-d128,prefill-d64,prefill-d256"
+    perf_fa2 = "timed:perf-fa2:prefill-d128,prefill-d64,prefill-d256"
+    assert by_name["perf-slow"].control == by_name["perf-noisy"].control == perf_fa2
 
 
 def test_the_repository_selftest_file_names_real_cases_and_workloads() -> None:

@@ -34,7 +34,7 @@ from harness import shard_perf
 from harness.bench import report, selection
 from harness.bench import stored as per_gpu
 from harness.bench.ceiling import KINDS as CEILINGS
-from harness.bench.record import CRASHED, Measurement, RecordError, Run, not_available, read_run, run_dict
+from harness.bench.record import CRASHED, Measurement, Run, not_available, run_dict
 from harness.bench.settings import (
     BASELINES,
     BENCH_FILE,
@@ -52,6 +52,7 @@ from harness.schema import PHASES_FILE, Config, ConfigError, Workload, param
 from harness.support import gpu
 from harness.support import perf_verdict as pv
 from harness.support.notices import NOTICE_KEY
+from harness.support.perf_stored import load_stored, stored_notice
 
 if TYPE_CHECKING:  # the runner imports harness.support.gpu, whose package imports this module: import it late
     from harness.bench.runner import Measurer, Options
@@ -98,37 +99,6 @@ class PerfParams:
         workload (harness/bench/selection.py: on gates/bench.yaml `skip_unread` no other pair is timed)."""
         return {(w.name, b) for w in self.judged_and_shown(config, settings)[0]
                 for b in (OURS, *self.gated, *((settings.stored_run.reference_for(w),) if self.regression else ()))}
-
-
-def load_stored(settings: BenchSettings, repo_root: Path, here: per_gpu.GpuModel | None,
-                override: Path | None = None) -> Run | pv.Missing:
-    """The stored run of GPU model `here` (or the file `override`), or why there is none: none for this GPU is
-    NOT_APPLICABLE, an unreadable or ambiguous one an ERROR."""
-    if override is None:
-        found = per_gpu.find(repo_root, settings.stored_run.files, here)
-        if found.path is None:
-            return pv.Missing(found.why, Status.ERROR if found.applicable else Status.NOT_APPLICABLE)
-        path = found.path
-    else:
-        path = override
-    if not path.is_file():
-        return pv.Missing(f"{pv.NO_STORED_RUN} ({path} does not exist)")
-    try:
-        return read_run(path)
-    except RecordError as e:
-        return pv.Missing(f"stored run unreadable: {e}: run make bench-baseline")
-
-
-def stored_notice(stored: Run | pv.Missing | None, checks: Sequence[Check]) -> str:
-    """The one line the run's notice carries when this gate could not compare with a stored run of this GPU: the
-    same words from every perf gate, so the run says it once (each check names its own workload)."""
-    if isinstance(stored, pv.Missing):
-        return stored.why if stored.status is Status.NOT_APPLICABLE else ""
-    lacking = any(c.metric == "slowdown_vs_stored" and c.status is Status.NOT_APPLICABLE for c in checks)
-    if stored is None or not lacking:
-        return ""
-    return (f"the stored run {stored.path} ({stored.gpu}) lacks workloads the perf gates judge (their regression "
-            "checks are not applicable): run make bench-baseline on this GPU and commit it")
 
 
 def measure_options(ctx: GateContext, settings: BenchSettings, noisy: bool = False) -> Options:

@@ -71,7 +71,7 @@ $(BUILD_DIR)/libflashcore.so: $(LIB_OBJS)
 	$(NVCC) $(ARCH_FLAGS) -shared -Xlinker=--no-undefined -o $@ $^ -cudart=static
 	@cat $(BUILD_DIR)/flashcore.ptxas.log $(POINT_OBJS:.o=.ptxas.log) $(BUILD_DIR)/append.ptxas.log > $(BUILD_DIR)/ptxas.log
 
-$(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
+$(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(wildcard kernel/driver/*.cuh) $(LIB_OBJS) $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
 	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o
 
 ptx:

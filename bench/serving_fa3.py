@@ -1,15 +1,17 @@
-"""The serving workloads of issue 15 side by side with FA3 (the fa3-fwd wheel), paired in one process on one GPU:
+"""The serving workloads side by side with FA3 (the fa3-fwd wheel), paired in one process on one GPU:
 dense prefill (the regression check of the serving changes), a sliding window (FlashCore only: fa3-fwd has no local
 attention), softcap, varlen prefill of 9 causal sequences of 1K-16K (65536 tokens), decode with per-sequence cache
 lengths 1K-8K (with and without cache_batch_idx), the same decode from a paged cache (pages of 1, 16, 64 and 256 keys;
 fa3-fwd has no paged KV, so the pair is FA3 on the contiguous cache), and head dims 96, 192 and 192 with a v of
-128 (FlashCore runs them on its 128 and 256 kernels). Each figure is the median over 5 rounds of the median of 15
-repetitions of the mean time of INNER (default 10) back-to-back calls, so a call's host time hides behind the GPU
-work as in a serving loop (INNER=1 exposes it). Ratio = FA3 time / FlashCore time.
+128 (FlashCore runs them on its 128 and 256 kernels), and the newer FA3 arguments on the kernel (`new_paths`: an
+append with rotary, a left-padded cache, packed queries into a cache, chunked attention; each against FA3's same
+call where fa3-fwd takes it, else FlashCore alone with the reason). Each figure is the median over 5 rounds of the
+median of 15 repetitions of the mean time of INNER (default 10) back-to-back calls, so a call's host time hides
+behind the GPU work as in a serving loop (INNER=1 exposes it). Ratio = FA3 time / FlashCore time.
 
     PYTHONPATH=<fa3-fwd and nvtx wheels>:. python3 bench/serving_fa3.py        # writes $OUT/bench_serving.json
 
-Needs an H100 and the fa3-fwd wheel (its interface imports `flash_attn_config`, aliased here to fa3_fwd_config).
+Needs a Hopper GPU and the fa3-fwd wheel (its interface imports `flash_attn_config`, aliased here to fa3_fwd_config).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def main() -> None:
     paged_decode(fa3, q, k_cache, v_cache, lengths)
     for dim, dim_v in ((96, 96), (192, 192), (192, 128)):
         head_dims(fa3, dim, dim_v)
+    new_paths(fa3)
     out = os.environ.get("OUT", ".")
     with open(f"{out}/bench_serving.json", "w") as f:
         json.dump(ROWS, f, indent=1)
@@ -124,6 +127,53 @@ def head_dims(fa3, dim: int, dim_v: int) -> None:  # type: ignore[no-untyped-def
     except RuntimeError as e:  # a head dim the wheel was not built for
         fc_ms = timeit(lambda: flashcore.attention(q, k, v, causal=True))
         print(f"dense B4 H16 S8K D{dim}/{dim_v} causal: fc {fc_ms:.3f} ms; fa3-fwd: {e}", flush=True)
+
+
+def pair_or_alone(name: str, fc: Callable[[], object], fa: Callable[[], object]) -> None:
+    """The pair, or FlashCore alone where fa3-fwd refuses the call (its error printed)."""
+    try:
+        fa()
+    except (RuntimeError, TypeError, ValueError) as e:
+        print(f"{name:48s} fc {timeit(fc):8.3f} ms  (fa3-fwd: {str(e).splitlines()[0][:80]})", flush=True)
+        return
+    record(name, *paired(fc, fa))
+
+
+def new_paths(fa3) -> None:  # type: ignore[no-untyped-def]
+    """FA3's newer arguments as serving engines call them: decode B64 with caches of 1K-8K keys (H32/8, D128)."""
+    bf, batch, capacity = torch.bfloat16, 64, 8192
+    gen = torch.Generator().manual_seed(2)
+    k_cache = torch.randn(batch, capacity, 8, 128, device="cuda", dtype=bf)
+    v_cache = torch.randn_like(k_cache)
+    lengths = torch.randint(1024, 8000, (batch,), generator=gen).to(torch.int32).cuda()
+    q = torch.randn(batch, 1, 32, 128, device="cuda", dtype=bf)
+    k_new, v_new = (torch.randn(batch, 1, 8, 128, device="cuda", dtype=bf) for _ in range(2))
+    angles = torch.rand(capacity, 32, device="cuda") * 6.28
+    cos, sin = angles.cos().to(bf), angles.sin().to(bf)
+    # each side appends at the same lengths (the cache rows written are the same every call)
+    pair_or_alone("decode B64 append 1 + rotary (interleaved)",
+                  lambda: flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos,
+                                                            rotary_sin=sin, cache_seqlens=lengths, causal=True),
+                  lambda: fa3.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos,
+                                                      rotary_sin=sin, cache_seqlens=lengths, causal=True))
+    leftpad = torch.randint(0, 512, (batch,), generator=gen).to(torch.int32).cuda()
+    pair_or_alone("decode B64 cache_leftpad 0-511",
+                  lambda: flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths,
+                                                            cache_leftpad=leftpad),
+                  lambda: fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths,
+                                                      cache_leftpad=leftpad))
+    rows = 4  # speculative decoding: 4 query rows per sequence, packed
+    qp = torch.randn(batch * rows, 32, 128, device="cuda", dtype=bf)
+    cu_q = torch.arange(0, batch * rows + 1, rows, dtype=torch.int32, device="cuda")
+    pair_or_alone("decode B64 x 4 packed queries (cu_seqlens_q) causal",
+                  lambda: flashcore.flash_attn_with_kvcache(qp, k_cache, v_cache, cache_seqlens=lengths,
+                                                            cu_seqlens_q=cu_q, max_seqlen_q=rows, causal=True),
+                  lambda: fa3.flash_attn_with_kvcache(qp, k_cache, v_cache, cache_seqlens=lengths,
+                                                      cu_seqlens_q=cu_q, max_seqlen_q=rows, causal=True))
+    q8, k8, v8 = (torch.randn(2, 8192, 32 if i == 0 else 8, 128, device="cuda", dtype=bf) for i in range(3))
+    pair_or_alone("prefill B2 S8K H32/8 causal attention_chunk 2048",
+                  lambda: flashcore.flash_attn_func(q8, k8, v8, causal=True, attention_chunk=2048),
+                  lambda: fa3.flash_attn_func(q8, k8, v8, causal=True, attention_chunk=2048))
 
 
 def to_pages(k_cache: torch.Tensor, v_cache: torch.Tensor,

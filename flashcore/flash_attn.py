@@ -95,16 +95,15 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     first seqused_q[b] queries and seqused_k[b] keys, which are then its lengths for causal and window masking
     (bottom-right aligned per sequence, as FA3). Returns out [total_q, Hq, D], or (out, softmax_lse [Hq, total_q])
     with return_attn_probs=True; the rows of out and softmax_lse past seqused_q[b] are not written (as in FA3:
-    never read them). Packed queries never split the keys (num_splits is a hint here: 1 is used).
+    never read them). num_splits as flash_attn_func's: packed queries split the keys too.
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
     check.refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
                   "v_descale": v_descale is not None})
-    _splits(num_splits)
     out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
                               seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                               attention_chunk=attention_chunk, deterministic=deterministic, fallback=fallback,
-                              debug_checks=debug_checks)
+                              debug_checks=debug_checks, num_splits=_splits(num_splits))
     return (out, lse) if return_attn_probs else out
 
 

@@ -159,7 +159,7 @@ def params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
         head_dim=q.shape[3], head_dim_v=v.shape[3], q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v),
         o_stride=_strides(o), softmax_scale=call.scale, causal=int(call.causal),
         dtype=c_dtype(q), debug_fault=call.debug_fault,
-        num_splits=0 if packed else call.num_splits or config.num_splits, deterministic=int(call.deterministic),
+        num_splits=call.num_splits or (0 if packed else config.num_splits), deterministic=int(call.deterministic),
         sm_margin=call.sm_margin, softcap=call.softcap, fp8_v_transpose=call.v_transpose,
         **config.c_fields(),
     )  # fmt: skip

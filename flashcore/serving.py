@@ -84,7 +84,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
            causal: bool = False, softmax_scale: float | None = None, window_size: Any = (-1, -1),
            softcap: Any = 0.0, attention_chunk: Any = 0, deterministic: bool = False, fallback: str = "error",
            debug_checks: bool | None = None, out: torch.Tensor | None = None,
-           lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           lse: torch.Tensor | None = None, num_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32).
     out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
     left as they were)."""
@@ -95,14 +95,15 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
                   "seqused_k": seqused_k}
         key = fastpath.serving_signature("varlen", (q, k, v, *arrays.values()),
                                          (max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, softcap,
-                                          attention_chunk, deterministic, fallback))
+                                          attention_chunk, deterministic, fallback, num_splits))
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k, v):
             return launch.again(entry, q, k, v, lse_shape(q, packed=True), arrays, -math.inf)
     call = check_serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
                                 seqused_k=seqused_k,
                                 causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
-                                deterministic=deterministic, fallback=fallback, out=out, lse=lse)
+                                deterministic=deterministic, fallback=fallback, out=out, lse=lse,
+                                num_splits=num_splits)
     call = replace(call, attention_chunk=check.chunk(attention_chunk))
     if debug:
         check_serving.values(call)

@@ -64,22 +64,32 @@ __device__ __forceinline__ float combine_row(int parts, LseOf lse_of, OOf o_of, 
   return lse;
 }
 
+// Partial row `row` is (batch, head, query row) of [batch][heads_q][seqlen_q]; packed queries (cu_seqlens_q) put
+// sequence b's query row r at packed row cu_seqlens_q[b] + r of o and of the LSE's [Hq, total_q], and rows past the
+// sequence's queries (seqlen_q is the longest) were never computed: no write.
 template <int kHeadDim, typename Element>
 __global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(const __grid_constant__ KernelParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
   if (row >= p.accum_rows) return;
+  const int q_row = static_cast<int>(row % p.seqlen_q);
+  const int64_t bh = row / p.seqlen_q;
+  const int head = static_cast<int>(bh % p.heads_q);
+  const int batch = static_cast<int>(bh / p.heads_q);
+  int q_off = 0;
+  if (p.cu_seqlens_q != nullptr) {  // packed: o_stride[0] and lse_stride[0] are 0
+    q_off = __ldg(p.cu_seqlens_q + batch);
+    const int q_len = p.seqused_q != nullptr ? __ldg(p.seqused_q + batch) : __ldg(p.cu_seqlens_q + batch + 1) - q_off;
+    if (q_row >= q_len) return;  // the whole warp: one row per warp
+  }
   auto o_row = [&] {
-    const int q_row = static_cast<int>(row % p.seqlen_q);
-    const int64_t bh = row / p.seqlen_q;
-    const int head = static_cast<int>(bh % p.heads_q);
-    const int batch = static_cast<int>(bh / p.heads_q);
-    return static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2] + q_row * p.o_stride[1];
+    return static_cast<uint16_t*>(p.o) + batch * p.o_stride[0] + head * p.o_stride[2] +
+           (q_off + static_cast<int64_t>(q_row)) * p.o_stride[1];
   };
   const float lse = combine_row<kHeadDim, Element>(
       p.num_splits, [&](int s) { return p.lse_accum[s * p.accum_rows + row]; },
       [&](int s) { return p.o_accum + (s * p.accum_rows + row) * kHeadDim; }, o_row, p.head_dim_v, lane);
-  if (p.lse != nullptr && lane == 0) p.lse[row] = lse;  // lse is [B, Hq, Sq] contiguous: index = row
+  if (p.lse != nullptr && lane == 0) p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + q_off + q_row] = lse;
 }
 
 }  // namespace flashcore

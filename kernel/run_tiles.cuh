@@ -100,10 +100,10 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   const int usable_sms = sms - in->sm_margin > 1 ? sms - in->sm_margin : 1;
   // Keys per sequence differ (per-sequence cache lengths, packed keys; a paged cache always has seqused_k).
   const bool ragged_keys = p.seqused_k != nullptr || p.cu_seqlens_k != nullptr;
+  // Packed queries split too: the partials are [split][sequence][head][row < seqlen_q] (seqlen_q the longest), and
+  // the combine writes each row back to its packed position (combine.cuh).
   int splits = 1;
-  if (p.cu_seqlens_q != nullptr) {
-    splits = 1;  // the partials are laid out [split][batch][head][row]: packed rows have no batch dim
-  } else if (in->num_splits > 0) {
+  if (in->num_splits > 0) {
     splits = in->num_splits < n_blocks ? in->num_splits : n_blocks;
     if (splits > kMaxSplits) splits = kMaxSplits;
   } else if (plan->m_tiles == 1 && ragged_keys) {

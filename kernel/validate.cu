@@ -77,10 +77,6 @@ int check_serving(const fc_params* in) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "total_k = %lld: packed keys (cu_seqlens_k) need 1 .. 2^30 rows",
                         static_cast<long long>(in->total_k));
   }
-  if (in->cu_seqlens_q != nullptr && in->num_splits > 1) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "num_splits = %d: split-KV is not available with packed queries "
-                        "(cu_seqlens_q); pass 0 or 1", in->num_splits);
-  }
   if (in->seqused_q != nullptr && in->cu_seqlens_q == nullptr) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "seqused_q limits packed query sequences: it needs cu_seqlens_q");
   }

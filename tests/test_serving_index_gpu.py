@@ -47,10 +47,12 @@ SEQUSED_Q = [
 ]
 
 
+@pytest.mark.parametrize("splits", [None, 3], ids=["auto", "split3"])  # 3: the combine's packed, used rows
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("case", SEQUSED_Q, ids=[f"seqused_q{i}" for i in range(len(SEQUSED_Q))])
-def test_seqused_q_matches_the_reference_of_the_used_rows(case: tuple, d: int, dtype: torch.dtype) -> None:
+def test_seqused_q_matches_the_reference_of_the_used_rows(case: tuple, d: int, dtype: torch.dtype,
+                                                          splits: int | None) -> None:
     lq, lk, uq, uk, hq, hkv, causal, window, cap = case
     total_q = sum(lq) + 3  # 3 rows in no sequence
     q = rand(total_q, hq, d, dtype=dtype)
@@ -58,7 +60,7 @@ def test_seqused_q_matches_the_reference_of_the_used_rows(case: tuple, d: int, d
     out, lse = poisoned(total_q, hq, d, dtype=dtype), poisoned(hq, total_q, dtype=torch.float32)
     serving.varlen(q, k, v, ints(starts(lq)), ints(starts(lk)), max(lq), max(lk), seqused_q=ints(uq),
                    seqused_k=None if uk is None else ints(uk), causal=causal, window_size=window, softcap=cap,
-                   out=out, lse=lse)
+                   out=out, lse=lse, num_splits=splits)
     cq, ck = starts(lq), starts(lk)
     written = torch.zeros(total_q, dtype=torch.bool, device="cuda")
     for b in range(len(lq)):
@@ -174,10 +176,12 @@ PACKED_Q = [
 ]
 
 
+@pytest.mark.parametrize("splits", [None, 3], ids=["auto", "split3"])  # 3: the combine's packed rows
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("case", PACKED_Q, ids=[f"packed_q{i}" for i in range(len(PACKED_Q))])
-def test_packed_queries_into_a_cache_match_the_reference(case: tuple, d: int, dtype: torch.dtype) -> None:
+def test_packed_queries_into_a_cache_match_the_reference(case: tuple, d: int, dtype: torch.dtype,
+                                                         splits: int | None) -> None:
     lq, lengths, new, page_size, slots, pads, hq, hkv, causal, window, cap = case
     batch, capacity = len(lq), 512
     entries = batch if slots is None else 4
@@ -194,7 +198,8 @@ def test_packed_queries_into_a_cache_match_the_reference(case: tuple, d: int, dt
     serving.kvcache(q, k_cache, v_cache, ints(lengths), k=k_new if new else None, v=v_new if new else None,
                     cache_batch_idx=None if slots is None else ints(slots), page_table=table,
                     cache_leftpad=None if pads is None else ints(pads), cu_seqlens_q=ints(starts(lq)),
-                    max_seqlen_q=max(lq), causal=causal, window_size=window, softcap=cap, out=out, lse=lse)
+                    max_seqlen_q=max(lq), causal=causal, window_size=window, softcap=cap, out=out, lse=lse,
+                    num_splits=splits)
     cq = starts(lq)
     for b in range(batch):
         s = b if slots is None else slots[b]

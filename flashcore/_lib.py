@@ -75,6 +75,7 @@ class FcParams(ctypes.Structure):
         ("v_descale_stride", ctypes.c_int64 * 2),
         ("fp8_v_transpose", ctypes.c_int32),
         ("attention_chunk", ctypes.c_int32),
+        ("sinks", ctypes.c_void_p),
     ]
 
 

@@ -84,7 +84,7 @@ class FcParams(ctypes.Structure):
 # (launch.again) swaps their pointers.
 INDEX_ARRAYS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k", "kv_batch_idx", "leftpad_k", "page_table")
 # Device-array fields: fc_plan's answer depends on whether each is set, never on its address.
-ARRAY_FIELDS = frozenset((*INDEX_ARRAYS, "q_descale", "k_descale", "v_descale"))
+ARRAY_FIELDS = frozenset((*INDEX_ARRAYS, "q_descale", "k_descale", "v_descale", "sinks"))
 
 
 class FcPlanInfo(ctypes.Structure):

@@ -154,6 +154,9 @@ def test_fc_params_ends_with_sinks_and_launch_sets_its_pointer() -> None:
     p = launch.params(replace(call, sinks=sinks), q, None)
     assert p.sinks == sinks.data_ptr()
     assert launch.params(call, q, None).sinks is None
+    # fc_plan's cache key holds whether sinks are set, not their address (one plan for every layer's sinks)
+    other = launch.params(replace(call, sinks=torch.ones(4)), q, None)
+    assert launch.plan_key(p, 0) == launch.plan_key(other, 0) != launch.plan_key(launch.params(call, q, None), 0)
 
 
 def test_hf_attention_maps_s_aux_like_gpt_oss_eager() -> None:

@@ -57,7 +57,8 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
     """Transformers' attention-function contract: query [B, Hq, Sq, D], key and value [B, Hkv, Sk, D] -> output
     [B, Sq, Hq, D] and no attention weights. Causal masks are bottom-right aligned: queries are the last Sq
     positions of the Sk keys, which is what a decoder with a KV cache (prefill, chunked prefill, decode) needs."""
-    sinks = kwargs.get("s_aux")
+    sinks = kwargs.get("s_aux")  # GPT-OSS's name; `sinks` too, never dropped silently
+    sinks = kwargs.get("sinks") if sinks is None else sinks
     if kwargs.get("output_attentions"):
         raise UnsupportedArgument("output_attentions: FlashCore never forms the attention matrix; use "
                                   "attn_implementation='eager' to get the weights")

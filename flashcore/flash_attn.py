@@ -56,16 +56,16 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
                     causal: bool = False, qv: Any = None, q_descale: Any = None, k_descale: Any = None,
                     v_descale: Any = None, window_size: Any = (-1, -1), attention_chunk: int = 0,
                     softcap: float = 0.0, num_splits: int = 1, pack_gqa: bool | None = None,
-                    deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False,
-                    s_aux: Any = None, *, fallback: str = "error") -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False, *,
+                    s_aux: Any = None, fallback: str = "error") -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_func: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]; causal bottom-right aligned. Returns out,
     or (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not
     probabilities). pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count.
     FP8: float8_e4m3fn q, k, v (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on
-    flashcore.attention_fp8; out is bf16. s_aux (vLLM's FA3 fork, every entry point): attention sinks, [Hq] raw
-    logits (float32, or a float tensor converted), each row's softmax gets one value-less key of score s_aux[h]:
-    out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse includes it; a row with no key gets out = 0,
-    lse = s_aux[h] (flashcore.serving)."""
+    flashcore.attention_fp8; out is bf16. s_aux (vLLM's FA3 fork, every entry point, keyword-only: FA3's positions
+    are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted); each row's softmax gets one
+    value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse includes it; a
+    row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
     check.refuse({"qv": qv is not None})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if is_fp8(q):
@@ -91,8 +91,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            causal: bool = False, qv: Any = None, q_descale: Any = None, k_descale: Any = None,
                            v_descale: Any = None, window_size: Any = (-1, -1), attention_chunk: int = 0,
                            softcap: float = 0.0, num_splits: int = 1, pack_gqa: bool | None = None,
-                           deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False,
-                           s_aux: Any = None, *, fallback: str = "error", debug_checks: bool | None = None,
+                           deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False, *,
+                           s_aux: Any = None, fallback: str = "error", debug_checks: bool | None = None,
                            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_varlen_func: q [total_q, Hq, D], k and v [total_k, Hkv, D] packed; sequence b is rows
     [cu_seqlens[b], cu_seqlens[b + 1]) (int32 [B + 1]); seqused_q [B] and seqused_k [B] (int32) limit it to its
@@ -119,8 +119,8 @@ def flash_attn_with_kvcache(
     max_seqlen_q: Any = None, rotary_seqlens: Any = None, q_descale: Any = None, k_descale: Any = None,
     v_descale: Any = None, softmax_scale: float | None = None, causal: bool = False, window_size: Any = (-1, -1),
     attention_chunk: int = 0, softcap: float = 0.0, rotary_interleaved: bool = True, scheduler_metadata: Any = None,
-    num_splits: int = 0, pack_gqa: bool | None = None, sm_margin: int = 0, return_softmax_lse: bool = False,
-    s_aux: Any = None, *, fallback: str = "error", debug_checks: bool | None = None,
+    num_splits: int = 0, pack_gqa: bool | None = None, sm_margin: int = 0, return_softmax_lse: bool = False, *,
+    s_aux: Any = None, fallback: str = "error", debug_checks: bool | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_with_kvcache on a contiguous cache [B_cache, S_cache, Hkv, D] or a paged one. cache_seqlens:
     the tokens each sequence already holds, an int (all the same) or a [B] int32 tensor (per sequence);

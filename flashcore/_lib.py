@@ -75,6 +75,7 @@ class FcParams(ctypes.Structure):
         ("v_descale_stride", ctypes.c_int64 * 2),
         ("fp8_v_transpose", ctypes.c_int32),
         ("attention_chunk", ctypes.c_int32),
+        ("sinks", ctypes.c_void_p),
     ]
 
 
@@ -83,7 +84,7 @@ class FcParams(ctypes.Structure):
 # (launch.again) swaps their pointers.
 INDEX_ARRAYS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k", "kv_batch_idx", "leftpad_k", "page_table")
 # Device-array fields: fc_plan's answer depends on whether each is set, never on its address.
-ARRAY_FIELDS = frozenset((*INDEX_ARRAYS, "q_descale", "k_descale", "v_descale"))
+ARRAY_FIELDS = frozenset((*INDEX_ARRAYS, "q_descale", "k_descale", "v_descale", "sinks"))
 
 
 class FcPlanInfo(ctypes.Structure):

@@ -36,7 +36,7 @@ UNSUPPORTED = {
     "fp8 softcap": "softcap with FP8 inputs is not supported; pass 0.0",
     "fp8 fallback": "fallback='sdpa' has no FP8 path: FP8 runs on the Hopper kernel only",
     "fp8 attention_chunk": "chunked attention with FP8 inputs is not supported; pass 0",
-    "sinks": "attention sinks are not supported",
+    "fp8 s_aux": "attention sinks with FP8 inputs are not supported; pass None",
 }
 
 
@@ -106,6 +106,28 @@ def chunk(value: Any) -> int:
         raise FlashCoreError(f"attention_chunk is {value!r}: expected an int >= 0 (0: no chunks; C > 0: each query "
                              "row sees only the keys of its own chunk of C keys)")
     return int(value)
+
+
+def sinks(value: Any, heads_q: int, device: torch.device, name: str = "s_aux") -> torch.Tensor | None:
+    """Attention sinks (GPT-OSS; vLLM's FA3 fork's s_aux): None, or one raw logit per query head, [Hq], on q's
+    device, as a contiguous float32 tensor (a floating tensor of another dtype, e.g. the model's bf16 parameter, is
+    converted). Each row's softmax gets one more key of score sink[h] (not multiplied by softmax_scale) and no value."""
+    import torch
+
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor):
+        raise FlashCoreError(f"{name} must be a torch.Tensor or None, got {type(value).__name__}")
+    if not value.dtype.is_floating_point or value.dtype == torch.float8_e4m3fn:
+        raise FlashCoreError(f"{name}.dtype is {value.dtype}: attention sinks are float logits (float32, or the "
+                             "model's float16 / bfloat16, converted to float32)")
+    if tuple(value.shape) != (heads_q,):
+        raise FlashCoreError(f"{name} has shape {tuple(value.shape)}: expected [Hq] = ({heads_q},) (one sink logit "
+                             "per query head)")
+    if value.device != device:
+        raise FlashCoreError(f"{name} is on {value.device} but q is on {device}: all tensors must be on one device")
+    validate.no_grad_needed({name: value})
+    return value.detach().to(torch.float32).contiguous()
 
 
 def v_transpose(value: object) -> int:

@@ -43,12 +43,12 @@ def _splits(num_splits: Any) -> int | None:
 
 
 def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_size: Any, softcap: Any,
-           attention_chunk: Any = 0, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
+           attention_chunk: Any = 0, s_aux: Any = None, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """A dense call: flashcore.attention (traceable by torch.compile), or flashcore.serving.dense with a window,
-    chunks or softcap (the window read once here: FA3's callers may pass it as tensors)."""
+    chunks, softcap or sinks (the window read once here: FA3's callers may pass it as tensors)."""
     window, chunk = check.window(window_size), check.chunk(attention_chunk)
-    if window != (-1, -1) or softcap != 0.0 or chunk != 0:
-        return serving.dense(q, k, v, window_size=window, softcap=softcap, attention_chunk=chunk, **kw)
+    if window != (-1, -1) or softcap != 0.0 or chunk != 0 or s_aux is not None:
+        return serving.dense(q, k, v, window_size=window, softcap=softcap, attention_chunk=chunk, s_aux=s_aux, **kw)
     return attention(q, k, v, **kw)
 
 
@@ -57,17 +57,21 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
                     v_descale: Any = None, window_size: Any = (-1, -1), attention_chunk: int = 0,
                     softcap: float = 0.0, num_splits: int = 1, pack_gqa: bool | None = None,
                     deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False, *,
-                    fallback: str = "error") -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                    s_aux: Any = None, fallback: str = "error") -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_func: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]; causal bottom-right aligned. Returns out,
     or (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not
     probabilities). pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count.
     FP8: float8_e4m3fn q, k, v (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on
-    flashcore.attention_fp8; out is bf16."""
+    flashcore.attention_fp8; out is bf16. s_aux (vLLM's FA3 fork, every entry point, keyword-only: FA3's positions
+    are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted); each row's softmax gets one
+    value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse includes it; a
+    row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
     check.refuse({"qv": qv is not None})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if is_fp8(q):
         check.refuse({"fp8 window_size": check.window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
-                      "fp8 attention_chunk": check.chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error"})
+                      "fp8 attention_chunk": check.chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
+                      "fp8 s_aux": s_aux is not None})
         out, lse = fp8.attention_fp8(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
                                  num_splits=_splits(num_splits), sm_margin=sm_margin, **descales)
         return (out, lse) if return_attn_probs else out
@@ -75,9 +79,9 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     if given:
         raise FlashCoreError(f"{given[0]} is given but q is {getattr(q, 'dtype', type(q).__name__)}: descale "
                              "factors apply to float8_e4m3fn inputs only")
-    out, lse = _dense(q, k, v, window_size, softcap, attention_chunk, causal=causal, softmax_scale=softmax_scale,
-                      deterministic=deterministic, num_splits=_splits(num_splits), sm_margin=sm_margin,
-                      fallback=fallback)
+    out, lse = _dense(q, k, v, window_size, softcap, attention_chunk, s_aux, causal=causal,
+                      softmax_scale=softmax_scale, deterministic=deterministic, num_splits=_splits(num_splits),
+                      sm_margin=sm_margin, fallback=fallback)
     return (out, lse) if return_attn_probs else out
 
 
@@ -88,7 +92,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            v_descale: Any = None, window_size: Any = (-1, -1), attention_chunk: int = 0,
                            softcap: float = 0.0, num_splits: int = 1, pack_gqa: bool | None = None,
                            deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False, *,
-                           fallback: str = "error", debug_checks: bool | None = None,
+                           s_aux: Any = None, fallback: str = "error", debug_checks: bool | None = None,
                            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_varlen_func: q [total_q, Hq, D], k and v [total_k, Hkv, D] packed; sequence b is rows
     [cu_seqlens[b], cu_seqlens[b + 1]) (int32 [B + 1]); seqused_q [B] and seqused_k [B] (int32) limit it to its
@@ -103,7 +107,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                               seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                               attention_chunk=attention_chunk, deterministic=deterministic, fallback=fallback,
-                              debug_checks=debug_checks, num_splits=_splits(num_splits))
+                              debug_checks=debug_checks, num_splits=_splits(num_splits), s_aux=s_aux)
     return (out, lse) if return_attn_probs else out
 
 
@@ -116,7 +120,7 @@ def flash_attn_with_kvcache(
     v_descale: Any = None, softmax_scale: float | None = None, causal: bool = False, window_size: Any = (-1, -1),
     attention_chunk: int = 0, softcap: float = 0.0, rotary_interleaved: bool = True, scheduler_metadata: Any = None,
     num_splits: int = 0, pack_gqa: bool | None = None, sm_margin: int = 0, return_softmax_lse: bool = False, *,
-    fallback: str = "error", debug_checks: bool | None = None,
+    s_aux: Any = None, fallback: str = "error", debug_checks: bool | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_with_kvcache on a contiguous cache [B_cache, S_cache, Hkv, D] or a paged one. cache_seqlens:
     the tokens each sequence already holds, an int (all the same) or a [B] int32 tensor (per sequence);
@@ -166,13 +170,14 @@ def flash_attn_with_kvcache(
                                    attention_chunk=attention_chunk, num_splits=_splits(num_splits),
                                    sm_margin=sm_margin, fallback=fallback, debug_checks=debug_checks,
                                    cu_seqlens_k_new=cu_seqlens_k_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                                   rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved)
+                                   rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved,
+                                   s_aux=s_aux)
         return (out, lse) if return_softmax_lse else out
     # one length for every sequence: the dense kernel on a slice of the cache
     check_serving.caches(k_cache, v_cache)
     length = check_serving.cache_length(cache_seqlens, k_cache.shape[1], appending=k is not None)
     end = append.at(k_cache, v_cache, k, v, length) if k is not None or v is not None else length
-    out, lse = _dense(q, k_cache[:, :end], v_cache[:, :end], window_size, softcap, attention_chunk, causal=causal,
-                      softmax_scale=softmax_scale, num_splits=_splits(num_splits), sm_margin=sm_margin,
+    out, lse = _dense(q, k_cache[:, :end], v_cache[:, :end], window_size, softcap, attention_chunk, s_aux,
+                      causal=causal, softmax_scale=softmax_scale, num_splits=_splits(num_splits), sm_margin=sm_margin,
                       fallback=fallback)
     return (out, lse) if return_softmax_lse else out

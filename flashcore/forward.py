@@ -45,9 +45,11 @@ def forward(call: Call, key: tuple[object, ...] | None = None) -> tuple[torch.Te
     index, name, on_torch = _device(call)
     out, lse = outputs(call)
     if call.empty:
-        if not (call.packed_q and call.no_rows):  # a row that sees no key: out = 0, lse = -inf
+        if not (call.packed_q and call.no_rows):  # a row that sees no key: out = 0, lse = -inf (its sink if any)
             out.zero_()
             lse.fill_(-math.inf)
+            if call.sinks is not None:
+                lse.copy_(reference.sink_lse(call.sinks, lse.shape, call.packed_q))
         return out, lse
     if on_torch:
         _on_torch(call, out, lse, name)
@@ -62,13 +64,13 @@ def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> No
     import torch
 
     q, k, v = call.q, call.k, call.v
-    if call.layout == "dense" and not call.windowed:
+    if call.layout == "dense" and not call.windowed and call.sinks is None:
         sdpa_fallback.warn_once(f"{q.device} ({name})")
         with torch.cuda.device(q.device) if q.device.type != "cpu" else contextlib.nullcontext():
             sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)
         return
     mods: dict[str, Any] = {"causal": call.causal, "scale": call.scale, "window": call.window,
-                            "softcap": call.softcap, "chunk": call.attention_chunk}
+                            "softcap": call.softcap, "chunk": call.attention_chunk, "sinks": call.sinks}
     if call.layout == "dense":
         o, s = reference.dense(q, k, v, **mods)
         out.copy_(o)

@@ -166,6 +166,7 @@ def params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
     if call.window != (-1, -1):
         p.window, p.window_left, p.window_right = 1, call.window[0], 0 if call.causal else call.window[1]
     p.attention_chunk = call.attention_chunk
+    p.sinks = _ptr(call.sinks)
     for name, t in call.index_arrays().items():
         setattr(p, name, _ptr(t))
     if packed:

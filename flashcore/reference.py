@@ -7,6 +7,9 @@ One sequence: q [Sq, Hq, D], k and v [Sk, Hkv, D]. Query row i sees key j iff
     c <= j < c + C       (chunks of C > 0 keys: c = the start of the chunk of i + d, FA3's attention_chunk);
 scores are softmax_scale * q.k, soft-capped to softcap * tanh(score / softcap) when softcap > 0; GQA: query head h
 reads K/V head h // (Hq // Hkv). A row that sees no key gets out = 0 and lse = -inf. Works on any torch device.
+Attention sinks (sinks [Hq] float32, raw logits): one more key of score sinks[h] and no value in every row's
+softmax, never masked: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sink}), lse = log(sum_j e^{s_j} + e^{sink});
+a row that sees no key gets out = 0 and lse = sinks[h].
 """
 
 from __future__ import annotations
@@ -52,9 +55,16 @@ def visible(seqlen_q: int, seqlen_k: int, rows: slice, causal: bool, window: tup
     return keep
 
 
+def sink_lse(sinks: torch.Tensor, shape: tuple[int, ...] | torch.Size, packed: bool) -> torch.Tensor:
+    """The LSE of rows that see no key, shaped as an lse tensor: [Hq, total_q] (packed) or [B, Hq, Sq]."""
+    per_head = sinks.float()[:, None] if packed else sinks.float()[None, :, None]
+    return per_head.expand(shape)
+
+
 def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
              window: tuple[int, int] = (-1, -1), softcap: float = 0.0, chunk: int = 0,
-             p_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             p_dtype: torch.dtype | None = None,
+             sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One sequence: out [Sq, Hq, D] float32 and lse [Hq, Sq] float32. p_dtype: P is rounded to it before P V, as
     the FP8 kernel does (2^8 exp(s - row max), rounded, over the unrounded sum): the "same rounding" reference of
     FA3's FP8 tests."""
@@ -64,6 +74,8 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     sk, hkv = k.shape[0], k.shape[1]
     out = torch.zeros(sq, hq, v.shape[2], dtype=torch.float32, device=q.device)
     lse = torch.full((hq, sq), -math.inf, dtype=torch.float32, device=q.device)
+    if sinks is not None:
+        lse.copy_(sink_lse(sinks, lse.shape, True))
     if sq == 0 or sk == 0:
         return out, lse
     group = hq // hkv
@@ -77,6 +89,8 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             s = torch.tanh(s / softcap) * softcap
         s = s.masked_fill(~visible(sq, sk, rows, causal, window, q.device, chunk), -math.inf)
         row_lse = torch.logsumexp(s, dim=-1)  # [Hq, n]
+        if sinks is not None:  # the sink's e^{sink} joins the denominator: P over the keys sums to less than 1
+            row_lse = torch.logaddexp(row_lse, sinks.float()[:, None])
         seen = torch.isfinite(row_lse)
         if p_dtype is None:
             p = torch.exp(s - torch.where(seen, row_lse, 0.0)[..., None])
@@ -91,12 +105,13 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
 
 def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
           window: tuple[int, int] = (-1, -1), softcap: float = 0.0, chunk: int = 0,
-          p_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+          p_dtype: torch.dtype | None = None,
+          sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]: out [B, Sq, Hq, D] float32, lse [B, Hq, Sq] float32."""
     import torch
 
     pairs = [sequence(q[b], k[b], v[b], causal=causal, scale=scale, window=window, softcap=softcap, chunk=chunk,
-                      p_dtype=p_dtype)
+                      p_dtype=p_dtype, sinks=sinks)
              for b in range(q.shape[0])]
     if not pairs:
         return (torch.zeros(q.shape, dtype=torch.float32, device=q.device),
@@ -106,8 +121,8 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sc
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], cu_k: list[int],
            used_k: list[int] | None, *, causal: bool, scale: float, window: tuple[int, int] = (-1, -1),
-           softcap: float = 0.0, chunk: int = 0,
-           used_q: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           softcap: float = 0.0, chunk: int = 0, used_q: list[int] | None = None,
+           sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed q [total_q, Hq, D], k and v [total_k, Hkv, D] with host lists of offsets (and of used keys and
     queries: a sequence's lengths are then its used counts): out [total_q, Hq, D] float32 (rows outside every
     sequence's used queries 0), lse [Hq, total_q] float32 (-inf there)."""
@@ -118,7 +133,8 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], c
     for b, qs in enumerate(query_rows(cu_q, used_q)):
         k_end = cu_k[b + 1] if used_k is None else cu_k[b] + used_k[b]
         ks = slice(cu_k[b], k_end)
-        o, s = sequence(q[qs], k[ks], v[ks], causal=causal, scale=scale, window=window, softcap=softcap, chunk=chunk)
+        o, s = sequence(q[qs], k[ks], v[ks], causal=causal, scale=scale, window=window, softcap=softcap, chunk=chunk,
+                        sinks=sinks)
         out[qs], lse[:, qs] = o, s
     return out, lse
 

@@ -22,6 +22,10 @@ window_size (left, right): query row i sees keys [i + d - left, i + d + right], 
 unbounded; causal=True sets right to 0. softcap > 0: scores = softcap * tanh(softmax_scale * q.k / softcap).
 attention_chunk C > 0 (FA3's chunked local attention): row i sees only the keys of the chunk [c, c + C) holding
 i + d (c a multiple of C counted from the sequence's first key), within its causal and window bounds.
+s_aux (attention sinks: GPT-OSS, vLLM's FA3 fork; every layout): [Hq] logits, one per query head, in raw units
+(HF's GPT-OSS eager attention concatenates them as a column beside the scaled, masked scores, softmaxes, drops the
+column): out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sink_h}) over the keys row i sees, lse = log(sum_j e^{s_j} +
+e^{sink_h}); a row that sees no key gets out = 0, lse = sink_h. The sink is not masked, scaled or soft-capped.
 
 Host checks (flashcore/check_serving.py: shapes, dtypes, devices, strides, window and softcap values) raise
 FlashCoreError before anything runs; each entry here checks its arguments into one Call and computes it with
@@ -56,11 +60,12 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
           softmax_scale: float | None = None, window_size: Any = (-1, -1), softcap: Any = 0.0,
           attention_chunk: Any = 0, deterministic: bool = False, num_splits: int | None = None, sm_margin: int = 0,
           fallback: str = "error", out: torch.Tensor | None = None,
-          lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """flashcore.attention's [B, S, H, D] layout with a sliding window, chunks and soft-capping; (out, lse [B, Hq,
-    Sq]). out / lse: optional output buffers, as flashcore.attention takes them."""
+          lse: torch.Tensor | None = None, s_aux: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """flashcore.attention's [B, S, H, D] layout with a sliding window, chunks, soft-capping and attention sinks
+    (s_aux: module docstring); (out, lse [B, Hq, Sq]). out / lse: optional output buffers, as flashcore.attention
+    takes them."""
     key = None
-    if out is None and lse is None:
+    if out is None and lse is None and s_aux is None:  # sinks are a tensor the repeat-call key does not hold
         key = fastpath.serving_signature("dense", (q, k, v), (causal, softmax_scale, window_size, softcap,
                                                               attention_chunk, deterministic, num_splits, sm_margin,
                                                               fallback))
@@ -69,13 +74,14 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
             return launch.again(entry, q, k, v, lse_shape(q))
     window, cap, chunk = check.window(window_size), check.softcap(softcap), check.chunk(attention_chunk)
     fallback = check.fallback_choice(fallback)
-    if window == (-1, -1) and cap == 0.0 and chunk == 0:  # flashcore.attention's call, with its own repeat-call key
+    if window == (-1, -1) and cap == 0.0 and chunk == 0 and s_aux is None:  # flashcore.attention's call and key
         return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                          deterministic=deterministic, num_splits=num_splits, sm_margin=sm_margin, fallback=fallback)
     call = check.dense(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                        deterministic=deterministic, fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
                        device_type=check.device_type(q, fallback))
-    return forward(replace(call, window=window, softcap=cap, attention_chunk=chunk), key)
+    sinks = check.sinks(s_aux, call.q.shape[2], call.q.device)
+    return forward(replace(call, window=window, softcap=cap, attention_chunk=chunk, sinks=sinks), key)
 
 
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -84,13 +90,14 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
            causal: bool = False, softmax_scale: float | None = None, window_size: Any = (-1, -1),
            softcap: Any = 0.0, attention_chunk: Any = 0, deterministic: bool = False, fallback: str = "error",
            debug_checks: bool | None = None, out: torch.Tensor | None = None,
-           lse: torch.Tensor | None = None, num_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           lse: torch.Tensor | None = None, num_splits: int | None = None,
+           s_aux: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32).
     out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
     left as they were)."""
     key = None
     debug = check_serving.debug_checks_on(debug_checks)
-    if not debug and out is None and lse is None:
+    if not debug and out is None and lse is None and s_aux is None:
         arrays = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_q": seqused_q,
                   "seqused_k": seqused_k}
         key = fastpath.serving_signature("varlen", (q, k, v, *arrays.values()),
@@ -104,7 +111,8 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
                                 causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                 deterministic=deterministic, fallback=fallback, out=out, lse=lse,
                                 num_splits=num_splits)
-    call = replace(call, attention_chunk=check.chunk(attention_chunk))
+    call = replace(call, attention_chunk=check.chunk(attention_chunk),
+                   sinks=check.sinks(s_aux, call.q.shape[-2], call.q.device))
     if debug:
         check_serving.values(call)
     return forward(call, key)
@@ -118,7 +126,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
             debug_checks: bool | None = None, out: torch.Tensor | None = None,
             lse: torch.Tensor | None = None, cu_seqlens_k_new: Any = None, rotary_cos: Any = None,
             rotary_sin: Any = None, rotary_seqlens: Any = None,
-            rotary_interleaved: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+            rotary_interleaved: bool = True, s_aux: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A KV cache with a length (and optionally a slot) per sequence, or a paged cache (module docstring): (out,
     lse [B, Hq, Sq]). cache_seqlens: int32 [B] (or FA3's int / None: one length for all). k, v [B, Snew, Hkv, D]
     (or packed [total_new, Hkv, D] with cu_seqlens_k_new int32 [B + 1]): appended in place at each sequence's length
@@ -133,7 +141,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
 
     debug = check_serving.debug_checks_on(debug_checks)
     key = None
-    if not debug and out is None and lse is None:
+    if not debug and out is None and lse is None and s_aux is None:
         per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument
         tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v,
                    cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_seqlens)
@@ -171,7 +179,8 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                                  causal=causal,
                                  softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                  num_splits=num_splits, sm_margin=sm_margin, fallback=fallback, out=out, lse=lse)
-    call = replace(call, attention_chunk=check.chunk(attention_chunk))
+    call = replace(call, attention_chunk=check.chunk(attention_chunk),
+                   sinks=check.sinks(s_aux, call.q.shape[-2], call.q.device))
     if k is not None or v is not None or rotary_cos is not None or rotary_sin is not None:
         call = appended(call, k, v, cache_seqlens, cu_seqlens_k_new if packed_new else None, rotary_cos, rotary_sin,
                         rotary_seqlens, rotary_interleaved, debug)

@@ -27,18 +27,21 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 // Adds one output row's `parts` fp32 partial rows (O at o_of(s), normalized by its own sum; its LSE lse_of(s)) in
 // part order and writes it to o_row_of() (the first head_dim_v columns, 16-bit); returns the row's LSE. One warp.
+// sink (-inf: none) is the row's attention sink: one more part with LSE = sink and O = 0, so the parts stay
+// sink-free and it joins once per row (a row no part saw: O = 0, LSE = sink).
 template <int kHeadDim, typename Element, typename LseOf, typename OOf, typename RowOf>
 __device__ __forceinline__ float combine_row(int parts, LseOf lse_of, OOf o_of, RowOf o_row_of, int head_dim_v,
-                                             int lane) {
+                                             int lane, float sink) {
   float lse_max = -INFINITY;
   for (int s = lane; s < parts; s += 32) lse_max = fmaxf(lse_max, lse_of(s));
-  lse_max = warp_max(lse_max);
-  const bool empty = lse_max == -INFINITY;  // no part saw a key: O = 0, LSE = -inf (flashcore.h)
+  lse_max = fmaxf(warp_max(lse_max), sink);
+  const bool empty = lse_max == -INFINITY;  // no part saw a key and no sink: O = 0, LSE = -inf (flashcore.h)
   float sum = 0.f;
   if (!empty) {
     for (int s = lane; s < parts; s += 32) sum += expf(lse_of(s) - lse_max);
   }
   sum = warp_sum(sum);
+  if (!empty) sum += expf(sink - lse_max);  // after the butterfly: the same value in every lane, added once
   const float lse = empty ? -INFINITY : lse_max + logf(sum);
 
   constexpr int kPairs = kHeadDim / 64;  // float2 columns per lane: lane's pair j is columns 2 (32 j + lane) + {0,1}
@@ -88,7 +91,8 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(cons
   };
   const float lse = combine_row<kHeadDim, Element>(
       p.num_splits, [&](int s) { return p.lse_accum[s * p.accum_rows + row]; },
-      [&](int s) { return p.o_accum + (s * p.accum_rows + row) * kHeadDim; }, o_row, p.head_dim_v, lane);
+      [&](int s) { return p.o_accum + (s * p.accum_rows + row) * kHeadDim; }, o_row, p.head_dim_v, lane,
+      p.sinks != nullptr ? __ldg(p.sinks + head) : -INFINITY);
   if (p.lse != nullptr && lane == 0) p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + q_off + q_row] = lse;
 }
 

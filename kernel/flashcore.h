@@ -132,6 +132,11 @@ typedef struct fc_params {
   // [c, c + C) holding its key-aligned position i + d (c a multiple of C from the sequence's first key), within its
   // causal and window bounds. 16-bit inputs on the Hopper kernel.
   int32_t attention_chunk;
+  // Attention sinks (GPT-OSS; s_aux in vLLM's FA3 fork; NULL: none): device fp32 [heads_q], query head h's sink
+  // logit, in raw units (not scaled by softmax_scale), joins each row's softmax as one more key without a value:
+  // O = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sink_h}), LSE = log(sum_j e^{s_j} + e^{sink_h}); a row that sees no
+  // key writes O = 0 and LSE = sink_h. 16-bit inputs on the Hopper kernel.
+  const float* sinks;
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2, FC_SCHEDULE_WHOLE = 3 };
 

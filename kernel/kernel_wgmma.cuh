@@ -436,6 +436,13 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       inv_l[1] *= v_scale;
     } else {
       consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
+      // Sinks join once per finished row; split and stream-K tail partials stay sink-free (the combine adds them).
+      if (p.sinks != nullptr && !kSplit && !(kTail && again.tile >= p.tail_first)) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (rows.valid[r]) join_sink(__ldg(p.sinks + rows.head[r]), inv_l[r], lse[r]);
+        }
+      }
     }
     epi_stamp(0);
     o_arrive();  // a tile without blocks

@@ -89,6 +89,9 @@ struct KernelParams {
   // (kernel/mask.h chunk_start), div_chunk its divisor.
   int attention_chunk;
   FastDiv div_chunk;
+  // Attention sinks (fc_params.sinks; nullptr: none): [heads_q] fp32 logits, joined once per row after the key loop
+  // (softmax.h join_sink in the epilogue; the combine kernels add them as one more part with O = 0).
+  const float* sinks;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

@@ -122,6 +122,17 @@ struct OnlineSoftmax {
   }
 };
 
+// Joins a sink logit (raw units) to a finished row: LSE' = log(e^lse + e^sink) and 1/l scaled by e^(lse - LSE'), so
+// O = sum_j P_j v_j / (l + e^sink) and a row without keys (lse -inf, 1/l 0) keeps O = 0 with LSE' = sink. Once per
+// row in the epilogue: the key loop never sees the sink. sink -inf (no sink) leaves both as they are.
+__device__ __forceinline__ void join_sink(float sink, float& inv_l, float& lse) {
+  if (!(sink > -INFINITY)) return;
+  const float m = fmaxf(lse, sink);
+  const float joined = m + logf(expf(lse - m) + expf(sink - m));
+  inv_l *= expf(lse - joined);
+  lse = joined;
+}
+
 // O *= alpha per row: in the C fragment layout a thread's c0, c1 are row g and c2, c3 row g + 8 (mma.sync and wgmma).
 template <int kTiles>
 __device__ __forceinline__ void rescale_rows(float (&o)[kTiles][4], const float (&alpha)[2]) {

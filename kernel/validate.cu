@@ -87,6 +87,10 @@ int check_serving(const fc_params* in) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "attention_chunk = %d: 0 (off) or the chunk's keys (> 0)",
                         in->attention_chunk);
   }
+  if (in->sinks != nullptr && reinterpret_cast<uintptr_t>(in->sinks) % 4 != 0) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "sinks: a float array [heads_q], 4-byte aligned (got %p)",
+                        static_cast<const void*>(in->sinks));
+  }
   if (in->cu_seqlens_k != nullptr && in->kv_batch_idx != nullptr) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch_idx indexes a batched cache: it cannot be combined with "
                         "packed keys (cu_seqlens_k)");
@@ -160,6 +164,9 @@ int check_fp8(const fc_params* in) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: FP8 runs head dims %s",
                         static_cast<long long>(in->head_dim), head_dim_list(true));
   }
+  if (in->sinks != nullptr) {  // the FP8 epilogue's LSE carries P's offset: the sink is not joined there
+    return report_error(FC_ERR_INVALID_ARGUMENT, "sinks (attention sinks) with FP8 inputs: sinks need 16-bit inputs");
+  }
   if (uses_serving(in)) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 inputs take dense batches only: packed rows, per-sequence keys, "
                         "cache slots, pages, window, softcap and a head_dim_v of its own need 16-bit inputs");
@@ -182,7 +189,7 @@ bool uses_serving(const fc_params* in) {
   return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_q != nullptr ||
          in->seqused_k != nullptr || in->leftpad_k != nullptr ||
          in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f || in->attention_chunk != 0 ||
-         (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr ||
+         in->sinks != nullptr || (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr ||
          kernel_head_dim(in->head_dim) != in->head_dim || (in->head_dim_v != 0 && in->head_dim_v != in->head_dim);
 }
 
@@ -318,6 +325,7 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   // see none), and keeps chunk_start + chunk in 32 bits.
   out->attention_chunk = static_cast<int>(std::min<int64_t>(in->attention_chunk, reach));
   out->div_chunk = make_fast_div(out->attention_chunk);
+  out->sinks = in->sinks;
   out->diag_offset = static_cast<int>(in->seqlen_k - in->seqlen_q);
   out->head_dim_v = static_cast<int>(in->head_dim_v != 0 ? in->head_dim_v : in->head_dim);
   out->page_table = in->page_table;

@@ -11,7 +11,8 @@ import flashcore  # noqa: E402
 from flashcore import UnsupportedArgument, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache  # noqa: E402
 
 # FA3's signatures (fa3-fwd 0.0.3, fa3_fwd_interface.py): a user switches by changing one import, so every name,
-# position and default must match; FlashCore's own extension (fallback) is keyword-only, after them.
+# position and default must match; FlashCore's own extensions (s_aux: vLLM's FA3 fork's keyword; fallback) are
+# keyword-only, after them.
 FA3_FUNC = [("q", None), ("k", None), ("v", None), ("softmax_scale", None), ("causal", False), ("qv", None),
             ("q_descale", None), ("k_descale", None), ("v_descale", None), ("window_size", (-1, -1)),
             ("attention_chunk", 0), ("softcap", 0.0), ("num_splits", 1), ("pack_gqa", None),
@@ -33,10 +34,11 @@ FA3_VARLEN = [("q", None), ("k", None), ("v", None), ("cu_seqlens_q", None), ("c
               ("return_attn_probs", False)]
 
 
-@pytest.mark.parametrize(("fn", "fa3", "own"), [(flash_attn_func, FA3_FUNC, ["fallback"]),
-                                                (flash_attn_with_kvcache, FA3_KVCACHE, ["fallback", "debug_checks"]),
+@pytest.mark.parametrize(("fn", "fa3", "own"), [(flash_attn_func, FA3_FUNC, ["s_aux", "fallback"]),
+                                                (flash_attn_with_kvcache, FA3_KVCACHE,
+                                                 ["s_aux", "fallback", "debug_checks"]),
                                                 (flashcore.flash_attn_varlen_func, FA3_VARLEN,
-                                                 ["fallback", "debug_checks"])])
+                                                 ["s_aux", "fallback", "debug_checks"])])
 def test_signature_is_fa3s(fn, fa3, own) -> None:
     params = list(inspect.signature(fn).parameters.values())
     positional = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]

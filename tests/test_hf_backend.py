@@ -110,8 +110,7 @@ def test_grad_mode_is_refused_with_the_alternatives(models) -> None:
         models[fct.NAME](torch.randint(0, 128, (1, 8)))
 
 
-@pytest.mark.parametrize(("kwargs", "named"), [({"s_aux": torch.zeros(4)}, "s_aux"),
-                                               ({"output_attentions": True}, "output_attentions")])
+@pytest.mark.parametrize(("kwargs", "named"), [({"output_attentions": True}, "output_attentions")])
 def test_what_flashcore_lacks_is_refused_by_name(kwargs, named) -> None:
     q = torch.randn(1, 4, 8, 64, dtype=torch.bfloat16)
     k = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)

@@ -13,8 +13,9 @@ which the batch goes through the varlen kernel (`padded`: its tokens packed, pad
 `sliding_window` (Mistral, Qwen2/3's sliding layers, Gemma 2/3) becomes FlashCore's window (sliding_window - 1, 0)
 on the causal path: Transformers' mask lets query position i see key j when i - sliding_window < j <= i, so the left
 window is sliding_window - 1 keys, as its own flash path passes it; `softcap` (Gemma 2's attn_logit_softcapping) goes
-through as is. Attention sinks (`s_aux`) are refused by name. The layout conversion is free: HF's [B, H, S, D] is
-passed to FlashCore as the strided view [B, S, H, D].
+through as is. Attention sinks (GPT-OSS passes its per-head `sinks` parameter as `s_aux`) go through as FlashCore's
+s_aux: raw logits, as GPT-OSS's eager attention concatenates them beside the scaled scores (flashcore.serving). The
+layout conversion is free: HF's [B, H, S, D] is passed to FlashCore as the strided view [B, S, H, D].
 """
 
 from __future__ import annotations
@@ -56,10 +57,8 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
     """Transformers' attention-function contract: query [B, Hq, Sq, D], key and value [B, Hkv, Sk, D] -> output
     [B, Sq, Hq, D] and no attention weights. Causal masks are bottom-right aligned: queries are the last Sq
     positions of the Sk keys, which is what a decoder with a KV cache (prefill, chunked prefill, decode) needs."""
-    for sink in ("s_aux", "sinks"):
-        if kwargs.get(sink) is not None:
-            raise UnsupportedArgument(f"{sink}: attention sinks are not implemented in FlashCore; use "
-                                      "attn_implementation='eager' for this model")
+    sinks = kwargs.get("s_aux")  # GPT-OSS's name; `sinks` too, never dropped silently
+    sinks = kwargs.get("sinks") if sinks is None else sinks
     if kwargs.get("output_attentions"):
         raise UnsupportedArgument("output_attentions: FlashCore never forms the attention matrix; use "
                                   "attn_implementation='eager' to get the weights")
@@ -70,9 +69,10 @@ def attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value
     win, cap = window(kwargs.get("sliding_window"), causal), check.softcap(0.0 if cap is None else cap)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     if attention_mask is not None:
-        return padded(q, k, v, attention_mask, causal, scaling, fallback, win, cap), None
-    if win != (-1, -1) or cap:
-        out, _ = dense(q, k, v, causal=causal, softmax_scale=scaling, window_size=win, softcap=cap, fallback=fallback)
+        return padded(q, k, v, attention_mask, causal, scaling, fallback, win, cap, sinks), None
+    if win != (-1, -1) or cap or sinks is not None:
+        out, _ = dense(q, k, v, causal=causal, softmax_scale=scaling, window_size=win, softcap=cap, fallback=fallback,
+                       s_aux=sinks)
     else:
         out, _ = attention(q, k, v, causal=causal, softmax_scale=scaling, fallback=fallback, debug_fault=debug_fault)
     return out, None
@@ -91,7 +91,7 @@ def window(sliding_window: Any, causal: bool) -> tuple[int, int]:
 
 def padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, causal: bool,
            scaling: float | None, fallback: str, window_size: tuple[int, int] = (-1, -1),
-           softcap: float = 0.0) -> torch.Tensor:
+           softcap: float = 0.0, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """A padded batch through the varlen kernel: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D], mask [B, Sk] (1: a
     token, 0: padding; the queries are the last Sq positions). The tokens of each sequence are packed (holes
     dropped, order kept), so a query sees exactly the tokens at or before it (causal) or all of them; padded query
@@ -110,7 +110,7 @@ def padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     cu_q = F.pad(len_q.cumsum(0, dtype=torch.int32), (1, 0))
     packed, _ = varlen(q[keep_q], k[keep_k], v[keep_k], cu_q, cu_k, int(len_q.max()), int(len_k.max()),
                        causal=causal, softmax_scale=scaling, window_size=window_size, softcap=softcap,
-                       fallback=fallback)
+                       fallback=fallback, s_aux=sinks)
     out = q.new_zeros(q.shape)
     out[keep_q] = packed
     return out

@@ -1,9 +1,9 @@
-"""Where each gate of a run over several GPUs runs, and in which stage (gates/shard.yaml); pure, no I/O but the YAML.
+"""Where each gate of a sharded run runs, which worker and which stage (gates/shard.yaml); pure, no I/O but the YAML.
 
 Weights: each gate's wall time in the newest run of the history, else the estimate shipped in gates/shard.yaml
 `seconds` (so a first run on a new host is balanced too), else `default_seconds`. Units (a `together` group, or one
-gate) are placed longest first, each on the GPU with the least work so far (LPT). A `split` gate (sanitizer-all,
-the longest) runs as one part per GPU, each part a share of its workloads dealt the same way by estimated cost
+gate) are placed longest first, each on the worker with the least work so far (LPT). A `split` gate (sanitizer-all,
+the longest) runs as one part per worker, each part a share of its workloads dealt the same way by estimated cost
 (`deal`), so every worker computes the same shares. The parts' results are joined into one gate (harness/shard.py).
 
 Workers: `workers_per_gpu` processes share each GPU where the gates measure only correctness (the sanitizers are

@@ -150,18 +150,24 @@ def _stand_in_build(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(registry._REGISTRY, name, First)
 
 
-def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
-    """make gate-phase7 GPUS=0,1 with stand-in workers: one merged results.json, each gate once, its GPU named;
-    then GPU 1's worker dies: its gates are ERRORs (exit 1), GPU 0's results still count. The balance reads gate
-    times from the history: an empty one here, so every gate weighs gates/shard.yaml's `seconds` (the session's
-    throwaway history holds whatever gates earlier tests ran, which moved the units around)."""
+def _stand_in_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sharded run from the repository with stand-ins for the parent's gates and the fake worker for every worker;
+    an empty history, so every gate weighs gates/shard.yaml's `seconds`."""
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "empty-history.sqlite"))
     _stand_in_build(monkeypatch)
     script = _fake(tmp_path)
     monkeypatch.setattr(shard, "worker_command", lambda phase, gates, out, seed, gates_dir: [
         sys.executable, str(script), "--only", ",".join(gates), "--out", str(out), "--seed", str(seed)])
+
+
+def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """make gate-phase7 GPUS=0,1 with stand-in workers: one merged results.json, each gate once, its GPU named;
+    then GPU 1's worker dies: its gates are ERRORs (exit 1), GPU 0's results still count. The balance reads gate
+    times from the history: an empty one here, so every gate weighs gates/shard.yaml's `seconds` (the session's
+    throwaway history holds whatever gates earlier tests ran, which moved the units around)."""
+    _stand_in_workers(tmp_path, monkeypatch)
     assert cli.main(["gate", "--phase", "7", "--gpus", "0,1", "--seed", "7", "--out", str(tmp_path / "run"),
                      "--no-history"]) == 0
     data = json.loads((tmp_path / "run/results.json").read_text())
@@ -199,12 +205,7 @@ def test_one_gpu_runs_several_workers_and_one_dead_worker_fails_the_run(
     then workers_per_gpu workers sharing it, sanitizer-all in one part per worker; every gate once in the merged
     results. Then the worker running correctness dies: its gates are ERRORs naming it, the run fails, the other
     workers' gates still pass."""
-    monkeypatch.chdir(REPO)
-    monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "empty-history.sqlite"))
-    _stand_in_build(monkeypatch)
-    script = _fake(tmp_path)
-    monkeypatch.setattr(shard, "worker_command", lambda phase, gates, out, seed, gates_dir: [
-        sys.executable, str(script), "--only", ",".join(gates), "--out", str(out), "--seed", str(seed)])
+    _stand_in_workers(tmp_path, monkeypatch)
     settings = shard.load_shard_settings(REPO / "gates")
     per = settings.workers_per_gpu
     assert cli.main(["gate", "--phase", "7", "--gpus", "0", "--out", str(tmp_path / "run"), "--no-history"]) == 0

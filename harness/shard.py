@@ -1,22 +1,26 @@
 """`make gate-phaseN GPUS=all`: the gates of phases 1..N spread over the host's GPUs, one report and one exit code.
 
-The fan-out is a thread pool (stdlib concurrent.futures) over worker processes, one per GPU: each is
+The fan-out is a thread pool (stdlib concurrent.futures) over worker processes, one or more per GPU: each is
 `python -m harness gate --phase N --only <its gates>` with CUDA_VISIBLE_DEVICES set to its GPU and the run's base
 seed, so a gate sees the same inputs as in a one-GPU run. Chosen over pytest-xdist because the gates are not
 pytest tests (the engine runs them and owns their verdicts), and over a process pool of Python functions because a
-CUDA context must not be forked: a fresh interpreter per GPU is the one safe unit. A worker runs its gates one at a
-time, so a timing-sensitive gate (perf, ncu, scaling) is alone on its GPU while it runs.
+CUDA context must not be forked: a fresh interpreter per worker is the one safe unit. A worker runs its gates one
+at a time; a timing-sensitive gate (gates/shard.yaml `measures`: perf, ncu, scaling) runs in a worker that has its
+GPU to itself, while gates that only check correctness share a GPU, `workers_per_gpu` workers at once.
 
 Placement (gates/shard.yaml, harness/shard_plan.py): `first` gates run here before the workers start (build: the
 workers load its library); with several GPUs the `isolated` gates (the perf group) then run while no other gate
 does: as one part per GPU at once, each a share of the group's workloads (harness/shard_perf.py; each gate's
 parts joined and judged over all of them, shard_join.py), or whole on one GPU (`isolated_parts: false`); the
-rest spread by longest-first over every GPU, each gate weighted by its wall time in the last run in the history,
-else the estimate shipped in gates/shard.yaml; a `split` gate (sanitizer-all) runs as one part per GPU and its
-parts are joined into one result (`join_parts`). Each merged gate carries details["gpu"]: the GPU's index, name and
+other measuring gates (ncu) in one worker alone on its GPU; the rest spread by longest-first over the workers,
+each gate weighted by its wall time in the last run in the history, else the estimate shipped in
+gates/shard.yaml; a `split` gate (sanitizer-all) runs as one part per worker and its parts are joined into one
+result (`join_parts`). Every worker's FLASHCORE_WORKERS is the number of workers of its stage (its share of the
+host's cores). Each merged gate carries details["gpu"]: the GPU's index, name and
 UUID, and its SM clock and power when the gate started (nvidia-smi). A worker that dies (or writes no results) makes
 each of its gates an ERROR naming its log; the other workers' results still count. The run's environment records
-the stages and the critical path (which worker, which gates, how many seconds), and the summary line says it.
+the stages, the workers per GPU and the critical path (which worker, which gates, how many seconds), and the
+summary line says it.
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ from harness.shard_plan import (
     SHARD_FILE,
     WORKERS_ENV,
     ShardSettings,
+    Stage,
+    Worker,
     gate_of,
     load_shard_settings,
     parts_env,
     plan,
+    stage_kind,
     stage_names,
 )
 from harness.shard_plan import critical_path as path_of
@@ -103,15 +110,16 @@ def worker_command(phase: int, gates: Sequence[str], out: Path, seed: int, gates
 
 
 def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Sequence[str],
-               extra_env: dict[str, str] | None = None) -> list[GateResult]:
+               extra_env: dict[str, str] | None = None, who: str = "") -> list[GateResult]:
     """One worker writing into run_dir/rel; its gates' results (their logs re-rooted at the run directory), or one
-    ERROR per gate when it died or wrote no results."""
+    ERROR per gate, naming the worker (`who`, else by its GPU), when it died or wrote no results."""
     from harness.render.stored import StoredRunError, read_run
 
     out = run_dir / rel
     out.mkdir(parents=True, exist_ok=True)
     log = f"{rel}/worker.log"
     device = physical_id(gpu)
+    who = who or f"the worker on GPU {gpu}"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, GPU_INDEX_ENV: device, "PYTHONUNBUFFERED": "1",
            **(extra_env or {})}
     with (run_dir / log).open("w") as f:
@@ -120,13 +128,13 @@ def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Se
         got = {g.name: dataclasses.replace(g, logs=tuple(f"{rel}/{x}" for x in g.logs))
                for g in read_run(out / "results.json").gates}
     except (OSError, StoredRunError, ValueError) as e:
-        why = f"the worker on GPU {gpu} wrote no results (exit code {code}; {type(e).__name__}): see {log}"
+        why = f"{who} wrote no results (exit code {code}; {type(e).__name__}): see {log}"
         return [GateResult(name=n, phase=0, status=Status.ERROR, message=why, logs=(log,)) for n in gate_names]
     for view in ("index.html", "summary.md"):  # the merged report shows these gates: no second copy
         (out / view).unlink(missing_ok=True)
     missing = [n for n in gate_names if n not in got]
     lost = [GateResult(name=n, phase=0, status=Status.ERROR, logs=(log,),
-                       message=f"the worker on GPU {gpu} stopped before this gate (exit code {code}): see {log}")
+                       message=f"{who} stopped before this gate (exit code {code}): see {log}")
             for n in missing]
     return [got[n] for n in gate_names if n in got] + lost
 
@@ -203,20 +211,27 @@ def join_parts(results: Sequence[tuple[int, GateResult]], parted: Collection[str
     return shards
 
 
-def run_stage(phase: int, stage: dict[int, list[str]], seed: int, run_dir: Path, gates_dir: Path,
-              dir_of: Callable[[int], str]) -> dict[int, tuple[list[GateResult], float]]:
-    """One worker per GPU of the stage, all at once: per GPU, its results and its wall seconds."""
-    def one(gpu: int, tokens: list[str]) -> tuple[list[GateResult], float]:
+def who(worker: Worker) -> str:
+    """A worker as a dead worker's ERROR names it."""
+    return f"the worker on GPU {worker.gpu}" if worker.of == 1 else \
+        f"worker {worker.slot}/{worker.of} on GPU {worker.gpu}"
+
+
+def run_stage(phase: int, stage: Stage, seed: int, run_dir: Path, gates_dir: Path,
+              dir_of: Callable[[Worker], str]) -> dict[Worker, tuple[list[GateResult], float]]:
+    """Every worker of the stage, all at once, each pinned to its GPU: per worker, its results and wall seconds.
+    Each is told how many workers run at once (its share of the host's cores)."""
+    def one(w: Worker, tokens: list[str]) -> tuple[list[GateResult], float]:
         names = list(dict.fromkeys(gate_of(t) for t in tokens))
         extra = {WORKERS_ENV: str(len(stage))} | ({PARTS_ENV: parts_env(tokens)} if parts_env(tokens) else {})
         t0 = time.monotonic()
-        got = run_worker(worker_command(phase, names, run_dir / dir_of(gpu), seed, gates_dir), gpu, run_dir,
-                         dir_of(gpu), names, extra)
+        got = run_worker(worker_command(phase, names, run_dir / dir_of(w), seed, gates_dir), w.gpu, run_dir,
+                         dir_of(w), names, extra, who(w))
         return got, time.monotonic() - t0
 
     with ThreadPoolExecutor(max_workers=max(1, len(stage))) as pool:
-        futures = {gpu: pool.submit(one, gpu, tokens) for gpu, tokens in stage.items()}
-        return {gpu: f.result() for gpu, f in futures.items()}
+        futures = {w: pool.submit(one, w, tokens) for w, tokens in stage.items()}
+        return {w: f.result() for w, f in futures.items()}
 
 
 def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Callable[[Sequence[str]], RunResult],
@@ -235,21 +250,23 @@ def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Call
     stages = stages_of(names, gpus, settings, seconds, shard_perf.holds(config))
     titles = stage_names(stages, settings)
     results: list[tuple[int, GateResult]] = []
-    walls: list[dict[int, tuple[list[str], float]]] = []
+    walls: list[dict[Worker, tuple[list[str], float]]] = []
     for n, stage in enumerate(stages, 1):
-        alone = len(stages) > 1 and n == 1
-        for gpu, gs in stage.items():
-            say(f"[shard] {titles[n - 1]}: GPU {gpu}: {', '.join(gs)}")
-        got = run_stage(phase, stage, seed, run_dir, gates_dir,
-                        (lambda g: f"shards/isolated-gpu{g}") if alone else (lambda g: f"shards/gpu{g}"))
-        walls.append({gpu: (stage[gpu], wall) for gpu, (_, wall) in got.items()})
-        for gpu, (rs, wall) in got.items():
+        # each kind of stage in directories of its own: a GPU's workers of two stages never share one
+        prefix = {"isolated": "isolated-", "measures": "measures-"}.get(stage_kind(n, stage, len(stages), settings), "")
+        for w, gs in stage.items():
+            say(f"[shard] {titles[n - 1]}: {w.name}: {', '.join(gs)}")
+        dirs = {w: f"shards/{prefix}{w.dir}" for w in stage}
+        got = run_stage(phase, stage, seed, run_dir, gates_dir, dirs.__getitem__)
+        walls.append({w: (stage[w], wall) for w, (_, wall) in got.items()})
+        for w, (rs, wall) in got.items():
             bad = [r.name for r in rs if r.status is not Status.PASS]
-            say(f"[shard] GPU {gpu} done in {wall:.0f} s: {len(rs) - len(bad)}/{len(rs)} pass"
+            say(f"[shard] {w.name} done in {wall:.0f} s: {len(rs) - len(bad)}/{len(rs)} pass"
                 + (f" ({', '.join(bad)})" if bad else ""))
-            results += [(gpu, r) for r in rs]
+            results += [(w.gpu, r) for r in rs]
     path = path_of(first_names, first_s, walls, names=titles)
-    say(f"[shard] critical path {path['text']}")
+    per_gpu = max(w.of for st in stages for w in st)
+    say(f"[shard] critical path {path['text']}; {per_gpu} worker{'s' if per_gpu > 1 else ''} per GPU at most")
     parted = {gate_of(t) for st in stages for ts in st.values() for t in ts if PART_SEP in t}
     isolated = set(settings.isolated)
 
@@ -259,14 +276,14 @@ def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Call
     merged = merge(config, phase, base.gates, join_parts(results, parted, finish), base)
     placed: dict[str, list[str]] = {}
     for stage in stages:
-        for g, gs in stage.items():
-            placed.setdefault(str(g), []).extend(gs)
+        for w, gs in stage.items():
+            placed.setdefault(w.name, []).extend(gs)
     return dataclasses.replace(merged, elapsed_s=time.monotonic() - t0,
                                notice=run_notice(merged.notice, merged.gates),
                                environment={**base.environment, "gpus_used": list(gpus),
                                             "shards": placed,
-                                            "stages": [{str(g): gs for g, gs in st.items()} for st in stages],
-                                            "critical_path": path})
+                                            "stages": [{w.name: gs for w, gs in st.items()} for st in stages],
+                                            "workers_per_gpu": per_gpu, "critical_path": path})
 
 
 def last_gate_seconds(db_path: Path) -> dict[str, float]:

@@ -19,7 +19,7 @@ from harness.config import load_config
 from harness.gates import perf, scaling
 from harness.results import Check, GateResult, Status
 from harness.schema import Config, ConfigError
-from harness.shard_plan import PARTS_ENV, critical_path, load_shard_settings, stage_names, stages
+from harness.shard_plan import PARTS_ENV, Worker, critical_path, load_shard_settings, stage_names, stages
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ def repo_config() -> Config:
     return load_config(REPO / "gates")
 
 
-def placement(cfg: Config, gpus: list[int]) -> list[dict[int, list[str]]]:
+def placement(cfg: Config, gpus: list[int]) -> list[dict[Worker, list[str]]]:
     settings = cfg.once("shard.yaml", load_shard_settings)
     names = [g.name for g in cfg.gates_through(7)]
     return stages(names, gpus, settings, {}, shard_perf.holds(cfg))
@@ -39,12 +39,12 @@ def placement(cfg: Config, gpus: list[int]) -> list[dict[int, list[str]]]:
 def test_plan_runs_the_perf_parts_at_once_and_alone(repo_config: Config, gpus: list[int]) -> None:
     settings = repo_config.once("shard.yaml", load_shard_settings)
     got = placement(repo_config, gpus)
-    if len(gpus) == 1:  # one worker: its gates run one at a time anyway, the perf gates whole
-        assert len(got) == 1 and not any("@" in t and not t.startswith("sanitizer-all") for t in got[0][0])
+    if len(gpus) == 1:  # one GPU: the perf gates whole, alone on it, before the workers that share it
+        assert list(got[0]) == [Worker(0)] and set(got[0][Worker(0)]) == set(settings.isolated)
         return
     first, rest = got
     perf_tokens = [t for ts in first.values() for t in ts]
-    assert set(first) == set(gpus)  # every GPU runs a perf part, all in the same stage
+    assert [w.gpu for w in first] == gpus  # every GPU runs a perf part, all in the same stage
     assert all(shard.gate_of(t) in settings.isolated and t.endswith(f"/{len(gpus)}") for t in perf_tokens)
     assert not any(shard.gate_of(t) in settings.isolated for ts in rest.values() for t in ts)  # no other work beside
     assert {shard.gate_of(t) for t in perf_tokens} == set(settings.isolated)
@@ -84,7 +84,7 @@ def test_switch_back_to_one_isolated_part(gates_dir: Path) -> None:
     path.write_text(path.read_text().replace("isolated_parts: true", "isolated_parts: false"))
     cfg = load_config(gates_dir)
     first = placement(cfg, [0, 1])[0]
-    assert list(first) == [0] and not any("@" in t for t in first[0])  # whole, on the first GPU
+    assert list(first) == [Worker(0)] and not any("@" in t for t in first[Worker(0)])  # whole, on the first GPU
     assert stage_names(placement(cfg, [0, 1]), cfg.once("shard.yaml", load_shard_settings))[0] == \
         "isolated, alone on the host"
     path.write_text(path.read_text().replace("isolated_parts: false", "isolated_parts: 2"))

@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 FAKE_WORKER = textwrap.dedent("""
     import json, os, sys
     args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
-    if os.environ.get("FAKE_DIE") == os.environ["CUDA_VISIBLE_DEVICES"]:
+    if os.environ.get("FAKE_DIE") == os.environ["CUDA_VISIBLE_DEVICES"] or \
+            os.environ.get("FAKE_DIE_GATE") in args["--only"].split(","):
         print("Segmentation fault (simulated)"); sys.exit(139)
     gates = [{"name": g, "phase": 0, "status": "pass", "message": "ok", "elapsed_s": 1.0, "logs": [f"logs/{g}.log"],
               "details": {}, "checks": [{"workload": "w", "metric": "m", "threshold": None, "measured": None,
@@ -31,7 +32,10 @@ FAKE_WORKER = textwrap.dedent("""
              for g in args["--only"].split(",")]
     os.makedirs(args["--out"], exist_ok=True)
     run = {"schema": "flashcore.run/1", "run_id": "w", "phase": 7, "status": "pass", "notice": "", "phase_names": {},
-           "started_at": "", "elapsed_s": 1.0, "environment": {"seed": args["--seed"]}, "gates": gates}
+           "started_at": "", "elapsed_s": 1.0, "gates": gates,
+           "environment": {"seed": args["--seed"], "workers": os.environ.get("FLASHCORE_WORKERS"),
+                           "visible": os.environ["CUDA_VISIBLE_DEVICES"],
+                           "parts": os.environ.get("FLASHCORE_GATE_PARTS", "")}}
     open(os.path.join(args["--out"], "results.json"), "w").write(json.dumps(run))
 """)
 
@@ -146,42 +150,93 @@ def _stand_in_build(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(registry._REGISTRY, name, First)
 
 
-def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
-    """make gate-phase7 GPUS=0,1 with stand-in workers: one merged results.json, each gate once, its GPU named;
-    then GPU 1's worker dies: its gates are ERRORs (exit 1), GPU 0's results still count. The balance reads gate
-    times from the history: an empty one here, so every gate weighs gates/shard.yaml's `seconds` (the session's
-    throwaway history holds whatever gates earlier tests ran, which moved the units around)."""
+def _stand_in_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sharded run from the repository with stand-ins for the parent's gates and the fake worker for every worker;
+    an empty history, so every gate weighs gates/shard.yaml's `seconds`."""
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("FLASHCORE_HISTORY", str(tmp_path / "empty-history.sqlite"))
     _stand_in_build(monkeypatch)
     script = _fake(tmp_path)
     monkeypatch.setattr(shard, "worker_command", lambda phase, gates, out, seed, gates_dir: [
         sys.executable, str(script), "--only", ",".join(gates), "--out", str(out), "--seed", str(seed)])
+
+
+def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """make gate-phase7 GPUS=0,1 with stand-in workers: one merged results.json, each gate once, its GPU named;
+    then GPU 1's worker dies: its gates are ERRORs (exit 1), GPU 0's results still count. The balance reads gate
+    times from the history: an empty one here, so every gate weighs gates/shard.yaml's `seconds` (the session's
+    throwaway history holds whatever gates earlier tests ran, which moved the units around)."""
+    _stand_in_workers(tmp_path, monkeypatch)
     assert cli.main(["gate", "--phase", "7", "--gpus", "0,1", "--seed", "7", "--out", str(tmp_path / "run"),
                      "--no-history"]) == 0
     data = json.loads((tmp_path / "run/results.json").read_text())
     names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
     assert [g["name"] for g in data["gates"]] == names and data["status"] == "pass"
     gpus = {g["name"]: g["details"].get("gpu", {}).get("index") for g in data["gates"]}
-    # the two heaviest whole units of the second stage (gates/shard.yaml seconds: the ncu group, correctness) on
-    # different GPUs; sanitizer-all, split, on both (the first part's GPU is the joined gate's)
-    assert gpus["build"] is None and {gpus["ncu-dram"], gpus["correctness"]} == {0, 1}
+    # the ncu group in the one worker of GPU 0, the others beside it on GPU 1 (gates/shard.yaml workers_per_gpu);
+    # sanitizer-all, split, in one part per worker of GPU 1 (the first part's GPU is the joined gate's)
+    per = shard.load_shard_settings(REPO / "gates").workers_per_gpu
+    assert gpus["build"] is None and (gpus["ncu-dram"], gpus["correctness"]) == (0, 1)
     parts = next(g for g in data["gates"] if g["name"] == "sanitizer-all")["details"]["parts"]
-    assert sorted(p["gpu"] for p in parts) == [0, 1]
-    assert data["environment"]["gpus_used"] == [0, 1]
-    assert all(json.loads((tmp_path / f"run/shards/gpu{i}/results.json").read_text())["environment"]["seed"] == "7"
-               for i in (0, 1))  # every worker got the run's seed
+    assert [p["gpu"] for p in parts] == [1] * per
+    assert data["environment"]["gpus_used"] == [0, 1] and data["environment"]["workers_per_gpu"] == per
+    workers = [tmp_path / "run/shards/gpu0"] + [tmp_path / f"run/shards/gpu1-w{k}" for k in range(1, per + 1)]
+    envs = [json.loads((w / "results.json").read_text())["environment"] for w in workers]
+    assert all(e["seed"] == "7" and e["workers"] == str(per + 1) for e in envs)  # the run's seed; every worker's
+    assert [e["visible"] for e in envs] == ["0"] + ["1"] * per  # share of the cores: all of the stage's workers
     monkeypatch.setenv("FAKE_DIE", "1")
     assert cli.main(["gate", "--phase", "7", "--gpus", "0,1", "--out", str(tmp_path / "dead"), "--no-history"]) == 1
     data = json.loads((tmp_path / "dead/results.json").read_text())
     status = {g["name"]: g["status"] for g in data["gates"]}
     dead = [n for n, s in status.items() if s == "error"]
-    assert dead and all("worker on GPU 1" in g["message"] for g in data["gates"] if g["name"] in dead)
+    # GPU 1's perf part (its one worker of that stage; a joined gate names its part) and each worker beside ncu
+    assert dead and all(re.search(rf"(the worker|worker \d/{per}) on GPU 1 ", g["message"])
+                        for g in data["gates"] if g["name"] in dead)
     assert [n for n, s in status.items() if s == "pass"]  # GPU 0's share still reported
     out = capsys.readouterr().out
-    assert "[shard] GPU 1 done in" in out and re.search(r"GPU 1 done in \d+ s: 0/", out)
-    assert "[shard] critical path" in out
+    assert re.search(rf"\[shard\] GPU 1 worker 1/{per} done in \d+ s: 0/", out)
+    assert re.search(rf"\[shard\] critical path .*stage 2/2, {per} workers per GPU: GPU \d", out)
+
+
+def test_one_gpu_runs_several_workers_and_one_dead_worker_fails_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """make gate-phase7 GPUS=0 with stand-in workers: the perf group, then the ncu group, each alone on the GPU,
+    then workers_per_gpu workers sharing it, sanitizer-all in one part per worker; every gate once in the merged
+    results. Then the worker running correctness dies: its gates are ERRORs naming it, the run fails, the other
+    workers' gates still pass."""
+    _stand_in_workers(tmp_path, monkeypatch)
+    settings = shard.load_shard_settings(REPO / "gates")
+    per = settings.workers_per_gpu
+    assert cli.main(["gate", "--phase", "7", "--gpus", "0", "--out", str(tmp_path / "run"), "--no-history"]) == 0
+    data = json.loads((tmp_path / "run/results.json").read_text())
+    names = [g.name for g in load_config(REPO / "gates").gates_through(7)]
+    assert [g["name"] for g in data["gates"]] == names and data["status"] == "pass"
+    parts = next(g for g in data["gates"] if g["name"] == "sanitizer-all")["details"]["parts"]
+    assert len(parts) == per and data["environment"]["workers_per_gpu"] == per
+    stages = data["environment"]["stages"]
+    assert [list(st) for st in stages] == [["GPU 0"], ["GPU 0"], [f"GPU 0 worker {k}/{per}" for k in range(1, per + 1)]]
+    assert set(stages[0]["GPU 0"]) == set(settings.isolated)
+    assert set(stages[1]["GPU 0"]) == set(settings.measures) - set(settings.isolated)
+    shards = tmp_path / "run/shards"
+    alone = [json.loads((shards / d / "results.json").read_text())["environment"]
+             for d in ("isolated-gpu0", "measures-gpu0")]
+    shared = [json.loads((shards / f"gpu0-w{k}/results.json").read_text())["environment"] for k in range(1, per + 1)]
+    assert [e["workers"] for e in alone + shared] == ["1", "1"] + [str(per)] * per  # each one's share of the cores
+    assert sorted(e["parts"] for e in shared) == [f"sanitizer-all={k}/{per}" for k in range(1, per + 1)]
+    text = data["environment"]["critical_path"]["text"]
+    assert "isolated, alone on the host: GPU 0" in text and "measuring, alone on the GPU: GPU 0" in text
+    assert re.search(rf"stage 3/3, {per} workers per GPU: GPU 0 worker \d/{per} \d+ s \(", text)
+    capsys.readouterr()
+    monkeypatch.setenv("FAKE_DIE_GATE", "correctness")
+    assert cli.main(["gate", "--phase", "7", "--gpus", "0", "--out", str(tmp_path / "dead"), "--no-history"]) == 1
+    data = json.loads((tmp_path / "dead/results.json").read_text())
+    assert [g["name"] for g in data["gates"]] == names and data["status"] != "pass"
+    dead = [g for g in data["gates"] if g["status"] != "pass"]
+    assert "correctness" in [g["name"] for g in dead]
+    assert all(re.search(rf"worker \d/{per} on GPU 0 wrote no results", g["message"]) for g in dead)
+    assert len(dead) < len(names) - per  # the other workers' gates still pass
+    assert re.search(rf"\[shard\] GPU 0 worker \d/{per} done in \d+ s: 0/", capsys.readouterr().out)
 
 
 def test_only_and_its_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -1,14 +1,17 @@
 """Placement and time of a run over several GPUs (harness/shard_plan.py, harness/shard.py, the sanitizer's parallel
 runs) with fake gates and fake timings: the shipped estimates without a history, longest first; sanitizer-all in
-one part per GPU whose shares cover every run once; runs at once bounded by cores and GPU memory; the perf group
-alone on the host before the rest; the critical path; the parts joined into one verdict."""
+one part per worker whose shares cover every run once; runs at once bounded by cores and GPU memory; the perf group
+alone on the host before the rest; several workers per GPU for the gates that do not measure, the measuring ones
+never beside another worker on their GPU; the critical path; the parts joined into one verdict."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 from conftest import make_context, workload
@@ -23,12 +26,15 @@ from harness.schema import ConfigError
 from harness.shard_plan import (
     PARTS_ENV,
     ShardSettings,
+    Worker,
     critical_path,
     deal,
+    gate_of,
     load_shard_settings,
     part_for,
     parts_env,
     plan,
+    stage_names,
     stages,
 )
 
@@ -37,10 +43,12 @@ GATES = ["build", "correctness", "sanitizer", "perf-a", "perf-b", "ncu", "saniti
 FAKE = ShardSettings(first=("build",), together=(("perf-a", "perf-b"),), default_seconds=5.0,
                      isolated=("perf-a", "perf-b"), split=("sanitizer-all",),
                      seconds=MappingProxyType({"correctness": 20.0, "sanitizer": 80.0, "perf-a": 150.0,
-                                               "perf-b": 20.0, "ncu": 10.0, "sanitizer-all": 360.0}))
+                                               "perf-b": 20.0, "ncu": 10.0, "sanitizer-all": 360.0}),
+                     measures=("perf-a", "perf-b", "ncu"))
+SHARED3 = dataclasses.replace(FAKE, workers_per_gpu=3)
 
 
-def load(placed: dict[int, list[str]], settings: ShardSettings, seconds: dict[str, float]) -> dict[int, float]:
+def load(placed: Mapping[Any, list[str]], settings: ShardSettings, seconds: dict[str, float]) -> dict[Any, float]:
     def w(token: str) -> float:
         name, _, part = token.partition("@")
         return settings.weight(name, seconds) / (int(part.split("/")[1]) if part else 1)
@@ -75,16 +83,103 @@ def test_split_gate_runs_as_one_part_per_gpu_and_balances() -> None:
 
 def test_isolation_rule_perf_group_runs_first_alone() -> None:
     got = stages(GATES, [0, 1], FAKE, {})
-    assert got[0] == {0: ["perf-a", "perf-b"]}  # alone on the host: no other worker runs meanwhile
+    assert got[0] == {Worker(0): ["perf-a", "perf-b"]}  # alone on the host: no other worker runs meanwhile
     rest = {t for ts in got[1].values() for t in ts}
     assert not rest & {"perf-a", "perf-b", "build"} and {"sanitizer-all@1/2", "sanitizer-all@2/2"} <= rest
     assert len(stages(GATES, [0], FAKE, {})) == 1  # one GPU: one worker, its gates one at a time anyway
+
+
+# ---- several workers per GPU -----------------------------------------------------------------------------------
+
+
+def measuring_workers_alone(got: list[dict[Worker, list[str]]], settings: ShardSettings) -> bool:
+    """In every stage, a worker running a `measures` gate is the only worker on its GPU."""
+    return all(sum(o.gpu == w.gpu for o in stage) == 1 for stage in got for w, ts in stage.items()
+               if any(gate_of(t) in settings.measures for t in ts))
+
+
+def test_one_gpu_with_three_workers_runs_the_rest_in_three_with_sanitizer_all_in_three_parts() -> None:
+    got = stages(GATES, [0], SHARED3, {})
+    assert got[:2] == [{Worker(0): ["perf-a", "perf-b"]}, {Worker(0): ["ncu"]}]  # each alone on the GPU
+    last = got[2]
+    assert list(last) == [Worker(0, 1, 3), Worker(0, 2, 3), Worker(0, 3, 3)]
+    parts = sorted(t for ts in last.values() for t in ts if t.startswith("sanitizer-all"))
+    assert parts == ["sanitizer-all@1/3", "sanitizer-all@2/3", "sanitizer-all@3/3"]
+    assert all(sum(t.startswith("sanitizer-all") for t in ts) == 1 for ts in last.values())
+    # longest first: a 120 s part each, then sanitizer (80 s) onto the first; one worker held 480 s of them
+    assert max(load(last, SHARED3, {}).values()) == 200.0
+    assert stage_names(got, SHARED3) == ["isolated, alone on the host", "measuring, alone on the GPU",
+                                         "stage 3/3, 3 workers per GPU"]
+
+
+def test_two_parts_of_one_gate_never_share_a_worker_of_a_gpu() -> None:
+    # correctness (500 s) first onto worker 1: by load alone the third part would join worker 2's part
+    last = stages(GATES, [0], SHARED3, {"correctness": 500.0})[-1]
+    assert [sum(t.startswith("sanitizer-all") for t in ts) for ts in last.values()] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("gpus", [[0], [0, 1], [0, 1, 2]])
+@pytest.mark.parametrize("per_gpu", [1, 2, 3, 4])
+def test_measuring_gates_never_share_their_gpu_with_another_worker(gpus: list[int], per_gpu: int) -> None:
+    settings = dataclasses.replace(FAKE, workers_per_gpu=per_gpu)
+    got = stages(GATES, gpus, settings, {})
+    assert measuring_workers_alone(got, settings)
+    tokens = [gate_of(t) for st in got for ts in st.values() for t in ts]  # every gate once, sanitizer-all in parts
+    assert sorted(set(tokens)) == sorted(g for g in GATES if g not in settings.first)
+    assert all(tokens.count(g) == 1 for g in tokens if g != "sanitizer-all")
+    assert got == stages(GATES, gpus, settings, {})  # every process computes the same placement
+
+
+def test_measuring_gates_with_nothing_listed_would_share_a_gpu() -> None:
+    """The check above can fail: without `measures` the ncu gate is dealt to a worker beside others."""
+    plain = dataclasses.replace(SHARED3, measures=("perf-a", "perf-b"))
+    assert not measuring_workers_alone(stages(GATES, [0], plain, {}), SHARED3)
+
+
+def test_several_gpus_run_the_measuring_gates_alone_on_the_first_beside_the_shared_ones() -> None:
+    first, last = stages(GATES, [0, 1], SHARED3, {})
+    assert first == stages(GATES, [0, 1], FAKE, {})[0]  # the perf group's stage as with one worker per GPU
+    assert [w for w in last if w.gpu == 0] == [Worker(0)] and "ncu" in last[Worker(0)]
+    assert [w for w in last if w.gpu == 1] == [Worker(1, 1, 3), Worker(1, 2, 3), Worker(1, 3, 3)]
+    # sanitizer-all in one part per worker that shares its GPU: the measuring worker has its share of the stage
+    assert not any(t.startswith("sanitizer-all") for t in last[Worker(0)])
+    assert sorted(t for ts in last.values() for t in ts if "@" in t) == [f"sanitizer-all@{i}/3" for i in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("gpus", [[0], [0, 1], [0, 1, 2, 3]])
+def test_the_perf_group_stage_is_the_same_with_several_workers_per_gpu(gpus: list[int]) -> None:
+    one, four = (stages(GATES, gpus, dataclasses.replace(FAKE, workers_per_gpu=n), {}) for n in (1, 4))
+    perf = {Worker(0): ["perf-a", "perf-b"]}
+    assert four[0] == (perf if len(gpus) == 1 else one[0])
+    assert len(one) == (1 if len(gpus) == 1 else 2)  # one worker in all: one stage, its gates one at a time
+
+
+@pytest.mark.parametrize(("edit", "key", "value"), [
+    (("workers_per_gpu: 4", "workers_per_gpu: 0"), "workers_per_gpu", "0"),
+    (("workers_per_gpu: 4", "workers_per_gpu: -2"), "workers_per_gpu", "-2"),
+    (("workers_per_gpu: 4", "workers_per_gpu: 2.5"), "workers_per_gpu", "2.5"),
+    (("workers_per_gpu: 4", "workers_per_gpu: four"), "workers_per_gpu", "'four'"),
+    (("workers_per_gpu: 4", "workers_per_gpu: true"), "workers_per_gpu", "True"),
+    (("measures: [perf-fa2, perf-cudnn,", "measures: [perf-cudnn,"), "measures", "['perf-cudnn'"),
+    (("           ncu-dram, ncu-sm,", "           ncu-sm,"), "together[1]", "['ncu-dram'"),
+    (("           ncu-dram,", "           sanitizer-all, ncu-dram,"), "split", "['sanitizer-all']"),
+    (("measures: [perf-fa2,", "measures: [7, perf-fa2,"), "measures", "[7, "),
+])  # fmt: skip
+def test_bad_workers_or_measures_name_file_key_and_value(gates_dir: Path, edit: tuple[str, str], key: str,
+                                                        value: str) -> None:
+    path = gates_dir / "shard.yaml"
+    assert edit[0] in path.read_text()
+    path.write_text(path.read_text().replace(*edit))
+    with pytest.raises(ConfigError) as got:
+        load_shard_settings(gates_dir)
+    assert str(got.value).startswith(f"{path}: {key} = {value}")
 
 
 def test_repository_shard_file_isolates_the_perf_group_and_splits_sanitizer_all() -> None:
     s = load_shard_settings(REPO / "gates")
     assert set(s.together[0]) == set(s.isolated) and s.split == ("sanitizer-all",)
     assert s.seconds["sanitizer-all"] > s.seconds["perf-fa2"] > s.default_seconds
+    assert s.workers_per_gpu > 1 and set(s.isolated) | set(s.together[1]) == set(s.measures)  # ncu: measures
 
 
 @pytest.mark.parametrize(("edit", "key"), [

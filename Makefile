@@ -22,7 +22,7 @@ help:
 	@echo "make build          build $(BUILD_DIR)/libflashcore.so, flashcore_driver, ptxas.log (needs nvcc)"
 	@echo "make ptx | sass     dump the kernel's PTX / SASS (kernel/kernel.mk)"
 	@echo "make gate-phaseN    run the gates of phases 1..N (N = 1..7) on an H100; report under reports/<run-id>/"
-	@echo "                    GPUS=all (or 0,1): spread them over those GPUs, one worker each (gates/shard.yaml)"
+	@echo "                    GPUS=all (or 0,1): spread them over those GPUs, workers per GPU (gates/shard.yaml)"
 	@echo "make selftest       GPU: plant one fault per gate: each gate fails, its clean control passes (SHARE=I/N)"
 	@echo "make bench          GPU: the benchmark suite (bench/, gates/bench.yaml) with live progress and a table"
 	@echo "make bench-baseline GPU: the suite, then store FlashCore's times as the perf gates' regression reference"

@@ -195,7 +195,7 @@ def parser() -> argparse.ArgumentParser:
     gate.add_argument("--seed", type=int, help="base seed (default: a fresh one, recorded in the report)")
     gate.add_argument("--plant-fault", choices=sorted(FAULTS), help="test-only: plant a kernel fault (run must fail)")
     gate.add_argument("--only", metavar="GATES", help="comma-separated: run only these gates of phases 1..N")
-    gate.add_argument("--gpus", metavar="all|I,J", help="spread the gates over these GPUs, one worker each "
+    gate.add_argument("--gpus", metavar="all|I,J", help="spread the gates over these GPUs, workers_per_gpu each "
                       "(harness/shard.py, gates/shard.yaml); one merged report")
     gate.add_argument("--shard", metavar="I/N", help="run share I of N (the build gate on every share): one runner "
                       "of several, each given the same --run-id; `python -m harness merge` joins their results.json")

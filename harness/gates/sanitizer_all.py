@@ -5,7 +5,7 @@ Same machinery, params and verdicts as harness/gates/sanitizer.py, plus `budget_
 a run it cuts short is an ERROR and the runs it leaves out are listed as not run, so a spent budget turns the
 gate into an ERROR (harness/sanitizer/budget.py), never a pass. Tune per-run timeouts, `<tool>_workloads` and
 `budget_s` in gates/phases.yaml; `tools` order is run order, so the slowest tool goes last.
-In a run over several GPUs the gate runs as one part per GPU (gates/shard.yaml `split`): the worker's
+In a sharded run the gate runs as one part per worker (gates/shard.yaml `split`): the worker's
 FLASHCORE_GATE_PARTS names its part, which runs its share of the workloads (harness/sanitizer/parallel.py), and
 harness/shard.py joins the parts into one result.
 """

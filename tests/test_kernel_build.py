@@ -47,13 +47,14 @@ def test_kernel_builds_for_sm90a_without_spills(tmp_path: Path) -> None:
     # (kernel/stream_tail.h): a kTail copy of each non-split wgmma kernel but soft-capping's and FP8's with V
     # transposed in shared memory (8 16-bit, 3 FP8; 2 more per point), and its combine kernel per head dim and output
     # dtype (FP8's is bf16's; 2 more per point). The launch's zero kernel (kernel/zero_words.cuh): one per translation
-    # unit. The KV-cache append (kernel/append.cu): 2 dtypes x 16-byte or 2-element accesses.
+    # unit. The KV-cache append (kernel/append.cu): 2 dtypes x 16-byte or 2-element accesses. Left bounds (kLocal:
+    # windows, chunks, left-padded pages): a copy of each head dim's short tile, non-split and split-KV, 2 dtypes (12).
     points = len(TUNED_POINT.findall((REPO / "kernel" / "tuned_points.inc").read_text()))
-    assert len(report.entries) == 74 + 11 * points
+    assert len(report.entries) == 86 + 11 * points
     assert sum("zero_words_kernel" in f.name for f in report.entries) == 1 + points
     assert sum("combine_tail_kernel" in f.name for f in report.entries) == 6 + 2 * points
-    assert sum("attention_forward_wgmma_kernel" in f.name for f in report.entries) == 51 + 6 * points
-    tail = "ELb1EEEvNS_12KernelParamsENS_9TmaParamsE"  # kTail = true, the kernel's last template argument
+    assert sum("attention_forward_wgmma_kernel" in f.name for f in report.entries) == 63 + 6 * points
+    tail = "ELb1ELb0EEEvNS_12KernelParamsENS_9TmaParamsE"  # kTail true, kLocal false: the last two template arguments
     assert sum("attention_forward_wgmma_kernel" in f.name and f.name.endswith(tail) for f in report.entries) == \
         11 + 2 * points
     assert sum("E4m3" in f.name for f in report.entries) == 15

@@ -8,6 +8,7 @@ import hashlib
 import re
 import subprocess
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -201,19 +202,28 @@ def test_make_kernel_id_hashes_the_kernel_sources() -> None:
     assert got.strip() == want
 
 
-def test_a_tables_split_count_yields_to_the_caller_and_to_deterministic_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def table_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """launch's view of a pretend GPU whose tuned table answers TileConfig(block_n=176, num_splits=12) for every
+    bucket; its answers leave launch's cache with the test."""
+    from flashcore import launch
+
+    monkeypatch.setattr(tuning, "config_for", lambda key, gpu, sms, kid: TileConfig(block_n=176, num_splits=12))
+    monkeypatch.setattr(launch, "sm_count", lambda index: 132)
+    monkeypatch.setattr(launch, "kernel_id", lambda: "k")
+    monkeypatch.setattr(launch, "device_info", lambda index: ((9, 0), "GPU X"))
+    launch._table_config.cache_clear()
+    yield
+    launch._table_config.cache_clear()
+
+
+def test_a_tables_split_count_yields_to_the_caller_and_to_deterministic_mode(table_gpu: None) -> None:
     """launch.tile_config / launch.params on CPU tensors (nothing launched): the table's num_splits reaches fc_params
     unless the caller passes num_splits, and deterministic mode never takes it (nor block_n or a point)."""
     import torch
 
     from flashcore import check, launch
 
-    tuned = TileConfig(block_n=176, num_splits=12)
-    monkeypatch.setattr(tuning, "config_for", lambda key, gpu, sms, kid: tuned)
-    monkeypatch.setattr(launch, "sm_count", lambda index: 132)
-    monkeypatch.setattr(launch, "kernel_id", lambda: "k")
-    monkeypatch.setattr(launch, "device_info", lambda index: ((9, 0), "GPU X"))
-    launch._table_config.cache_clear()
     q, k = torch.randn(1, 1, 32, 128, dtype=torch.bfloat16), torch.randn(1, 4096, 8, 128, dtype=torch.bfloat16)
 
     def fields(**kw: object) -> tuple[int, int]:
@@ -225,12 +235,10 @@ def test_a_tables_split_count_yields_to_the_caller_and_to_deterministic_mode(mon
     assert fields() == (12, 176)
     assert fields(num_splits=3) == (3, 176)  # the caller's count wins
     assert fields(deterministic=True) == (0, 0)  # the kernel's rule, the default tile
-    launch._table_config.cache_clear()  # the pretend GPU's answers stay in this test
 
 
 @pytest.mark.parametrize("modifier", [{"window": (64, 0)}, {"attention_chunk": 512}, {"softcap": 30.0}])
-def test_left_bounds_and_softcap_take_the_tables_order_but_never_its_tile(monkeypatch: pytest.MonkeyPatch,
-                                                                           modifier: dict) -> None:
+def test_left_bounds_and_softcap_take_the_tables_order_but_never_its_tile(table_gpu: None, modifier: dict) -> None:
     """The kernel compiles windows, chunks and soft-capping for each head dim's short default point only: a call
     with one leaves the table's block_n and point to the kernel (which would refuse them) and keeps its split."""
     import dataclasses
@@ -239,16 +247,8 @@ def test_left_bounds_and_softcap_take_the_tables_order_but_never_its_tile(monkey
 
     from flashcore import check, launch
 
-    monkeypatch.setattr(tuning, "config_for", lambda key, gpu, sms, kid: TileConfig(block_n=176, num_splits=12))
-    monkeypatch.setattr(launch, "sm_count", lambda index: 132)
-    monkeypatch.setattr(launch, "kernel_id", lambda: "k")
-    monkeypatch.setattr(launch, "device_info", lambda index: ((9, 0), "GPU X"))
-    launch._table_config.cache_clear()
     q, k = torch.randn(1, 1, 32, 128, dtype=torch.bfloat16), torch.randn(1, 4096, 8, 128, dtype=torch.bfloat16)
     call = check.dense(q, k, k.clone(), causal=True, device_type="cpu")
-    try:
-        assert launch.tile_config(call, 0).block_n == 176  # the control: a plain causal call takes the table's tile
-        config = launch.tile_config(dataclasses.replace(call, **modifier), 0)
-        assert (config.block_n, config.point, config.num_splits) == (0, "", 12)
-    finally:
-        launch._table_config.cache_clear()
+    assert launch.tile_config(call, 0).block_n == 176  # the control: a plain causal call takes the table's tile
+    config = launch.tile_config(dataclasses.replace(call, **modifier), 0)
+    assert (config.block_n, config.point, config.num_splits) == (0, "", 12)

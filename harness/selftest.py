@@ -29,7 +29,7 @@ from harness.config import load_config
 from harness.gates.base import SelfTest
 from harness.results import Status
 from harness.schema import Config, ConfigError
-from harness.selftest_perf import check_bench, perf_case
+from harness.selftest_perf import check_bench, perf_case, red_by_spread
 from harness.selftest_runs import WATCHDOG_KEY, Runner, once
 from harness.selftest_settings import SELFTEST_FILE, SelftestSettings, load_selftest_settings
 
@@ -61,7 +61,7 @@ def runner_for(gate: str, t: SelfTest, settings: SelftestSettings) -> tuple[Runn
     if t.plant == "spill":
         return runs.planted_spill, ""
     if t.plant == "perf":
-        return perf_case(gate, t.arg, trim, settings.bench), f"timed:{shared}"
+        return perf_case(gate, t.arg, trim, settings.bench, settings.spread_reruns), f"timed:{shared}"
     if t.plant == "sanitizer":
         tool, _, mode = t.arg.partition(":")
         return runs.planted_sanitizer(tool, mode), ""
@@ -164,11 +164,6 @@ class Row:
     text: str
     fault_s: float
     control_s: float
-
-
-def red_by_spread(statuses: dict[str, Status]) -> bool:
-    """A run whose spread check failed: its ratios were judged noise, so what it says of the gate is undecided."""
-    return any(k.endswith("/spread") and v is Status.FAIL for k, v in statuses.items())
 
 
 def clean_run(run: Callable[[Path], dict[str, Status]], path: Path, reruns: int) -> tuple[dict[str, Status], int]:

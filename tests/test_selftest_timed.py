@@ -149,3 +149,33 @@ def test_run_twice_from_a_length_doubles_only_the_long_calls(monkeypatch: pytest
     assert calls == [8192, 32768, 32768] and fc.attention is real
     with pytest.raises(ValueError, match="run-twice:long"):
         planted("run-twice:long").__enter__()
+
+
+def _fake_run(spread: Status) -> SimpleNamespace:
+    check = SimpleNamespace(workload="prefill-d128", metric="rel_std[speed_vs_fa2]", status=spread)
+    return SimpleNamespace(status=Status.PASS if spread is Status.PASS else Status.FAIL, checks=[check],
+                           message="", details={"measurements_file": "measurements.json"})
+
+
+@pytest.mark.parametrize("spreads, reruns, chosen", [
+    ([Status.FAIL, Status.PASS], 1, "perf-fa2-stored-rerun1"),  # noise in the first measurement: measured again
+    ([Status.PASS], 1, "perf-fa2-stored"),                       # a clean first measurement is kept
+    ([Status.FAIL, Status.FAIL], 1, "perf-fa2-stored-rerun1"),   # out of re-runs: the last one, its checks ERROR
+    ([Status.FAIL], 0, "perf-fa2-stored"),                       # spread_reruns 0: never again
+])
+def test_a_stored_run_red_by_its_spread_is_measured_again(spreads: list[Status], reruns: int, chosen: str,
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness import selftest_perf
+
+    runs: list[Path] = []
+
+    def fake(config: object, spec: object, run_dir: Path, plant: str, stored: object) -> SimpleNamespace:
+        assert plant == "clean" and stored is None  # the stored run is a clean one against nothing
+        runs.append(run_dir)
+        return _fake_run(spreads[len(runs) - 1])
+
+    monkeypatch.setattr(selftest_perf, "timed_gate", fake)
+    spec = SimpleNamespace(name="perf-fa2")
+    path = selftest_perf.stored_run(SimpleNamespace(), spec, tmp_path / "perf-fa2-stored", reruns)  # type: ignore[arg-type]
+    assert len(runs) == len(spreads)
+    assert path == tmp_path / chosen / "measurements.json"

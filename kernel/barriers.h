@@ -54,6 +54,19 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// Whether the phase with the given parity has completed, without waiting (acquire semantics when it has).
+__device__ __forceinline__ bool mbarrier_test(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 // As mbarrier_wait, but a thread that finds the phase incomplete is suspended until it completes (the hint caps the
 // sleep at 1 ms per try) instead of polling. For the producer thread: its polling loop on the empty slots ran ~200
 // times per V stage on the H100 (ncu, hdim 128: 9 % of the kernel's instructions), issue slots taken from the

@@ -50,8 +50,10 @@ struct RegisterSplit {
 // kVRawEmpty), the producer warpgroup's other warps transpose it into the V stages (kernel/fp8_vt_smem.cuh), and
 // kVtFlags + s is the word the producer thread leaves them with raw stage s (8 bytes each, not barriers).
 // kFused (FP8 V^T written by the kernel, kernel/fp8_vt_fused.cuh): kVtLoad, the transposing warps' raw V load, and
-// kVtItem, the word with the block they claimed.
-template <int kStages, int kRawStages = 0, bool kFused = false>
+// kVtItem, the word with the block they claimed. kGather (16-bit 2-consumer points, which run paged caches): the
+// small-page gather's request and request-read barriers, one each per K and V stage, then two words each for the
+// requests (kernel/paged_gather.cuh).
+template <int kStages, int kRawStages = 0, bool kFused = false, int kGather = 0>
 struct HopperSlots {
   static constexpr int kQFull = 0;
   static constexpr int kQEmpty = 1;
@@ -65,7 +67,10 @@ struct HopperSlots {
   static constexpr int kVtFlags = kVRawEmpty + kRawStages;
   static constexpr int kVtLoad = kVtFlags + kRawStages;
   static constexpr int kVtItem = kVtLoad + (kFused ? 1 : 0);
-  static constexpr int kCount = kVtItem + (kFused ? 1 : 0);
+  static constexpr int kGatherReq = kVtItem + (kFused ? 1 : 0);
+  static constexpr int kGatherFree = kGatherReq + kGather;
+  static constexpr int kGatherData = (kGatherFree + kGather + 1) / 2 * 2;  // 16-byte aligned: one int4 per request
+  static constexpr int kCount = kGatherData + 2 * kGather;
 };
 
 // Named barrier ids (bar.sync / bar.arrive). 0 is __syncthreads. Each consumer warpgroup owns one "may issue
@@ -148,7 +153,12 @@ struct HopperTileConfig {
   static constexpr bool kFastFinalize = !kFp8 || Fp8Choice<kHeadDim>::kFastFinalize;
   static constexpr int kVRawStages = kVtSmem ? kStages : 0;
   static constexpr int kVtStaging = kVtFused ? 2 : 0;
-  using Slots = HopperSlots<kStages, kVRawStages, kVtFused>;
+  // A paged cache runs on 2-consumer 16-bit points only (run_tiles.cuh make_plan). Those up to hdim 128 gather small
+  // pages (kernel/paged_gather.cuh) and hold its slots: at hdim 256 the gather warps' code made 4 of the kernels
+  // spill 4 B (the producer's tile decode), so its small pages keep one TMA box per page.
+  static constexpr bool kPagedCapable = !kFp8 && kConsumerWGs == 2;
+  static constexpr bool kGatherCapable = kPagedCapable && kHeadDim <= 128;
+  using Slots = HopperSlots<kStages, kVRawStages, kVtFused, kGatherCapable ? 2 * kStages : 0>;
   // k-steps of one GEMM (32 bytes of K each: 16 16-bit or 32 FP8 columns); P's A fragments per block.
   static constexpr int kKStepsQK = kRowBytes / 32;
   static constexpr int kPSteps = kBlockN * kElemBytes / 32;

@@ -9,6 +9,7 @@
 #include "hopper_config.h"
 #include "mask.h"
 #include "element.h"
+#include "paged_gather.cuh"
 #include "fp8_descales.h"
 #include "params.h"
 #include "seqlens.h"
@@ -30,10 +31,14 @@ namespace flashcore {
 // FP8 with V transposed in shared memory (Cfg::kVtSmem): V goes into the raw ring (v_smem is then that ring), with a
 // word for the transposing warps beside each stage (kernel/fp8_vt_smem.cuh): they, not this thread, wait for the V
 // stage and for kOEmpty, and they stop on kVtStop.
-template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged, bool kTail, bool kLocal>
+// kGather (paged, small pages): each K/V block is posted to the gather warps (kernel/paged_gather.cuh); a copy of
+// its own too, since the post beside the page walk made the paged producer spill 8-20 B.
+template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged, bool kTail, bool kLocal,
+          bool kGather = false>
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
                              uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, kElemBytes>;
+  static_assert(!kGather || Cfg::kGatherCapable, "the gather serves 2-consumer 16-bit points up to hdim 128");
   using Slots = typename Cfg::Slots;
   constexpr int kVFull = Cfg::kVtSmem ? Slots::kVRawFull : Slots::kVFull;
   constexpr int kVEmpty = Cfg::kVtSmem ? Slots::kVRawEmpty : Slots::kVEmpty;
@@ -99,9 +104,14 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
       mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
       // The word for the transposing warps beside a raw V stage: the arrive below publishes it.
       if (Cfg::kVtSmem && slot_full == kVFull) vt_flags_store(bars, Slots::kVtFlags + stage, flags);
+      const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys
+      if constexpr (kGather) {  // small pages: the gather warps copy the rows (kernel/paged_gather.cuh)
+        gather_post<Cfg>(bars, slot_full == Slots::kKFull ? 0 : 1, block + n,
+                         GatherRequest{key0, seq.kv_batch, head_kv, seq.k_len - key0});
+        return;
+      }
       mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
       uint8_t* dst = ring + stage * Cfg::kKVBytes;
-      const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys
       if (Cfg::kFp8 && !Cfg::kVtSmem && slot_full == Slots::kVFull) {
         // FP8 V^T [batch][head][d][keys] (dense batches only): boxes of 128 keys x every d row.
 #pragma unroll
@@ -156,6 +166,9 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     store_tile_info(tile_slots, k, TileInfo{valid ? tile : -1, c, kv, seq.q_len, seq.k_len, seq.q_off});
     if (!valid) {
       mbarrier_arrive(&bars[Slots::kQFull]);  // release: the consumers see -1 and leave
+      if constexpr (kGather) {  // and the gather warps, through their next request (a K one)
+        gather_post<Cfg>(bars, 0, block, GatherRequest{-1, 0, 0, 0});
+      }
       if constexpr (Cfg::kVtSmem) {  // and the transposing warps, through the next raw stage
         const int stage = block % Cfg::kStages;
         mbarrier_wait_sleep(&bars[kVEmpty + stage], ((block / Cfg::kStages) & 1) ^ 1);

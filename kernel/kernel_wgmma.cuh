@@ -134,9 +134,11 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     mbarrier_init(&bars[Slots::kQFull], 1);  // the producer's arrive.expect_tx; TMA completes the bytes
     mbarrier_init(&bars[Slots::kQEmpty], Cfg::kConsumerThreads);  // each consumer thread, after its last use
     for (int w = 0; w < Cfg::kConsumerWGs; ++w) mbarrier_init(&bars[Slots::kOEmpty + w], 1);  // its storing thread
+    // Small pages: the gather warps' arrivals complete K and V stages (kernel/paged_gather.cuh), not TMA's bytes.
+    const int fills = Cfg::kGatherCapable && p.page_gather ? kGatherWarps : 1;  // page_gather: paged calls only
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbarrier_init(&bars[Slots::kKFull + s], 1);
-      mbarrier_init(&bars[Slots::kVFull + s], Cfg::kVtSmem ? kVtWarps : 1);  // kVtSmem: each transposing warp
+      mbarrier_init(&bars[Slots::kKFull + s], fills);
+      mbarrier_init(&bars[Slots::kVFull + s], Cfg::kVtSmem ? kVtWarps : fills);  // kVtSmem: each transposing warp
       // One arrival per consumer warpgroup: its thread 0 arrives after the warpgroup's wgmma.wait_group,
       // when the GEMM that read the stage has completed for the whole warpgroup.
       mbarrier_init(&bars[Slots::kKEmpty + s], Cfg::kConsumerWGs);
@@ -147,6 +149,12 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
       mbarrier_init(&bars[Slots::kVRawEmpty + s], kVtWarps);
     }
     if (Cfg::kVtFused) mbarrier_init(&bars[Slots::kVtLoad], 1);  // the transposing warps' leader
+    if constexpr (Cfg::kGatherCapable) {
+      for (int r = 0; r < 2 * Cfg::kStages; ++r) {
+        mbarrier_init(&bars[Slots::kGatherReq + r], 1);  // the producer's post
+        mbarrier_init(&bars[Slots::kGatherFree + r], kGatherWarps);  // each gather warp, once it read the post
+      }
+    }
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -158,9 +166,17 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
       grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
+      constexpr bool kGather = Cfg::kGatherCapable;  // small pages gathered up to hdim 128 (hopper_config.h)
       if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem, v_smem, bars,
-                                                                      tile_slots);
+        if (kGather && p.page_gather) {  // small pages (kernel/paged_gather.cuh)
+          tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal, kGather>(
+              p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+        } else {
+          tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem, v_smem,
+                                                                                      bars, tile_slots);
+        }
+      } else if constexpr (kGather) {
+        if (p.page_gather && threadIdx.x >= 32) gather_kv<Cfg>(p, k_smem, v_smem, bars, threadIdx.x - 32);
       }
     } else {
       setmaxnreg_dec<Cfg::Registers::kProducer>();

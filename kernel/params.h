@@ -92,6 +92,13 @@ struct KernelParams {
   // Attention sinks (fc_params.sinks; nullptr: none): [heads_q] fp32 logits, joined once per row after the key loop
   // (softmax.h join_sink in the epilogue; the combine kernels add them as one more part with O = 0).
   const float* sinks;
+  // Small pages (kernel/paged_gather.cuh): page_gather 1 copies K/V rows with cp.async instead of TMA boxes;
+  // kv_pages bounds the page ids (one outside reads zeros, as TMA past its map), head_dim_k is k's own columns,
+  // div_page divides by page_size.
+  int page_gather;
+  int kv_pages;
+  int head_dim_k;
+  FastDiv div_page;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

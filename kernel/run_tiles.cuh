@@ -16,6 +16,7 @@
 #include "hopper_config.h"
 #include "kernel_wgmma.cuh"
 #include "launch.h"
+#include "paged_gather.cuh"
 #include "params.h"
 #include "stream_tail.h"
 #include "tensor_maps.h"
@@ -306,6 +307,8 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   const bool paged = in->page_table != nullptr;
   const int64_t k_map_rows = paged ? in->page_size : k_rows;
   p.page_box = paged ? std::gcd(static_cast<int>(in->page_size), Cfg::kBlockN) : 0;
+  // Boxes of fewer than kGatherBelowRows rows: the rows are gathered with cp.async instead (paged_gather.cuh).
+  p.page_gather = Cfg::kGatherCapable && paged && p.page_box < kGatherBelowRows ? 1 : 0;
   const int k_box = paged ? p.page_box : Cfg::kBlockN;
   // The maps have the tensors' own head dims (96, 192; v 128 with 192): TMA zero-fills the kernel's padding columns
   // on loads and clips them on stores.

@@ -331,7 +331,11 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->page_table = in->page_table;
   out->page_table_stride = in->page_table_stride;
   out->page_size = static_cast<int>(in->page_size);
-  out->page_box = 0;  // the launcher's: it depends on BLOCK_N (run_tiles.cuh)
+  out->page_box = 0;  // the launcher's: it depends on BLOCK_N (run_tiles.cuh), as does page_gather
+  out->page_gather = 0;
+  out->kv_pages = in->page_table != nullptr ? static_cast<int>(in->kv_batch) : 0;
+  out->head_dim_k = static_cast<int>(in->head_dim);
+  out->div_page = make_fast_div(out->page_size);
   out->cu_seqlens_q = in->cu_seqlens_q;
   out->cu_seqlens_k = in->cu_seqlens_k;
   out->seqused_q = in->seqused_q;

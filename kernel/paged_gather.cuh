@@ -1,0 +1,143 @@
+// Small pages of a paged KV cache: rows gathered with cp.async by the producer warpgroup's warps 1..3.
+// A TMA box never crosses a page, so pages of few keys took one box per key and chunk, all issued by the producer
+// thread through the SM's one TMA unit: pages of 1 key read 229 GB/s on an H200 (0.056x FA3 on the contiguous
+// cache). Here the producer thread posts each K or V block as a request (its first key, page-table row, K/V head and
+// the rows that hold keys) and the 96 gather threads copy the rows, 16 bytes per cp.async, straight into the
+// stage's 128-byte-swizzled layout (what TMA would have written), as FA3's non-TMA paged path does.
+// Protocol: requests alternate K, V, K, V... in the producer's load order (every tile loads K(0), V(0), K(1),
+// V(1), ...), so request g is block g / 2's K (g even) or V, in ring stage (g / 2) % kStages. Each (kind, stage) slot
+// has two 8-byte words in the barrier area, a request barrier (the producer's arrival, after its empty wait for the
+// stage) and a read barrier (one arrival per gather warp once it read the words; the producer waits for it before
+// it writes the slot again). The stage's full barrier takes one arrival per gather warp (count kGatherWarps, no
+// transaction bytes), after its copies landed and a proxy fence (wgmma reads through the async proxy). Two requests
+// are in flight when the producer is ahead: request g's copies are issued before request g - 1's arrival. A gather
+// warp never waits for a request while it holds an arrival back: the producer may be waiting for the consumers, and
+// they for that arrival (the next tile's V(0) waits for kOEmpty, which a warpgroup arrives on at its next tile's
+// first S GEMM, after K(0)'s arrival: held back until V(0)'s request, that hung). A request whose first key is
+// negative stops the gather warps (after the producer's last tile).
+// Measured on an H200 (bench/paged_pages.py, B64 H32/8 D128 decode, caches 1K-8K; TMA boxes before): pages of 1 key
+// 229 -> 754 GB/s, 16 keys 2294 -> 1604 GB/s with each row's table read just before its copies (so pages of 32 keys
+// and more keep TMA boxes: kGatherBelowRows).
+#pragma once
+#include <cstdint>
+
+#include "barriers.h"
+#include "params.h"
+#include "tma.h"
+
+namespace flashcore {
+
+constexpr int kGatherWarps = 3;  // warps 1..3 of the producer warpgroup
+// Pages whose TMA boxes (gcd(page_size, BLOCK_N) rows) are smaller than this are gathered.
+constexpr int kGatherBelowRows = 32;
+
+struct GatherRequest {
+  int key0;   // the block's first key in the sequence (< 0: stop)
+  int row;    // the sequence's page-table row
+  int head;   // K/V head
+  int keys;   // rows of the block that hold keys (the rest are zero-filled)
+};
+
+__device__ __forceinline__ void cp_async_16_zfill(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// The producer thread's side: posts request `kind` (0 K, 1 V) of block `block` (the CTA's count, which gives the
+// ring stage and the slot's use), once the gather warps have read the slot's previous request.
+template <typename Cfg>
+__device__ __forceinline__ void gather_post(uint64_t* bars, int kind, int block, const GatherRequest& r) {
+  using Slots = typename Cfg::Slots;
+  const int req = kind * Cfg::kStages + block % Cfg::kStages;
+  mbarrier_wait(&bars[Slots::kGatherFree + req], ((block / Cfg::kStages) & 1) ^ 1);  // the first use finds it free
+  *reinterpret_cast<int4*>(&bars[Slots::kGatherData + 2 * req]) = make_int4(r.key0, r.row, r.head, r.keys);
+  mbarrier_arrive(&bars[Slots::kGatherReq + req]);  // release: the words above first
+}
+
+// One gather thread (warp 1..3 of the producer warpgroup, `t` in 0..95) until the stop request.
+template <typename Cfg>
+__device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_smem, uint64_t* bars, int t) {
+  using Slots = typename Cfg::Slots;
+  static_assert(Cfg::kSpan == 128 && !Cfg::kFp8, "16-bit rows of 128-byte swizzle spans");
+  constexpr int kThreads = 32 * kGatherWarps;
+  constexpr int kPieces = Cfg::kSpan / 16;  // 16-byte pieces per row and chunk
+  constexpr int kCols = Cfg::kSpan / 2;     // 16-bit columns per chunk
+  constexpr int kRowsPerThread = (Cfg::kBlockN + kThreads - 1) / kThreads;
+  // Request g - 1's arrival waits only for its own copies (cp.async groups complete in order), and needs nothing of
+  // request g's: the producer posts g before it waits for anything g - 1 completes.
+  // Request g - 1's full barrier: its kind and stage follow from g (nothing kept across the loop).
+  auto arrive_pending = [&](int g) {
+    fence_proxy_async_shared();  // the copies are generic-proxy writes; the consumers' wgmma reads are async-proxy
+    __syncwarp();
+    const int prev = g - 1;
+    if (prev >= 0 && t % 32 == 0) {
+      mbarrier_arrive(&bars[((prev & 1) ? Slots::kVFull : Slots::kKFull) + (prev >> 1) % Cfg::kStages]);
+    }
+  };
+  bool held = false;  // request g - 1's arrival is still to be made
+  for (int g = 0;; ++g) {
+    const int kind = g & 1, b = g >> 1, stage = b % Cfg::kStages;
+    const int req = kind * Cfg::kStages + stage;
+    const uint32_t parity = (b / Cfg::kStages) & 1;
+    // Warp-uniform: lanes that tested a moment apart may disagree, and arrive_pending syncs the warp.
+    if (held && !__all_sync(0xffffffffu, mbarrier_test(&bars[Slots::kGatherReq + req], parity))) {
+      asm volatile("cp.async.wait_all;" ::: "memory");
+      arrive_pending(g);
+      held = false;
+    }
+    mbarrier_wait(&bars[Slots::kGatherReq + req], parity);
+    const int4 r = *reinterpret_cast<const int4*>(&bars[Slots::kGatherData + 2 * req]);  // after the acquire
+    __syncwarp();
+    if (t % 32 == 0) mbarrier_arrive(&bars[Slots::kGatherFree + req]);  // the slot's words are read
+    if (r.x < 0) {
+      if (held) {
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        arrive_pending(g);
+      }
+      return;
+    }
+    const auto* base = static_cast<const uint16_t*>(kind ? p.v : p.k);
+    const int64_t* stride = kind ? p.v_stride : p.k_stride;
+    const int64_t page_stride = stride[0];
+    const int row_stride = static_cast<int>(stride[1]), head_off = r.z * static_cast<int>(stride[2]);
+    const int dim = kind ? p.head_dim_v : p.head_dim_k;  // the tensor's columns: the kernel's past them are zeros
+    const uint32_t dst = smem_addr((kind ? v_smem : k_smem) + stage * Cfg::kKVBytes);
+    const int* table = p.page_table + r.y * p.page_table_stride;
+    // Each thread copies whole rows (every chunk of them), its rows' page ids read first, together: read one by one
+    // before each row's copies, the dependent table loads bounded pages of 1 key at 750 GB/s.
+    int pages[kRowsPerThread];
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) {
+      const int row = t + k * kThreads;
+      pages[k] = row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row)) : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) {
+      const int row = t + k * kThreads;
+      if (row >= Cfg::kBlockN) break;
+      const int key = r.x + row, page = pages[k];
+      // rows past the keys read no table entry (page -1); an id outside the cache reads zeros, as TMA past its map
+      const bool ok = static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages);
+      const uint16_t* src =
+          ok ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off) : base;
+      const uint32_t d = dst + row * Cfg::kSpan;
+#pragma unroll 1
+      for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+#pragma unroll 1
+        for (int j = 0; j < kPieces; ++j) {
+          const bool live = ok && ch * kCols + j * 8 < dim;
+          cp_async_16_zfill(d + ch * Cfg::kBlockN * Cfg::kSpan + ((j ^ (row & 7)) << 4),
+                            live ? src + ch * kCols + j * 8 : base, live);
+        }
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    if (held) {
+      asm volatile("cp.async.wait_group 1;" ::: "memory");  // request g - 1's copies have landed
+      arrive_pending(g);
+    }
+    held = true;
+  }
+}
+
+}  // namespace flashcore

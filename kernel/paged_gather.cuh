@@ -16,7 +16,7 @@
 // first S GEMM, after K(0)'s arrival: held back until V(0)'s request, that hung). A request whose first key is
 // negative stops the gather warps (after the producer's last tile).
 // Measured on an H200 (bench/paged_pages.py, B64 H32/8 D128 decode, caches 1K-8K; TMA boxes before): pages of 1 key
-// 229 -> 754 GB/s, 16 keys 2294 -> 1604 GB/s with each row's table read just before its copies (so pages of 32 keys
+// 229 -> 754 GB/s, 16 keys 2294 -> 1604 GB/s with each row's table read just before its copies (so pages of 16 keys
 // and more keep TMA boxes: kGatherBelowRows).
 #pragma once
 #include <cstdint>
@@ -28,8 +28,10 @@
 namespace flashcore {
 
 constexpr int kGatherWarps = 3;  // warps 1..3 of the producer warpgroup
-// Pages whose TMA boxes (gcd(page_size, BLOCK_N) rows) are smaller than this are gathered.
-constexpr int kGatherBelowRows = 32;
+// Pages whose TMA boxes (gcd(page_size, BLOCK_N) rows) are smaller than this are gathered: on the H200 the gather
+// read 721 GB/s at 1 key and ~1460-1500 GB/s from 2 to 16 keys (bench/paged_pages.py), TMA boxes 229 GB/s at 1 key
+// but 2294 GB/s at 16.
+constexpr int kGatherBelowRows = 16;
 
 struct GatherRequest {
   int key0;   // the block's first key in the sequence (< 0: stop)
@@ -86,9 +88,19 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       held = false;
     }
     mbarrier_wait(&bars[Slots::kGatherReq + req], parity);
-    const int4 r = *reinterpret_cast<const int4*>(&bars[Slots::kGatherData + 2 * req]);  // after the acquire
-    __syncwarp();
-    if (t % 32 == 0) mbarrier_arrive(&bars[Slots::kGatherFree + req]);  // the slot's words are read
+    // Lane 0 reads the slot's words (after the acquire) and hands them to its lanes, so the thread that arrives on
+    // kGatherFree is the one that read: the producer's next write of the slot is ordered after every read of it by
+    // that barrier alone (compute-sanitizer racecheck reported every lane's read racing with it otherwise, as it
+    // does not carry the order through __syncwarp).
+    int4 r = make_int4(0, 0, 0, 0);
+    if (t % 32 == 0) {
+      r = *reinterpret_cast<const int4*>(&bars[Slots::kGatherData + 2 * req]);
+      mbarrier_arrive(&bars[Slots::kGatherFree + req]);  // the slot's words are read
+    }
+    r.x = __shfl_sync(0xffffffffu, r.x, 0);
+    r.y = __shfl_sync(0xffffffffu, r.y, 0);
+    r.z = __shfl_sync(0xffffffffu, r.z, 0);
+    r.w = __shfl_sync(0xffffffffu, r.w, 0);
     if (r.x < 0) {
       if (held) {
         asm volatile("cp.async.wait_all;" ::: "memory");

@@ -61,6 +61,10 @@ PAGED = [
     ([1, 700, 4097, 33, 0, 256], 16, 8, 2, 128, 128, 1, False, BF16),
     ([1, 700, 4097, 33, 0, 256], 256, 8, 2, 128, 128, 1, True, BF16),
     ([130, 8191, 1000], 48, 32, 8, 128, 128, 1, False, BF16),      # a page size that does not divide the tile
+    # gathered pages (kernel/paged_gather.cuh) under long caches: split decode, several tiles per CTA (the gather
+    # once held an arrival the next tile's loads waited for, and hung there)
+    ([130, 8191, 1000], 8, 32, 8, 128, 128, 1, False, BF16),
+    ([8191, 4000, 6000, 77], 3, 16, 4, 64, 64, 4, True, FP16),
     ([300, 129, 2000], 64, 4, 4, 128, 128, 5, True, BF16),
     ([5000, 77], 128, 8, 1, 64, 64, 1, False, BF16),                # hdim 64: runs on the 128 kernel
     ([1500, 300], 32, 4, 2, 256, 256, 2, True, BF16),

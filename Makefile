@@ -3,7 +3,10 @@ PYTHON    ?= python3
 NVCC      ?= nvcc
 BUILD_DIR ?= build
 GATE_ARGS ?=
-GPUS ?=
+# The GPUs a phase's gates spread over (gates/shard.yaml: workers per GPU, the perf group measured alone): every
+# visible one by default; GPUS= runs them one after another in one process. A CI runner's --shard and --only pick the
+# gates themselves, so with them the default placement steps aside (GPUS given on the command line never does).
+GPUS ?= all
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 TUNE_ARGS ?=
@@ -21,8 +24,8 @@ include kernel/kernel.mk
 help:
 	@echo "make build          build $(BUILD_DIR)/libflashcore.so, flashcore_driver, ptxas.log (needs nvcc)"
 	@echo "make ptx | sass     dump the kernel's PTX / SASS (kernel/kernel.mk)"
-	@echo "make gate-phaseN    run the gates of phases 1..N (N = 1..7) on an H100; report under reports/<run-id>/"
-	@echo "                    GPUS=all (or 0,1): spread them over those GPUs, workers per GPU (gates/shard.yaml)"
+	@echo "make gate-phaseN    run the gates of phases 1..N (N = 1..7) on a Hopper GPU; report under reports/<run-id>/"
+	@echo "                    over every GPU, workers per GPU (gates/shard.yaml); GPUS=0,1 picks, GPUS= one process"
 	@echo "make selftest       GPU: plant one fault per gate: each gate fails, its clean control passes (SHARE=I/N)"
 	@echo "make bench          GPU: the benchmark suite (bench/, gates/bench.yaml) with live progress and a table"
 	@echo "make bench-baseline GPU: the suite, then store FlashCore's times as the perf gates' regression reference"
@@ -38,8 +41,10 @@ help:
 	@echo "           BENCH_ARGS='$(BENCH_ARGS)' TUNE_ARGS='$(TUNE_ARGS)' NVCC_EXTRA='$(NVCC_EXTRA)' POINTS_FILE=$(POINTS_FILE) (kernel/kernel.mk)"
 
 # The build gate runs the build itself, so a failing build still yields a report.
+GATE_PICKS = $(findstring --shard,$(GATE_ARGS))$(findstring --only,$(GATE_ARGS))
+GATE_GPUS = $(if $(GPUS),$(if $(and $(GATE_PICKS),$(filter file default,$(origin GPUS))),,--gpus $(GPUS)))
 $(addprefix gate-phase,$(PHASES)): gate-phase%:
-	@PY=$$(ci/pyenv.sh gate) && $$PY -m harness gate --phase $* $(if $(GPUS),--gpus $(GPUS)) $(GATE_ARGS)
+	@PY=$$(ci/pyenv.sh gate) && $$PY -m harness gate --phase $* $(GATE_GPUS) $(GATE_ARGS)
 
 # GPU host: plant one fault per gate (kernel faults, a spilling build, planted sanitizer bugs, a hung kernel); each
 # must turn its gate red while a clean control of the same gate stays green (gates/selftest.yaml: trims, parallelism).

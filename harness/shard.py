@@ -1,4 +1,5 @@
-"""`make gate-phaseN GPUS=all`: the gates of phases 1..N spread over the host's GPUs, one report and one exit code.
+"""`make gate-phaseN` (GPUS=all by default): the gates of phases 1..N spread over the host's GPUs, one report and
+one exit code.
 
 The fan-out is a thread pool (stdlib concurrent.futures) over worker processes, one or more per GPU: each is
 `python -m harness gate --phase N --only <its gates>` with CUDA_VISIBLE_DEVICES set to its GPU and the run's base

@@ -16,7 +16,7 @@ import yaml
 
 torch = pytest.importorskip("torch")
 import flashcore  # noqa: E402
-from flashcore import UnsupportedArgument, head_dims  # noqa: E402
+from flashcore import FlashCoreError, UnsupportedArgument, head_dims  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "fa3-api.md"
@@ -224,8 +224,6 @@ def _table_of(call: Callable[..., Any]) -> str:
     return {_func: "flash_attn_func", _varlen: "flash_attn_varlen_func", _kvcache: "flash_attn_with_kvcache"}[call]
 
 
-@pytest.mark.xfail(strict=True, reason="docs/fa3-api.md: flash_attn_varlen_func drops sm_margin (a FlashCore bug); "
-                                       "when this passes, update that row")
 def test_varlen_passes_sm_margin_to_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
     from flashcore import serving
 
@@ -239,3 +237,22 @@ def test_varlen_passes_sm_margin_to_the_call(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(serving, "forward", spy)
     _varlen(sm_margin=3)
     assert seen == [3]
+
+
+@pytest.mark.parametrize("call", [_func, _varlen, _kvcache], ids=_table_of)
+def test_num_splits_up_to_fa3s_256_runs_and_257_is_named(call: Callable[..., Any]) -> None:
+    def first(out: Any) -> torch.Tensor:
+        return out if isinstance(out, torch.Tensor) else out[0]
+
+    assert torch.equal(first(call(num_splits=256)), first(call(num_splits=1)))  # CPU: no split at all
+    with pytest.raises(FlashCoreError, match="num_splits"):
+        call(num_splits=257)
+
+
+def test_fp8_inputs_to_a_packed_batch_or_a_cache_are_refused_by_name() -> None:
+    f8 = torch.float8_e4m3fn
+    with pytest.raises(UnsupportedArgument, match="FP8 inputs run on dense batches only"):
+        flashcore.flash_attn_varlen_func(_t(10, 4, 64).to(f8), _t(12, 2, 64).to(f8), _t(12, 2, 64).to(f8),
+                                         _i32(0, 4, 10), _i32(0, 5, 12), 6, 7, fallback="sdpa")
+    with pytest.raises(UnsupportedArgument, match="FP8 inputs run on dense batches only"):
+        _kvcache(dtype=f8)

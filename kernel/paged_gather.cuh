@@ -64,7 +64,10 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
   constexpr int kThreads = 32 * kGatherWarps;
   constexpr int kPieces = Cfg::kSpan / 16;  // 16-byte pieces per row and chunk
   constexpr int kCols = Cfg::kSpan / 2;     // 16-bit columns per chunk
-  constexpr int kRowsPerThread = (Cfg::kBlockN + kThreads - 1) / kThreads;
+  constexpr int kLanesPerRow = Cfg::kChunks * kPieces;  // one 16-byte piece per lane (hdim 128: 16 lanes a row)
+  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a warp holds whole rows");
+  constexpr int kRowsPerStep = kThreads / kLanesPerRow;  // rows the gather threads copy with one cp.async each
+  constexpr int kGroup = 4;                               // rows per lane whose page ids are read together
   // Request g - 1's arrival waits only for its own copies (cp.async groups complete in order), and needs nothing of
   // request g's: the producer posts g before it waits for anything g - 1 completes.
   // Request g - 1's full barrier: its kind and stage follow from g (nothing kept across the loop).
@@ -115,32 +118,32 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
     const int dim = kind ? p.head_dim_v : p.head_dim_k;  // the tensor's columns: the kernel's past them are zeros
     const uint32_t dst = smem_addr((kind ? v_smem : k_smem) + stage * Cfg::kKVBytes);
     const int* table = p.page_table + r.y * p.page_table_stride;
-    // Each thread copies whole rows (every chunk of them), its rows' page ids read first, together: read one by one
-    // before each row's copies, the dependent table loads bounded pages of 1 key at 750 GB/s.
-    int pages[kRowsPerThread];
-#pragma unroll
-    for (int k = 0; k < kRowsPerThread; ++k) {
-      const int row = t + k * kThreads;
-      pages[k] = row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row)) : -1;
-    }
-#pragma unroll
-    for (int k = 0; k < kRowsPerThread; ++k) {
-      const int row = t + k * kThreads;
-      if (row >= Cfg::kBlockN) break;
-      const int key = r.x + row, page = pages[k];
-      // rows past the keys read no table entry (page -1); an id outside the cache reads zeros, as TMA past its map
-      const bool ok = static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages);
-      const uint16_t* src =
-          ok ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off) : base;
-      const uint32_t d = dst + row * Cfg::kSpan;
+    // Lanes split a row: kLanesPerRow lanes copy one row's 16-byte pieces side by side, so a warp's cp.async reads
+    // whole rows (32 lanes on 32 rows, 16 bytes each, read every 32-byte sector half at a time and made one L2
+    // request per lane). Each lane reads the page ids of its kGroup next rows first, together (read one by one
+    // before each row's copies, the dependent table loads bounded pages of 1 key at 750 GB/s).
+    const int piece = t % kLanesPerRow, col = (piece / kPieces) * kCols + (piece % kPieces) * 8;
+    const bool col_live = col < dim;
+    const uint32_t lane_dst = dst + (piece / kPieces) * Cfg::kBlockN * Cfg::kSpan;
 #pragma unroll 1
-      for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-#pragma unroll 1
-        for (int j = 0; j < kPieces; ++j) {
-          const bool live = ok && ch * kCols + j * 8 < dim;
-          cp_async_16_zfill(d + ch * Cfg::kBlockN * Cfg::kSpan + ((j ^ (row & 7)) << 4),
-                            live ? src + ch * kCols + j * 8 : base, live);
-        }
+    for (int row0 = t / kLanesPerRow; row0 < Cfg::kBlockN; row0 += kGroup * kRowsPerStep) {
+      int pages[kGroup];
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        const int row = row0 + k * kRowsPerStep;
+        pages[k] = row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row)) : -1;
+      }
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        const int row = row0 + k * kRowsPerStep;
+        if (row >= Cfg::kBlockN) break;
+        const int key = r.x + row, page = pages[k];
+        // rows past the keys read no table entry (page -1); an id outside the cache reads zeros, as TMA past its map
+        const bool live = col_live && static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages);
+        const uint16_t* src =
+            live ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off + col)
+                 : base;
+        cp_async_16_zfill(lane_dst + row * Cfg::kSpan + (((piece % kPieces) ^ (row & 7)) << 4), src, live);
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");

@@ -61,13 +61,15 @@ template <typename Cfg>
 __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_smem, uint64_t* bars, int t) {
   using Slots = typename Cfg::Slots;
   static_assert(Cfg::kSpan == 128 && !Cfg::kFp8, "16-bit rows of 128-byte swizzle spans");
-  constexpr int kThreads = 32 * kGatherWarps;
   constexpr int kPieces = Cfg::kSpan / 16;  // 16-byte pieces per row and chunk
   constexpr int kCols = Cfg::kSpan / 2;     // 16-bit columns per chunk
   constexpr int kLanesPerRow = Cfg::kChunks * kPieces;  // one 16-byte piece per lane (hdim 128: 16 lanes a row)
   static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a warp holds whole rows");
-  constexpr int kRowsPerStep = kThreads / kLanesPerRow;  // rows the gather threads copy with one cp.async each
-  constexpr int kGroup = 4;                               // rows per lane whose page ids are read together
+  constexpr int kRowsPerStep = 32 / kLanesPerRow;  // rows a warp copies with one cp.async
+  // Each warp's run of rows, a whole number of steps; at most 64 so that two page ids per lane hold them all.
+  constexpr int kRowsPerWarp = (Cfg::kBlockN + kGatherWarps * kRowsPerStep - 1) / (kGatherWarps * kRowsPerStep) *
+                               kRowsPerStep;
+  static_assert(kRowsPerWarp <= 64, "two page ids per lane");
   // Request g - 1's arrival waits only for its own copies (cp.async groups complete in order), and needs nothing of
   // request g's: the producer posts g before it waits for anything g - 1 completes.
   // Request g - 1's full barrier: its kind and stage follow from g (nothing kept across the loop).
@@ -119,32 +121,35 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
     const uint32_t dst = smem_addr((kind ? v_smem : k_smem) + stage * Cfg::kKVBytes);
     const int* table = p.page_table + r.y * p.page_table_stride;
     // Lanes split a row: kLanesPerRow lanes copy one row's 16-byte pieces side by side, so a warp's cp.async reads
-    // whole rows (32 lanes on 32 rows, 16 bytes each, read every 32-byte sector half at a time and made one L2
-    // request per lane). Each lane reads the page ids of its kGroup next rows first, together (read one by one
-    // before each row's copies, the dependent table loads bounded pages of 1 key at 750 GB/s).
-    const int piece = t % kLanesPerRow, col = (piece / kPieces) * kCols + (piece % kPieces) * 8;
+    // whole rows (one lane per row, 16 bytes each, touched every 32-byte sector half at a time and made one L2
+    // request per lane: pages of 1 key 721 GB/s on the H200, 975 split). Each warp copies its own run of rows,
+    // whose page ids its lanes read first, all in one round (lane l: rows l and 32 + l of the run), and hand over
+    // with a shuffle: reading them a few rows at a time put one table latency per few rows in line (pages of 2-8 keys
+    // fell from ~1460 to ~1050 GB/s).
+    const int warp = t / 32, lane = t % 32, piece = lane % kLanesPerRow;
+    const int col = (piece / kPieces) * kCols + (piece % kPieces) * 8;
     const bool col_live = col < dim;
     const uint32_t lane_dst = dst + (piece / kPieces) * Cfg::kBlockN * Cfg::kSpan;
-#pragma unroll 1
-    for (int row0 = t / kLanesPerRow; row0 < Cfg::kBlockN; row0 += kGroup * kRowsPerStep) {
-      int pages[kGroup];
+    const int first = warp * kRowsPerWarp;
+    int ids[2];
 #pragma unroll
-      for (int k = 0; k < kGroup; ++k) {
-        const int row = row0 + k * kRowsPerStep;
-        pages[k] = row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row)) : -1;
-      }
-#pragma unroll
-      for (int k = 0; k < kGroup; ++k) {
-        const int row = row0 + k * kRowsPerStep;
-        if (row >= Cfg::kBlockN) break;
-        const int key = r.x + row, page = pages[k];
-        // rows past the keys read no table entry (page -1); an id outside the cache reads zeros, as TMA past its map
-        const bool live = col_live && static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages);
-        const uint16_t* src =
-            live ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off + col)
-                 : base;
-        cp_async_16_zfill(lane_dst + row * Cfg::kSpan + (((piece % kPieces) ^ (row & 7)) << 4), src, live);
-      }
+    for (int h = 0; h < 2; ++h) {
+      const int row = first + h * 32 + lane;
+      ids[h] = row < first + kRowsPerWarp && row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row))
+                                                                              : -1;
+    }
+#pragma unroll 2
+    for (int step = 0; step < kRowsPerWarp; step += kRowsPerStep) {  // warp-uniform: the shuffle needs every lane
+      if (first + step >= Cfg::kBlockN) break;
+      const int at = step + lane / kLanesPerRow, row = first + at;
+      const int page = __shfl_sync(0xffffffffu, step < 32 ? ids[0] : ids[1], at % 32);  // kRowsPerStep divides 32
+      const int key = r.x + row;
+      // rows past the keys read no table entry (page -1); an id outside the cache reads zeros, as TMA past its map
+      const bool live = col_live && static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages);
+      const uint16_t* src =
+          live ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off + col)
+               : base;
+      cp_async_16_zfill(lane_dst + row * Cfg::kSpan + (((piece % kPieces) ^ (row & 7)) << 4), src, live);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     if (held) {

@@ -147,7 +147,7 @@ def _del(*path: Any) -> Callable[[dict[str, Any]], Any]:
 W, P = "workloads.yaml", "phases.yaml"
 CASES = [
     # (id, file, change, key path in the message, words the message must contain)
-    ("head_dim", W, _wl("s17-causal", head_dim=80), "workloads.s17-causal.head_dim = 80", "{64, 96, 128, 192, 256}"),
+    ("head_dim", W, _wl("s17-causal", head_dim=36), "workloads.s17-causal.head_dim = 36", "{8, 16, 24, 32, 40,"),
     ("layout", W, _wl("s1", layout="ragged"), "workloads.s1.layout = 'ragged'", "{dense, varlen, kvcache, paged}"),
     ("lengths_on_dense", W, _wl("s1", seqlens_k=[1]), "workloads.s1.seqlens_k = (1,)", "only for the varlen"),
     ("varlen_count", W, _wl("serve-varlen-ragged", seqlens_q=[1, 2]), "workloads.serve-varlen-ragged.seqlens_q",
@@ -161,7 +161,7 @@ CASES = [
     ("page_on_cache", W, _wl("serve-cache-lengths", page_size=16), "workloads.serve-cache-lengths.page_size = 16",
      "only for the paged layout"),
     ("head_dim_v", W, _wl("serve-d96", head_dim_v=64), "workloads.serve-d96.head_dim_v = 64",
-     "128 with head_dim 192"),
+     "0 or a v head dim the head-dim table pairs with head_dim 96: 96"),
     ("negative_length", W, _wl("serve-paged-16", seqlens_k=[0, -1, 5]), "workloads.serve-paged-16.seqlens_k",
      "lengths are >= 0"),
     ("window_below", W, _wl("serve-window", window_left=-2), "workloads.serve-window.window_left = -2", ">= -1"),

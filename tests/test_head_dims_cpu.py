@@ -4,14 +4,16 @@ and the head dims FA3 refuses (not a multiple of 8, above 256) refused by each e
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 
 import pytest
 import torch
 
 import flashcore
-from flashcore import head_dims, reference, serving
+from flashcore import _lib, head_dims, reference, serving
 from flashcore.errors import FlashCoreError
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.filterwarnings("ignore:flashcore.*fallback='sdpa':RuntimeWarning")
 ALL = tuple(range(8, 257, 8))
@@ -134,3 +136,36 @@ def test_a_v_head_dim_outside_fa3s_pairs_is_refused(dims: tuple[int, int]) -> No
     d, dv = dims
     with pytest.raises(FlashCoreError, match=rf"v's head dim is {dv} with q and k's {d}: expected {d}"):
         via_flash_attn_func(rand(B, SQ, HQ, d), rand(B, SK, HKV, d), rand(B, SK, HKV, dv))
+
+
+def built_library() -> ctypes.CDLL:
+    """The checkout's built library, opened apart from flashcore's own (no GPU needed to call its checks)."""
+    path = _lib.library_path()
+    if not path.is_file():
+        pytest.skip(f"needs the built library ({path}: make build)")
+    return _lib.open_library(path)
+
+
+def c_forward(lib: ctypes.CDLL, head_dim: int, head_dim_v: int = 0, dtype: int = _lib.FC_BF16) -> tuple[int, str]:
+    """fc_attention_forward on a one-row call (pointers to a real buffer); the status and fc_last_error()."""
+    buf = (ctypes.c_uint16 * 1024)()
+    p = _lib.FcParams()
+    p.q = p.k = p.v = p.o = (ctypes.addressof(buf) + 15) // 16 * 16
+    p.batch = p.heads_q = p.heads_kv = p.seqlen_q = p.seqlen_k = 1
+    p.head_dim, p.head_dim_v, p.dtype, p.softmax_scale = head_dim, head_dim_v, dtype, 0.1
+    return lib.fc_attention_forward(ctypes.byref(p), None), _lib.last_error(lib)
+
+
+def test_the_library_exports_the_headers_table_and_refuses_by_the_rule() -> None:
+    lib = built_library()
+    assert head_dims.from_library(lib) == head_dims.parse_header((REPO / "kernel" / "flashcore.h").read_text())
+    for d in (4, 36, 260, 264):
+        assert c_forward(lib, d) == (_lib.FC_ERR_INVALID_ARGUMENT,
+                                     f"head_dim {d} is not supported: use a multiple of 8 up to 256 (as FA3)")
+    status, message = c_forward(lib, 160, 96)
+    assert status == _lib.FC_ERR_INVALID_ARGUMENT and message.startswith("head_dim_v 96 with head_dim 160")
+    assert c_forward(lib, 72, 0, _lib.FC_E4M3) == (_lib.FC_ERR_INVALID_ARGUMENT,
+                                                   "head_dim 72 with FP8 inputs: FP8 runs head dims 64, 128 or 256")
+    for d, dv in ((8, 0), (72, 0), (248, 0), (160, 112)):  # past the checks of head dims: to the device's
+        status, message = c_forward(lib, d, dv)
+        assert "head_dim" not in message, (d, dv, message)

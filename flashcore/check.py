@@ -198,7 +198,7 @@ def dense(q: object, k: object, v: object, *, causal: object = False, softmax_sc
     validate.same("k", "shape[0] (batch)", k.shape[0], batch, "batch sizes must match")
     validate.same("k", "shape[3] (head dim)", k.shape[3], head_dim, "head dims must match")
     if head_dim not in (head_dims.FP8 if fp8 else head_dims.SUPPORTED):
-        what = f"FP8 inputs run head dims {head_dims.FP8}" if fp8 else f"FlashCore supports {head_dims.SUPPORTED}"
+        what = f"FP8 inputs run head dims {head_dims.FP8}" if fp8 else f"FlashCore takes {head_dims.RULE} (as FA3)"
         raise FlashCoreError(f"head dim (q.shape[3]) is {head_dim}: {what}")
     if fp8 and v.shape[3] != head_dim:
         raise FlashCoreError(f"v's head dim is {v.shape[3]} with q and k's {head_dim}: FP8 inputs need one head dim")

@@ -8,6 +8,7 @@
 
 #include "element.h"
 #include "params.h"
+#include "softmax.h"
 
 namespace flashcore {
 
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(cons
   const float lse = combine_row<kHeadDim, Element>(
       p.num_splits, [&](int s) { return p.lse_accum[s * p.accum_rows + row]; },
       [&](int s) { return p.o_accum + (s * p.accum_rows + row) * kHeadDim; }, o_row, p.head_dim_v, lane,
-      p.sinks != nullptr ? __ldg(p.sinks + head) : -INFINITY);
+      row_sink(p, head));
   if (p.lse != nullptr && lane == 0) p.lse[batch * p.lse_stride[0] + head * p.lse_stride[1] + q_off + q_row] = lse;
 }
 

@@ -23,6 +23,84 @@
 
 namespace flashcore {
 
+// Loads block n of the tile into ring slot block + n (K or V: slot_full, slot_empty, ring and map say which), once
+// the slot is free: TMA boxes of the dense or paged cache, FP8 V^T's boxes, or (kGather, small pages) a post to the
+// gather warps. vt_all: the tile's V^T copy is complete (Cfg::kVtHeadCount), found at its V(0).
+// flags: V transposed in shared memory only, the word for the transposing warps (kVtStop's comment).
+template <int kHeadDim, int kPoint, int kElemBytes, bool kPaged, bool kGather>
+__device__ __forceinline__ void load_kv_block(const KernelParams& p, const TmaParams& tma, uint64_t* bars, int block,
+                                              const SeqLens& seq, const KvRange& kv, int head_kv, bool& vt_all,
+                                              int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map,
+                                              int n, int flags = 0) {
+  using Cfg = HopperTileConfig<kHeadDim, kPoint, kElemBytes>;
+  using Slots = typename Cfg::Slots;
+  constexpr int kVFull = Cfg::kVtSmem ? Slots::kVRawFull : Slots::kVFull;
+  const int stage = (block + n) % Cfg::kStages;
+  const uint32_t empty_parity = (((block + n) / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
+  uint64_t* full = &bars[slot_full + stage];
+  if (p.fault == kFaultSlow && slot_full == Slots::kKFull) __nanosleep(20000);  // test-only: 20 us per block
+  if (Cfg::kVtFused && slot_full == kVFull) {
+    if (Cfg::kVtHeadCount && n == 0) vt_all = vt_head_ready(p, seq.kv_batch, head_kv);
+    if (!vt_all) vt_block_wait(p, seq.kv_batch, head_kv, kv.n_begin + n);
+  }
+  mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
+  // The word for the transposing warps beside a raw V stage: the arrive below publishes it.
+  if (Cfg::kVtSmem && slot_full == kVFull) vt_flags_store(bars, Slots::kVtFlags + stage, flags);
+  const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys
+  if constexpr (kGather) {  // small pages: the gather warps copy the rows (kernel/paged_gather.cuh)
+    gather_post<Cfg>(bars, slot_full == Slots::kKFull ? 0 : 1, block + n,
+                     GatherRequest{key0, seq.kv_batch, head_kv, seq.k_len - key0});
+    return;
+  }
+  mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
+  uint8_t* dst = ring + stage * Cfg::kKVBytes;
+  if (Cfg::kFp8 && !Cfg::kVtSmem && slot_full == Slots::kVFull) {
+    // FP8 V^T [batch][head][d][keys] (dense batches only): boxes of 128 keys x every d row.
+#pragma unroll
+    for (int ch = 0; ch < Cfg::kVtFull; ++ch) {
+      tma_load_4d<kKvHint>(dst + ch * kHeadDim * 128, map, full, key0 + 128 * ch, 0, head_kv, seq.kv_batch);
+    }
+    if constexpr (Cfg::kVtTail > 0) {
+      tma_load_4d<kKvHint>(dst + Cfg::kVtFull * kHeadDim * 128, &tma.v_tail, full, key0 + 128 * Cfg::kVtFull, 0,
+                           head_kv, seq.kv_batch);
+    }
+  } else if constexpr (!kPaged) {
+#pragma unroll
+    for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+      tma_load_4d<kKvHint>(dst + ch * Cfg::kBlockN * Cfg::kSpan, map, full, Cfg::kChunkCols * ch, key0, head_kv,
+                           seq.kv_batch);
+    }
+  } else {
+    // Boxes of page_box rows (gcd(page_size, BLOCK_N): a box never crosses a page; one box per chunk when the
+    // pages are a multiple of the tile), one at a time (unrolled, the table reads are hoisted and spill). A box
+    // of fewer than 8 rows (pages of 1-8 keys, odd sizes) fills the rows a full box would: TMA's 128-byte swizzle
+    // follows the shared-memory address, not the row within the box. Such pages are slow (one TMA per row and
+    // chunk, from this one thread: docs/perf-notes.md, small pages); spreading the boxes over the warp's lanes
+    // took pages of 128 keys from 81 % to 71.5 % of peak DRAM on the H200, so it is not done. Boxes
+    // past the sequence's keys never read the table (its row may be shorter): page -1 is outside the map,
+    // which TMA fills with zeros (the bytes still count). The table index is 32-bit: the host keeps the table
+    // below 2^31 entries.
+    int entry = seq.kv_batch * static_cast<int>(p.page_table_stride) + key0 / p.page_size;
+    int row = key0 % p.page_size;
+    const int keys = seq.k_len - key0;  // rows of this block that hold keys
+    const uint32_t dst_addr = smem_addr(dst), full_addr = smem_addr(full);
+#pragma unroll 1
+    for (int r = 0; r < Cfg::kBlockN; r += p.page_box) {
+      const int page = r < keys ? __ldg(p.page_table + entry) : -1;
+#pragma unroll
+      for (int ch = 0; ch < Cfg::kChunks; ++ch) {
+        tma_load_4d<kKvHint>(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch,
+                             row, head_kv, page);
+      }
+      row += p.page_box;
+      if (row == p.page_size) {
+        row = 0;
+        ++entry;
+      }
+    }
+  }
+}
+
 // One thread, for every tile of this CTA: K(0) first (it needs only a free stage), then Q with the tile index once
 // every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty + w where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
@@ -91,72 +169,10 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     const int n_blocks = valid ? kv.n_blocks : 0;
     const int head_kv = kv_head(p, c);
     bool vt_all = false;  // V^T copy (Cfg::kVtHeadCount): every block of this tile's head is stored
-    // flags: V transposed in shared memory only, the word for the transposing warps (kVtStop's comment).
+    // A lambda around load_kv_block, as the loads were written before they moved there: the SASS stays the same.
     auto load = [&](int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map, int n, int flags = 0) {
-      const int stage = (block + n) % Cfg::kStages;
-      const uint32_t empty_parity = (((block + n) / Cfg::kStages) & 1) ^ 1;  // the first pass finds every slot free
-      uint64_t* full = &bars[slot_full + stage];
-      if (p.fault == kFaultSlow && slot_full == Slots::kKFull) __nanosleep(20000);  // test-only: 20 us per block
-      if (Cfg::kVtFused && slot_full == kVFull) {
-        if (Cfg::kVtHeadCount && n == 0) vt_all = vt_head_ready(p, seq.kv_batch, head_kv);
-        if (!vt_all) vt_block_wait(p, seq.kv_batch, head_kv, kv.n_begin + n);
-      }
-      mbarrier_wait_sleep(&bars[slot_empty + stage], empty_parity);
-      // The word for the transposing warps beside a raw V stage: the arrive below publishes it.
-      if (Cfg::kVtSmem && slot_full == kVFull) vt_flags_store(bars, Slots::kVtFlags + stage, flags);
-      const int key0 = (kPaged ? 0 : seq.k_off) + (kv.n_begin + n) * Cfg::kBlockN;  // paged: no packed keys
-      if constexpr (kGather) {  // small pages: the gather warps copy the rows (kernel/paged_gather.cuh)
-        gather_post<Cfg>(bars, slot_full == Slots::kKFull ? 0 : 1, block + n,
-                         GatherRequest{key0, seq.kv_batch, head_kv, seq.k_len - key0});
-        return;
-      }
-      mbarrier_arrive_expect_tx(full, Cfg::kKVBytes);
-      uint8_t* dst = ring + stage * Cfg::kKVBytes;
-      if (Cfg::kFp8 && !Cfg::kVtSmem && slot_full == Slots::kVFull) {
-        // FP8 V^T [batch][head][d][keys] (dense batches only): boxes of 128 keys x every d row.
-#pragma unroll
-        for (int ch = 0; ch < Cfg::kVtFull; ++ch) {
-          tma_load_4d<kKvHint>(dst + ch * kHeadDim * 128, map, full, key0 + 128 * ch, 0, head_kv, seq.kv_batch);
-        }
-        if constexpr (Cfg::kVtTail > 0) {
-          tma_load_4d<kKvHint>(dst + Cfg::kVtFull * kHeadDim * 128, &tma.v_tail, full, key0 + 128 * Cfg::kVtFull, 0,
-                               head_kv, seq.kv_batch);
-        }
-      } else if constexpr (!kPaged) {
-#pragma unroll
-        for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-          tma_load_4d<kKvHint>(dst + ch * Cfg::kBlockN * Cfg::kSpan, map, full, Cfg::kChunkCols * ch, key0, head_kv,
-                               seq.kv_batch);
-        }
-      } else {
-        // Boxes of page_box rows (gcd(page_size, BLOCK_N): a box never crosses a page; one box per chunk when the
-        // pages are a multiple of the tile), one at a time (unrolled, the table reads are hoisted and spill). A box
-        // of fewer than 8 rows (pages of 1-8 keys, odd sizes) fills the rows a full box would: TMA's 128-byte swizzle
-        // follows the shared-memory address, not the row within the box. Such pages are slow (one TMA per row and
-        // chunk, from this one thread: docs/perf-notes.md, small pages); spreading the boxes over the warp's lanes
-        // took pages of 128 keys from 81 % to 71.5 % of peak DRAM on the H200, so it is not done. Boxes
-        // past the sequence's keys never read the table (its row may be shorter): page -1 is outside the map,
-        // which TMA fills with zeros (the bytes still count). The table index is 32-bit: the host keeps the table
-        // below 2^31 entries.
-        int entry = seq.kv_batch * static_cast<int>(p.page_table_stride) + key0 / p.page_size;
-        int row = key0 % p.page_size;
-        const int keys = seq.k_len - key0;  // rows of this block that hold keys
-        const uint32_t dst_addr = smem_addr(dst), full_addr = smem_addr(full);
-#pragma unroll 1
-        for (int r = 0; r < Cfg::kBlockN; r += p.page_box) {
-          const int page = r < keys ? __ldg(p.page_table + entry) : -1;
-#pragma unroll
-          for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-            tma_load_4d<kKvHint>(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch,
-                                 row, head_kv, page);
-          }
-          row += p.page_box;
-          if (row == p.page_size) {
-            row = 0;
-            ++entry;
-          }
-        }
-      }
+      load_kv_block<kHeadDim, kPoint, kElemBytes, kPaged, kGather>(p, tma, bars, block, seq, kv, head_kv, vt_all,
+                                                                    slot_full, slot_empty, ring, map, n, flags);
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
     FC_TL(k, 3, 1);

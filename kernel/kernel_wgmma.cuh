@@ -6,86 +6,92 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <type_traits>
-
 #include "barriers.h"
-#include "epilogue.h"
+#include "consumer_mainloop.cuh"
+#include "epilogue_store.cuh"
 #include "fp8_descales.h"
 #include "hopper_config.h"
 #include "hopper_mainloop.h"
 #include "mask.h"
 #include "params.h"
 #include "seqlens.h"
-#include "stream_tail.h"
+#include "thread_rows.h"
 #include "tile_scheduler.h"
 #include "timeline.h"
 #include "zero_words.cuh"
 
 namespace flashcore {
 
-// The thread's two fragment rows (g, g + 8 of its warp's 16) of tile `c`: query head, query row, whether it exists
-// (row < q_len, the sequence's query rows).
-__device__ __forceinline__ ThreadRows thread_rows(const KernelParams& p, const TileCoord& c, const KvRange& kv,
-                                                  int q_len, int tile_row0, int lane) {
-  ThreadRows rows;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int tile_row = tile_row0 + lane / 4 + 8 * r;
-    if (p.pack_gqa) {  // the Q box's rows run through the group's heads
-      const PackedRow packed = packed_row(p, c.head, tile_row);
-      rows.head[r] = packed.head;
-      rows.row[r] = packed.row;
-      rows.valid[r] = tile_row < p.group * p.seqlen_q && rows.row[r] < q_len;
-    } else {
-      rows.head[r] = c.head;
-      rows.row[r] = kv.row_first + tile_row;
-      rows.valid[r] = rows.row[r] < q_len;
-    }
-  }
-  return rows;
-}
-
-// Soft-capping (Gemma-style): s = tanh(s * softmax_scale / softcap); the host folds softcap into the softmax scale.
-// tanh.approx.f32 (one MUFU.TANH): max relative error 2^-10.987, below the bf16/fp16 P that the scores become.
-template <int kNTiles, int kLive = kNTiles>  // kLive: the tiles a narrow block's P V reads
-__device__ __forceinline__ void softcap_scores(float (&s)[kNTiles][4], float prescale) {
-#pragma unroll
-  for (int nt = 0; nt < kLive; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm("tanh.approx.f32 %0, %1;" : "=f"(s[nt][e]) : "f"(s[nt][e] * prescale));
-  }
-}
-
-// A KV cache's rows past a sequence's used keys (seqused_k, paged) are real memory the masked scores give P = 0,
-// but 0 * NaN is NaN: a cache allocated with torch.empty, or a page's stale tail, would poison O (FA3 issues 1745,
-// 2374). The first row of the tile's last V block that must read as zero, or kBlockN when none: only the block
-// holding the sequence's last key. Every layout takes it (a test of seqused_k here made ptxas spill beside 3
-// consumers); where TMA's zero fill lies past the keys it rewrites zeros, once per tile.
-template <int kBlockN>
-__device__ __forceinline__ int scrub_rows(const KvRange& kv, int k_len) {
-  if (kv.n_blocks == 0) return kBlockN;
-  const int first = k_len - (kv.n_begin + kv.n_blocks - 1) * kBlockN;
-  return first < kBlockN ? (first > 0 ? first : 0) : kBlockN;
-}
-
-// Zeroes rows [first, kBlockN) of a V stage (whole 128-byte lines: the swizzle permutes 16-byte units inside a row,
-// never across rows), shared among all consumer threads (disjoint units), then orders the generic writes before
-// the wgmma reads (async proxy) and waits for every consumer: no warpgroup's P V may read the stage before.
+// Thread 0, before any role starts: every mbarrier with its arrival count.
 template <typename Cfg>
-__device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consumer_thread) {
-  // 8 threads per row (one 16-byte unit each), kConsumerThreads / 8 rows at a time, every chunk of the row.
-  const uint32_t unit = smem_addr(v_stage) + (consumer_thread % 8) * 16;
-  for (int row = first + consumer_thread / 8; row < Cfg::kBlockN; row += Cfg::kConsumerThreads / 8) {
-#pragma unroll
-    for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(unit + (ch * Cfg::kBlockN + row) * 128), "r"(0)
-                   : "memory");
+__device__ __forceinline__ void init_barriers(const KernelParams& p, uint64_t* bars) {
+  using Slots = typename Cfg::Slots;
+  mbarrier_init(&bars[Slots::kQFull], 1);  // the producer's arrive.expect_tx; TMA completes the bytes
+  mbarrier_init(&bars[Slots::kQEmpty], Cfg::kConsumerThreads);  // each consumer thread, after its last use
+  for (int w = 0; w < Cfg::kConsumerWGs; ++w) mbarrier_init(&bars[Slots::kOEmpty + w], 1);  // its storing thread
+  // Small pages: the gather warps' arrivals complete K and V stages (kernel/paged_gather.cuh), not TMA's bytes.
+  const int fills = Cfg::kGatherCapable && p.page_gather ? kGatherWarps : 1;  // page_gather: paged calls only
+  for (int s = 0; s < Cfg::kStages; ++s) {
+    mbarrier_init(&bars[Slots::kKFull + s], fills);
+    mbarrier_init(&bars[Slots::kVFull + s], Cfg::kVtSmem ? kVtWarps : fills);  // kVtSmem: each transposing warp
+    // One arrival per consumer warpgroup: its thread 0 arrives after the warpgroup's wgmma.wait_group,
+    // when the GEMM that read the stage has completed for the whole warpgroup.
+    mbarrier_init(&bars[Slots::kKEmpty + s], Cfg::kConsumerWGs);
+    mbarrier_init(&bars[Slots::kVEmpty + s], Cfg::kConsumerWGs);
+  }
+  for (int s = 0; s < Cfg::kVRawStages; ++s) {
+    mbarrier_init(&bars[Slots::kVRawFull + s], 1);  // the producer's arrive.expect_tx (or its stop arrival)
+    mbarrier_init(&bars[Slots::kVRawEmpty + s], kVtWarps);
+  }
+  if (Cfg::kVtFused) mbarrier_init(&bars[Slots::kVtLoad], 1);  // the transposing warps' leader
+  if constexpr (Cfg::kGatherCapable) {
+    for (int r = 0; r < 2 * Cfg::kStages; ++r) {
+      mbarrier_init(&bars[Slots::kGatherReq + r], 1);  // the producer's post
+      mbarrier_init(&bars[Slots::kGatherFree + r], kGatherWarps);  // each gather warp, once it read the post
     }
   }
-  fence_proxy_async_shared();
-  // Not bar.sync (.aligned): the loop's trip count differs between a warp's threads, and the consumer warpgroups
-  // reach this from their own copies of the code (compute-sanitizer synccheck: "divergent thread(s) in block").
-  named_barrier_sync_unaligned(kBarrierScrub, Cfg::kConsumerThreads);
+  mbarrier_init_fence();
+}
+
+// Warpgroup 0: thread 0 runs the TMA producer; the other warps gather small pages or transpose FP8 V where the
+// point does.
+template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kTail, bool kLocal>
+__device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem,
+                                                   uint8_t* k_smem, uint8_t* v_smem, uint8_t* v_raw, uint64_t* bars,
+                                                   void* tile_slots) {
+  using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
+  // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
+  // beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh make_plan).
+  // FP8 takes dense batches only (validate.cu check_fp8): no paged copy.
+  if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
+    setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
+    grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
+    constexpr bool kGather = Cfg::kGatherCapable;  // small pages gathered up to hdim 128 (hopper_config.h)
+    if (threadIdx.x == 0) {
+      if (kGather && p.page_gather) {  // small pages (kernel/paged_gather.cuh)
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal, kGather>(
+            p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
+      } else {
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem, v_smem,
+                                                                                    bars, tile_slots);
+      }
+    } else if constexpr (kGather) {
+      if (p.page_gather && threadIdx.x >= 32) gather_kv<Cfg>(p, k_smem, v_smem, bars, threadIdx.x - 32);
+    }
+  } else {
+    setmaxnreg_dec<Cfg::Registers::kProducer>();
+    grid_dependency_wait();  // the tile counter and the V^T flags (kernel/zero_words.cuh)
+    if (threadIdx.x == 0) {
+      tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail, kLocal>(p, tma, q_smem, k_smem,
+                                                                   Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
+    } else if (Cfg::kVtSmem && threadIdx.x >= 32) {
+      // Warps 1..3 transpose V from the raw ring into the V stages (kernel/fp8_vt_smem.cuh).
+      transpose_v_ring<Cfg>(v_raw, v_smem, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
+    } else if (Cfg::kVtFused && threadIdx.x >= 32) {
+      // Warps 1..3 write the V^T copy the producer loads (kernel/fp8_vt_fused.cuh).
+      transpose_v_fused<Cfg>(p, tma, v_raw, v_raw + Cfg::kKVBytes, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
+    }
+  }
 }
 
 // kSplit: split-KV instantiation (tiles carry a split index; fp32 partials for the combine kernel). The non-split
@@ -111,8 +117,6 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     attention_forward_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ TmaParams tma) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   static_assert(!kLocal || (!Cfg::kFp8 && !kTail), "left bounds are compiled for 16-bit whole tiles only");
-  using Out = typename Element::Out;
-  constexpr int kPOffset = Cfg::kFp8 ? 8 : 0;
   using Slots = typename Cfg::Slots;
   extern __shared__ uint8_t smem_raw[];
   // 128-byte-swizzled TMA tiles and wgmma atoms need 1024-byte alignment.
@@ -131,67 +135,13 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
   if (threadIdx.x == 0) {
-    mbarrier_init(&bars[Slots::kQFull], 1);  // the producer's arrive.expect_tx; TMA completes the bytes
-    mbarrier_init(&bars[Slots::kQEmpty], Cfg::kConsumerThreads);  // each consumer thread, after its last use
-    for (int w = 0; w < Cfg::kConsumerWGs; ++w) mbarrier_init(&bars[Slots::kOEmpty + w], 1);  // its storing thread
-    // Small pages: the gather warps' arrivals complete K and V stages (kernel/paged_gather.cuh), not TMA's bytes.
-    const int fills = Cfg::kGatherCapable && p.page_gather ? kGatherWarps : 1;  // page_gather: paged calls only
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbarrier_init(&bars[Slots::kKFull + s], fills);
-      mbarrier_init(&bars[Slots::kVFull + s], Cfg::kVtSmem ? kVtWarps : fills);  // kVtSmem: each transposing warp
-      // One arrival per consumer warpgroup: its thread 0 arrives after the warpgroup's wgmma.wait_group,
-      // when the GEMM that read the stage has completed for the whole warpgroup.
-      mbarrier_init(&bars[Slots::kKEmpty + s], Cfg::kConsumerWGs);
-      mbarrier_init(&bars[Slots::kVEmpty + s], Cfg::kConsumerWGs);
-    }
-    for (int s = 0; s < Cfg::kVRawStages; ++s) {
-      mbarrier_init(&bars[Slots::kVRawFull + s], 1);  // the producer's arrive.expect_tx (or its stop arrival)
-      mbarrier_init(&bars[Slots::kVRawEmpty + s], kVtWarps);
-    }
-    if (Cfg::kVtFused) mbarrier_init(&bars[Slots::kVtLoad], 1);  // the transposing warps' leader
-    if constexpr (Cfg::kGatherCapable) {
-      for (int r = 0; r < 2 * Cfg::kStages; ++r) {
-        mbarrier_init(&bars[Slots::kGatherReq + r], 1);  // the producer's post
-        mbarrier_init(&bars[Slots::kGatherFree + r], kGatherWarps);  // each gather warp, once it read the post
-      }
-    }
-    mbarrier_init_fence();
+    init_barriers<Cfg>(p, bars);
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
-    // beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh make_plan).
-    // FP8 takes dense batches only (validate.cu check_fp8): no paged copy.
-    if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
-      setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
-      grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
-      constexpr bool kGather = Cfg::kGatherCapable;  // small pages gathered up to hdim 128 (hopper_config.h)
-      if (threadIdx.x == 0) {
-        if (kGather && p.page_gather) {  // small pages (kernel/paged_gather.cuh)
-          tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal, kGather>(
-              p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
-        } else {
-          tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem, v_smem,
-                                                                                      bars, tile_slots);
-        }
-      } else if constexpr (kGather) {
-        if (p.page_gather && threadIdx.x >= 32) gather_kv<Cfg>(p, k_smem, v_smem, bars, threadIdx.x - 32);
-      }
-    } else {
-      setmaxnreg_dec<Cfg::Registers::kProducer>();
-      grid_dependency_wait();  // the tile counter and the V^T flags (kernel/zero_words.cuh)
-      if (threadIdx.x == 0) {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail, kLocal>(p, tma, q_smem, k_smem,
-                                                                       Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
-      } else if (Cfg::kVtSmem && threadIdx.x >= 32) {
-        // Warps 1..3 transpose V from the raw ring into the V stages (kernel/fp8_vt_smem.cuh).
-        transpose_v_ring<Cfg>(v_raw, v_smem, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
-      } else if (Cfg::kVtFused && threadIdx.x >= 32) {
-        // Warps 1..3 write the V^T copy the producer loads (kernel/fp8_vt_fused.cuh).
-        transpose_v_fused<Cfg>(p, tma, v_raw, v_raw + Cfg::kKVBytes, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
-      }
-    }
+    producer_warpgroup<kHeadDim, kPoint, Element, kSplit, kTail, kLocal>(p, tma, q_smem, k_smem, v_smem, v_raw, bars,
+                                                                         tile_slots);
     return;
   }
   setmaxnreg_inc<Cfg::Registers::kConsumer>();
@@ -285,244 +235,17 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     }
     const float scale_log2 = p.softmax_scale_log2 * qk_d;
     consumer.init();
-    // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
-    // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
-    // hot one). Soft-capping comes first: a masked score must stay -inf (tanh would make it -1).
-    // A narrow block's scores past its keys are -inf from its GEMM: where Cfg::kNarrowSoftmax (hdim 128) no softcap,
-    // mask, max or exponential runs on them, and P V reads none of their P; elsewhere they run at the full width.
-    auto live_keys = [](auto keys) { return Cfg::kNarrowSoftmax ? decltype(keys)::value : Cfg::kBlockN; };
-    auto scores = [&](float (&s)[Consumer::kNTiles][4], int n, float (&alpha)[2], auto masked, auto keys) {
-      constexpr int kLive = live_keys(keys) / 8;
-      if constexpr (kSoftcap) softcap_scores<Consumer::kNTiles, kLive>(s, p.softcap_prescale);
-      if constexpr (decltype(masked)::value) {
-        mask_scores<Consumer::kNTiles, kLive, Cfg::kFp8, kLocal>(s, p, seq, mask_rows,
-                                                                     (kv.n_begin + n) * Cfg::kBlockN, lane);
-      }
-      consumer.softmax.template update<kPOffset, kLive>(s, scale_log2, alpha);
-    };
-    // Q (and the tile index) are free for the producer once this thread's last S GEMM has completed.
-    auto q_done = [&] { mbarrier_arrive(&bars[Slots::kQEmpty]); };
-    if (n_blocks == 0) q_done();
-
-    // This warpgroup's share of the tile's last block: when its rows see at most kNarrowN of its keys, that block's
-    // GEMMs run on those keys only, and its softmax too where Cfg::kNarrowSoftmax (packed GQA rows may be any query
-    // row: the last one bounds them).
-    bool narrow_last = false;
-    if constexpr (Cfg::kNarrowN > 0) {
-      const int last_row = p.pack_gqa ? info.q_len - 1 : min(kv.row_first + consumer_wg * 64 + 63, info.q_len - 1);
-      narrow_last = n_blocks > 0 &&
-                    visible_key_end<kLocal>(p, seq, last_row) - (kv.n_begin + n_blocks - 1) * Cfg::kBlockN <= Cfg::kNarrowN;
-    }
-    using Full = std::integral_constant<int, Cfg::kBlockN>;
-    using Narrow = std::integral_constant<int, (Cfg::kNarrowN > 0 ? Cfg::kNarrowN : Cfg::kBlockN)>;
-
-    // Block 0: S = Q K^T, softmax; P(0) waits in registers for the next iteration's P V.
-    uint32_t p_frag[Cfg::kPSteps][4];
-    float alpha[2];  // kRescaleEarly: the factor of the last softmax, applied to O before the next P V
-    auto rescale_early = [&] {
-      if constexpr (Cfg::kRescaleEarly) {
-        consumer.rescale_o(alpha);
-        wgmma_fence();  // the P V GEMM reads the O registers just written
-      }
-    };
-    auto first = [&](auto keys) {
-      constexpr int kKeys = decltype(keys)::value;
-      float acc[kKeys / 8][4];
-      wait(Slots::kKFull, block);
-      wgmma_fence();
-      issue_begin();
-      consumer.template qk_issue<kKeys>(acc, q_desc, k_desc(block));
-      issue_end();
-      o_arrive();
-      wgmma_wait<0>();
-      fence_operands(reinterpret_cast<float(&)[kKeys / 2]>(acc));
-      stamp(2);
-      float s[Consumer::kNTiles][4];
-      Consumer::template scores_from<kKeys>(s, acc);
-      release(Slots::kKEmpty, block);
-      if (n_blocks == 1) q_done();
-      // O is still 0: alpha needs no rescale.
-      turn_begin();
-      if (kv.um_begin == 0 && kv.um_end > 0) {
-        scores(s, 0, alpha, std::false_type{}, keys);
-      } else {
-        scores(s, 0, alpha, std::true_type{}, keys);
-      }
-      turn_end();
-      Consumer::template pack_p<live_keys(keys)>(s, p_frag);
-    };
-    if (n_blocks == 1 && narrow_last) {
-      first(Narrow{});
-    } else if (n_blocks > 0) {
-      first(Full{});
-    }
-    stamp(3);
-    // Block n: issue S(n) = Q K(n)^T and O += P(n-1) V(n-1) together; softmax(n) runs while P V is on the
-    // tensor cores; K(n) is released once S(n) is done, V(n-1) once P V is; then O *= alpha(n), keep P(n).
-    auto step = [&](int n, auto masked, auto keys) {
-      constexpr int kKeys = decltype(keys)::value;
-      auto step_stamp = [&](int at) {  // timeline builds only: one step per tile
-        if (thread == 0 && n == kTlStep && consumer_wg < 2) FC_TL(k, kTlStepRole + consumer_wg, at);
-      };
-      if (n == 1) epi_stamp(6);
-      step_stamp(0);
-      float acc[kKeys / 8][4];
-      wait(Slots::kKFull, block + n);
-      wait(Slots::kVFull, block + n - 1);
-      step_stamp(1);
-      if (n == 1) epi_stamp(7);
-      wgmma_fence();
-      issue_begin();
-      step_stamp(2);
-      consumer.template qk_issue<kKeys>(acc, q_desc, k_desc(block + n));  // group: S(n)
-      if (n > 1) rescale_early();                              // alpha(n-1); after block 0, O is still 0
-      consumer.pv_issue(p_frag, v_desc(block + n - 1));        // group: O += P(n-1) V(n-1)
-      issue_end();
-      step_stamp(3);
-      wgmma_wait<1>();                                         // S(n) done, P V may still run
-      fence_operands(reinterpret_cast<float(&)[kKeys / 2]>(acc));
-      step_stamp(4);
-      float s[Consumer::kNTiles][4];
-      Consumer::template scores_from<kKeys>(s, acc);
-      release(Slots::kKEmpty, block + n);
-      if (n == n_blocks - 1) q_done();
-      turn_begin();
-      scores(s, n, alpha, masked, keys);
-      turn_end();
-      step_stamp(5);
-      wgmma_wait<0>();                                         // P V done
-      consumer.fence_o();
-      step_stamp(6);
-      release(Slots::kVEmpty, block + n - 1);
-      if constexpr (!Cfg::kRescaleEarly) consumer.rescale_o(alpha);
-      Consumer::template pack_p<live_keys(keys)>(s, p_frag);
-      step_stamp(7);
-    };
-    // A narrow last block is always masked (its keys past kNarrowN are): blocks < um_end are full. One masked and
-    // one unmasked copy of the step: the unmasked run is an inner loop of its own.
-    const int n_wide = narrow_last ? n_blocks - 1 : n_blocks;
-    const int um_end = min(kv.um_end, n_wide);
-    for (int n = 1; n < n_wide;) {
-      if (n >= kv.um_begin && n < um_end) {
-        for (; n < um_end; ++n) step(n, std::false_type{}, Full{});
-      } else {
-        step(n, std::true_type{}, Full{});
-        ++n;
-      }
-    }
-    if (narrow_last && n_blocks > 1) step(n_blocks - 1, std::true_type{}, Narrow{});
-    stamp(4);
-    auto last_pv = [&](auto keys) {
-      wait(Slots::kVFull, block + n_blocks - 1);
-      // FP8: V^T's keys past seqlen_k are zeros (TMA fills the raw blocks' rows past the tensor with them).
-      const int scrub = Cfg::kFp8 ? Cfg::kBlockN : scrub_rows<Cfg::kBlockN>(kv, seq.k_len);
-      if (scrub < Cfg::kBlockN) {
-        scrub_v<Cfg>(v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes, scrub,
-                     consumer_wg * 128 + thread);
-      }
-      wgmma_fence();
-      issue_begin();
-      if (n_blocks > 1) rescale_early();
-      consumer.template pv_issue<decltype(keys)::value>(p_frag, v_desc(block + n_blocks - 1));
-      issue_end();
-      wgmma_wait<0>();
-      consumer.fence_o();
-      release(Slots::kVEmpty, block + n_blocks - 1);
-    };
-    if (narrow_last) {
-      last_pv(Narrow{});
-    } else if (n_blocks > 0) {
-      last_pv(Full{});
-    }
+    consumer_mainloop<kHeadDim, kPoint, Element, kSoftcap, kLocal>(
+        p, consumer, info, kv, seq, mask_rows, scale_log2, n_blocks, block, bars, v_smem, q_desc, k_desc, v_desc, wait,
+        release, issue_begin, issue_end, turn_begin, turn_end, o_arrive, stamp, epi_stamp, k, consumer_wg, thread,
+        lane);
     block += n_blocks;
     stamp(5);
-
-    // Epilogue. The tile's coordinates are read again from its slot rather than kept live across the mainloop
-    // (registers are what the hdim-256 and split instantiations run short of).
-    const TileInfo again = load_tile_info(tile_slots, k, Cfg::kBlockM);
-    const TileCoord c = again.coord;
-    const ThreadRows rows = thread_rows(p, c, kv, again.q_len, tile_row0, lane);
-    const int wg_row0 = c.m_block * Cfg::kBlockM + consumer_wg * 64;
-    float inv_l[2], lse[2];
-    if constexpr (Cfg::kFp8) {
-      const float d = Cfg::kDescales == kDescalesEpilogue ? qk_descale(p, c) : qk_d;
-      consumer.softmax.template finalize<kPOffset, Cfg::kFastFinalize>(p.softmax_scale * d, inv_l, lse);
-      const float v_scale = Cfg::kDescales == kDescalesEpilogue ? descale(p.v_descale, p.v_descale_stride, p, c) : v_d;
-      inv_l[0] *= v_scale;
-      inv_l[1] *= v_scale;
-    } else {
-      consumer.softmax.finalize(p.softmax_scale, inv_l, lse);
-      // Sinks join once per finished row; split and stream-K tail partials stay sink-free (the combine adds them).
-      if (p.sinks != nullptr && !kSplit && !(kTail && again.tile >= p.tail_first)) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (rows.valid[r]) join_sink(__ldg(p.sinks + rows.head[r]), inv_l[r], lse[r]);
-        }
-      }
-    }
-    epi_stamp(0);
-    o_arrive();  // a tile without blocks
-    const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;
-    if constexpr (kSplit) {
-      write_partial<kHeadDim>(p, consumer.o_reg, inv_l, lse, c.batch, c.split, rows, lane, skip_first_row);
-    } else if (kTail && again.tile >= p.tail_first) {
-      // A stream-K tail item (kernel/stream_tail.h): partials; combine_tail_kernel writes O after the launch.
-      write_tail_partial<Cfg::kBlockM, kHeadDim>(p, consumer.o_reg, inv_l, lse, again.tile, rows, tile_row0, lane);
-    } else if (p.pack_gqa || p.fault == kFaultSkipFirstRow || (Cfg::kOAliasV && n_blocks < Cfg::kConsumerWGs) ||
-               (p.cu_seqlens_q != nullptr && wg_row0 + 64 > again.q_len)) {
-      // Packed rows span several heads (no single TMA box); the planted skip-row fault needs per-row stores; O over
-      // V stages only in the V stages of the tile's own last kConsumerWGs blocks (hopper_mainloop.h: the producer's
-      // refill waits by that rule), so a tile with fewer blocks writes from registers; a box past a packed
-      // sequence's end would overwrite the next sequence's rows (this is per warpgroup: each stages and stores its
-      // own rows, with its own barriers).
-      write_output<kHeadDim, Out>(p, consumer.o_reg, inv_l, lse, c.batch, again.q_off, rows, lane,
-                                      skip_first_row);
-    } else {
-      // This warpgroup's 64 rows are staged in its own slot of the O buffer, or, where O overlaps V, in the V stage
-      // of ring block b = block - kConsumerWGs + consumer_wg (the tile's last blocks: a different stage per
-      // warpgroup). Staging waits until the slot is free: the stage's kVEmpty phase (every warpgroup's P V that read
-      // it is done; no later phase can complete before kOEmpty + consumer_wg lets the producer load V into it
-      // again), or this warpgroup's previous store has been read (its thread 0 waits for that before the barrier).
-      uint8_t* wg_o;
-      if constexpr (Cfg::kOAliasV) {
-        const int b = block - Cfg::kConsumerWGs + consumer_wg;  // >= 0: the tile has kConsumerWGs blocks or more
-        wait(Slots::kVEmpty, b);
-        wg_o = v_smem + (b % Cfg::kStages) * Cfg::kKVBytes;
-      } else {
-        if (thread == 0) bulk_wait_group_read_all();  // this slot's previous store (a tile ago: done by now)
-        named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
-        wg_o = o_own + consumer_wg * Cfg::kOWgBytes;
-      }
-      epi_stamp(1);
-      stage_output<Out>(smem_addr(wg_o), consumer.o_reg, inv_l, fault_bias(p), warp_in_wg * 16, lane);
-      fence_proxy_async_shared();  // the TMA store (async proxy) reads what these generic stores wrote
-      named_barrier_sync(kBarrierEpilogueWG0 + consumer_wg, 128);
-      epi_stamp(2);
-      if (thread == 0 && wg_row0 < again.q_len) {
-#pragma unroll
-        for (int ch = 0; ch < Cfg::kOChunks; ++ch) {  // dense: rows past seqlen_q clip, columns past head_dim_v too
-          if (64 * ch < p.head_dim_v) {
-            tma_store_4d(&tma.o, wg_o + ch * 64 * 128, 64 * ch, again.q_off + wg_row0, c.head,
-                         q_batch_coord(p, c.batch));
-          }
-        }
-        bulk_commit_group();
-        epi_stamp(3);
-        // Over V, kOEmpty (below) must follow the read; an own buffer is waited for at the next epilogue, so this
-        // warpgroup's next GEMMs (which need its thread 0) do not wait for the store.
-        if constexpr (Cfg::kOAliasV && !Cfg::kOLateArrive) bulk_wait_group_read_all();
-        epi_stamp(4);
-      }
-      write_lse(p, lse, c.batch, again.q_off, rows, lane);
-      epi_stamp(5);
-    }
-    // O over V: each warpgroup arrives on its own kOEmpty + w for each tile with blocks, staged or not (the producer
-    // waits on such phases before refilling the stages). With O in its own buffer nobody waits, so nobody arrives
-    // (synccheck: "missing wait").
-    if (Cfg::kOAliasV && n_blocks > 0 && thread == 0) {
-      o_arrive_pending = true;
-      if (!Cfg::kOLateArrive) o_arrive();
-    }
+    // The epilogue: O and the LSE out (epilogue_store.cuh).
+    consumer_epilogue<kHeadDim, kPoint, Element, kSplit, kTail>(p, tma, consumer, wait, o_arrive, epi_stamp,
+                                                                o_arrive_pending, tile_slots, v_smem, o_own, kv, k,
+                                                                block, n_blocks, qk_d, v_d, tile_row0, lane, warp_in_wg,
+                                                                consumer_wg, thread);
     stamp(6);
   }
   if (thread == 0) bulk_wait_group_all();  // the CTA's shared memory must outlive its last store's reads

@@ -4,6 +4,8 @@
 #pragma once
 #include <cmath>
 
+#include "params.h"
+
 namespace flashcore {
 
 // 2^x with denormal results flushed to 0 (ex2.approx.ftz: one MUFU.EX2). Plain exp2f keeps denormals, which costs
@@ -131,6 +133,11 @@ __device__ __forceinline__ void join_sink(float sink, float& inv_l, float& lse) 
   const float joined = m + logf(expf(lse - m) + expf(sink - m));
   inv_l *= expf(lse - joined);
   lse = joined;
+}
+
+// Query head `head`'s sink logit for join_sink and the combines: -inf (no sink) when the call has none.
+__device__ __forceinline__ float row_sink(const KernelParams& p, int head) {
+  return p.sinks != nullptr ? __ldg(p.sinks + head) : -INFINITY;
 }
 
 // O *= alpha per row: in the C fragment layout a thread's c0, c1 are row g and c2, c3 row g + 8 (mma.sync and wgmma).

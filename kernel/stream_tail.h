@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_tail_kernel(const 
   const float lse = combine_row<kHeadDim, Element>(
       last - first + 1, [&](int s) { return slot(s)[kBlockM * kHeadDim + r]; },
       [&](int s) { return slot(s) + r * kHeadDim; }, o_row, p.head_dim_v, lane,
-      p.sinks != nullptr ? __ldg(p.sinks + head) : -INFINITY);
+      row_sink(p, head));
   if (p.lse != nullptr && lane == 0) p.lse[c.batch * p.lse_stride[0] + head * p.lse_stride[1] + row] = lse;
 }
 

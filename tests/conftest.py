@@ -19,6 +19,9 @@ from harness.gates.base import GateContext
 from harness.schema import Config, GateSpec, Workload
 from harness.support.gpu import cuda_unavailable_reason
 
+# The perf and scaling gates' stand-in GPU: its fixtures (gpu_stand_in, config, stored, fp8_ceiling), every test file's.
+pytest_plugins = ("perf_stand_in",)
+
 REPO = Path(__file__).resolve().parent.parent
 DRIVER = REPO / "build/flashcore_driver"
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_bench_gates import Rate, config, context, fa3_rate, gpu_stand_in, html  # noqa: F401 - fixtures
+from perf_stand_in import Rate, config, context, fa3_rate, gpu_stand_in, html  # noqa: F401 - fixtures
 
 from harness import run_files, shard, shard_join, shard_perf
 from harness.bench import runner, selection

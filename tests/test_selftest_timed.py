@@ -1,5 +1,5 @@
 """The self-test's timed cases (harness/selftest_perf.py) on the CPU: each planted fault turns its gate's real verdict
-red and the clean control stays green, with the GPU measurement replaced by test_bench_gates' stand-in Measurer
+red and the clean control stays green, with the GPU measurement replaced by perf_stand_in's stand-in Measurer
 (whose FlashCore is 1.3x slower under kernel fault 4, and here half as fast on the calls a run-twice plant doubles);
 the self-test's timing (the fewest rounds bench.yaml allows), its trims and the run-twice plants themselves."""
 
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import REPO
+from perf_stand_in import Rate, fp8_ceiling, gpu_stand_in  # noqa: F401 - fixtures
 from test_autotune import _fake_fc, library_table  # noqa: F401 - a fixture
-from test_bench_gates import Rate, fp8_ceiling, gpu_stand_in  # noqa: F401 - fixtures
 
 from harness.config import load_config
 from harness.planted_checks import planted

@@ -13,6 +13,7 @@ flashcore.flash_attn_combine (merges split-KV partials), flashcore.get_scheduler
 from flashcore._lib import library_path
 from flashcore._version import __version__
 from flashcore.api import Plan, attention, plan
+from flashcore.device_errors import check_errors
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedArgument, UnsupportedDeviceError
 from flashcore.flash_attn import flash_attn_combine, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 from flashcore.fp8 import attention_fp8
@@ -24,4 +25,4 @@ from flashcore.tuning import TileConfig, TuningWarning
 __all__ = ["__version__", "attention", "attention_fp8", "plan", "Plan", "TileConfig", "Point", "compiled_points",
            "TuningWarning", "library_path", "FlashCoreError", "UnsupportedDeviceError", "KernelLaunchError",
            "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_combine",
-           "get_scheduler_metadata", "UnsupportedArgument"]
+           "get_scheduler_metadata", "UnsupportedArgument", "check_errors"]

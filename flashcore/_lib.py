@@ -74,6 +74,7 @@ class FcParams(ctypes.Structure):
         ("k_descale_stride", ctypes.c_int64 * 2),
         ("v_descale_stride", ctypes.c_int64 * 2),
         ("fp8_v_transpose", ctypes.c_int32),
+        ("errors", ctypes.c_void_p),
     ]
 
 

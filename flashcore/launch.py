@@ -11,7 +11,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NoReturn
 
-from flashcore import _lib, fastpath, points, tuning
+from flashcore import _lib, device_errors, fastpath, points, tuning
 from flashcore.call import Call, new_out
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 
@@ -174,6 +174,8 @@ def params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
         if t is not None:
             setattr(p, name, t.data_ptr())
             setattr(p, name + "_stride", (ctypes.c_int64 * 2)(*t.stride()))
+    if call.q.is_cuda:  # the device's error word (kernel/index_errors.h): bad index data is recorded there
+        p.errors = device_errors.words(call.q.device).data_ptr()
     if config.split_ctas_per_sm and not call.num_splits and not packed:
         p.num_splits = table_splits(p, call.q.device, config.split_ctas_per_sm)
     return p
@@ -200,7 +202,7 @@ def table_splits(p: _lib.FcParams, device: torch.device, ctas_per_sm: float) -> 
 
 # ---- fc_plan and fc_attention_forward
 
-_POINTERS = frozenset({"q", "k", "v", "o", "lse", "workspace", "workspace_bytes"})
+_POINTERS = frozenset({"q", "k", "v", "o", "lse", "workspace", "workspace_bytes", "errors"})
 _PLAN_CACHE: dict[tuple[object, ...], int] = {}
 _PLAN_CACHE_MAX = 4096
 _SPLITS_CACHE: dict[tuple[object, ...], int] = {}

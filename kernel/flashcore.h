@@ -128,6 +128,10 @@ typedef struct fc_params {
   int64_t k_descale_stride[2];
   int64_t v_descale_stride[2];
   int32_t fp8_v_transpose;  // FP8: enum fc_fp8_v_transpose (0: by the shape); 0 for 16-bit dtypes
+  // Bad index data in the device arrays above (a page id, slot, length or offset out of range) is found by the kernel
+  // where it reads it: no load or store leaves its tensor, the sequence's o rows and LSE are NaN, and the first bad
+  // value is recorded here (kernel/index_errors.h: four int64 in device memory; NULL: not recorded).
+  int64_t* errors;
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2, FC_SCHEDULE_WHOLE = 3 };
 

@@ -85,6 +85,11 @@ struct KernelParams {
   // [1 + vt_items + batch * heads_kv + head] the head's stored blocks (Cfg::kVtHeadCount).
   int* vt_ready;
   int vt_blocks, vt_items;
+  // Bad index data (kernel/index_errors.h, kernel/seqlens.h): the error word (nullptr: nothing recorded) and the
+  // bounds each index value is checked against where it is read: packed rows, cache slots, pages, and the keys a
+  // sequence's cache holds (contiguous: its seqlen_k; paged: the row of page_table x page_size).
+  int64_t* errors;
+  int total_q, total_k, kv_slots, pages, kv_capacity;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

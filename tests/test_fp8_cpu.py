@@ -79,9 +79,9 @@ def test_ctypes_mirror_ends_with_the_fp8_fields_of_flashcore_h() -> None:
     body = header[header.index("typedef struct fc_params {"):header.index("} fc_params;")]
     c_names = re.findall(r"^\s+(?:const\s+)?[\w]+\*?\s+\*?(\w+)(?:\[\d\])?;", body, re.M)
     py_names = [f[0] for f in _lib.FcParams._fields_]
-    assert py_names[-7:] == ["q_descale", "k_descale", "v_descale", "q_descale_stride", "k_descale_stride",
-                             "v_descale_stride", "fp8_v_transpose"]
-    assert c_names[-7:] == py_names[-7:]
+    assert py_names[-8:-1] == ["q_descale", "k_descale", "v_descale", "q_descale_stride", "k_descale_stride",
+                               "v_descale_stride", "fp8_v_transpose"]
+    assert c_names[-8:] == py_names[-8:]
     assert "FC_E4M3 = 2" in header and _lib.FC_E4M3 == 2
 
 

@@ -24,8 +24,8 @@ struct SeqLens {
 };
 
 // Packed offsets cu[b], cu[b + 1] into rows [off, off + len) of `total`: a bad value (cu[b] below cu[b - 1], cu[b + 1]
-// below cu[b], either past total) is recorded and clamped into [0, total], len >= 0. cu[b - 1] is read too, so two
-// sequences next to each other never share rows.
+// below cu[b], either past total) is recorded and clamped into [cu[b - 1], total], len >= 0: two sequences next to
+// each other never share rows (farther ones may, under several bad values; each is NaN then).
 __device__ __forceinline__ bool packed_rows(const KernelParams& p, const int* cu, IndexTensor tensor, int batch,
                                             int total, int& off, int& len) {
   const int prev = batch > 0 ? __ldg(cu + batch - 1) : 0;
@@ -39,7 +39,7 @@ __device__ __forceinline__ bool packed_rows(const KernelParams& p, const int* cu
     report_index_error(p.errors, tensor, batch + 1, hi, total);
     ok = false;
   }
-  off = min(max(lo, 0), total);
+  off = min(max(max(lo, prev), 0), total);
   len = min(max(hi, off), total) - off;
   return ok;
 }

@@ -22,6 +22,11 @@
 
 namespace flashcore {
 
+// A bad page id's record, out of line: the paged producer has 40 registers.
+__device__ __noinline__ void report_page(const KernelParams& p, int entry, int page) {
+  report_index_error(p.errors, kIndexPageTable, entry, page, p.pages);
+}
+
 // One thread, for every tile of this CTA: K(0) first (it needs only a free stage), then Q with the tile index once
 // every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty + w where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
@@ -139,7 +144,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
           // tile, and the tile's k_len kBadSeq in its slot, so the epilogue writes NaN. K(0) loads before the slot
           // is written (from seq), while the slot may still hold tile k - 2's info for its epilogue: not marked then.
           if (r < keys && static_cast<unsigned>(page) >= static_cast<unsigned>(p.pages)) {
-            report_index_error(p.errors, kIndexPageTable, entry, page, p.pages);
+            report_page(p, entry, page);
             page = -1;
             keys = 0;
             seq.k_len = kBadSeq;

@@ -52,7 +52,10 @@ __device__ __forceinline__ bool index_within(const KernelParams& p, IndexTensor 
   return false;
 }
 
-__device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
+// The cold path of seq_lens, for a sequence whose values failed its quick test: every value checked, reported and
+// clamped. Not inlined: inlined, the checks made the 24-40-register producers spill in every instantiation (p is
+// __grid_constant__, so the reference needs no copy).
+__device__ __noinline__ SeqLens seq_lens_checked(const KernelParams& p, int batch) {
   SeqLens s{0, p.seqlen_q, 0, p.seqlen_k, batch};
   bool ok = true;
   if (p.cu_seqlens_q != nullptr) {
@@ -71,7 +74,8 @@ __device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
     s.k_len = p.kv_capacity;  // seqused_k (a cache's lengths) may use all of it
     if (p.kv_batch_idx != nullptr) {
       const int slot = __ldg(p.kv_batch_idx + batch);
-      const bool in = index_within(p, kIndexCacheBatchIdx, batch, slot, p.kv_slots - 1);
+      const bool in = static_cast<unsigned>(slot) < static_cast<unsigned>(p.kv_slots);
+      if (!in) report_index_error(p.errors, kIndexCacheBatchIdx, batch, slot, p.kv_slots);
       s.kv_batch = in ? slot : 0;
       ok &= in;
     }
@@ -90,6 +94,54 @@ __device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
     s.k_len -= pad;
   }
   if (!ok) s.k_len = kBadSeq;
+  return s;
+}
+
+// The sequence's rows: the values as read, one unsigned compare each (a negative value wraps past every bound); a
+// value out of range takes seq_lens_checked.
+__device__ __forceinline__ SeqLens seq_lens(const KernelParams& p, int batch) {
+  SeqLens s{0, p.seqlen_q, 0, p.seqlen_k, batch};
+  bool bad = false;
+  if (p.cu_seqlens_q != nullptr) {
+    const int prev = batch > 0 ? __ldg(p.cu_seqlens_q + batch - 1) : 0;
+    s.q_off = __ldg(p.cu_seqlens_q + batch);
+    const int end = __ldg(p.cu_seqlens_q + batch + 1);
+    bad |= s.q_off < prev || end < s.q_off || end > p.total_q || prev < 0;
+    s.q_len = end - s.q_off;
+    if (p.seqused_q != nullptr) {
+      const int used = __ldg(p.seqused_q + batch);
+      bad |= static_cast<unsigned>(used) > static_cast<unsigned>(s.q_len);
+      s.q_len = used;
+    }
+  }
+  if (p.cu_seqlens_k != nullptr) {
+    const int prev = batch > 0 ? __ldg(p.cu_seqlens_k + batch - 1) : 0;
+    s.k_off = __ldg(p.cu_seqlens_k + batch);
+    const int end = __ldg(p.cu_seqlens_k + batch + 1);
+    bad |= s.k_off < prev || end < s.k_off || end > p.total_k || prev < 0;
+    s.k_len = end - s.k_off;
+    s.kv_batch = 0;
+  } else {
+    s.k_len = p.kv_capacity;
+    if (p.kv_batch_idx != nullptr) {
+      s.kv_batch = __ldg(p.kv_batch_idx + batch);
+      bad |= static_cast<unsigned>(s.kv_batch) >= static_cast<unsigned>(p.kv_slots);
+    }
+  }
+  if (p.seqused_k != nullptr) {
+    const int used = __ldg(p.seqused_k + batch);
+    bad |= static_cast<unsigned>(used) > static_cast<unsigned>(s.k_len);
+    s.k_len = used;
+  } else if (p.cu_seqlens_k == nullptr) {
+    s.k_len = p.seqlen_k;
+  }
+  if (p.leftpad_k != nullptr) {  // a left-padded cache: rows [leftpad, seqused_k) hold the keys (FA3's leftpad_k)
+    const int pad = __ldg(p.leftpad_k + batch);
+    bad |= static_cast<unsigned>(pad) > static_cast<unsigned>(s.k_len);
+    s.k_off += pad;
+    s.k_len -= pad;
+  }
+  if (bad) s = seq_lens_checked(p, batch);
   return s;
 }
 

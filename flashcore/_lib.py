@@ -75,6 +75,8 @@ class FcParams(ctypes.Structure):
         ("v_descale_stride", ctypes.c_int64 * 2),
         ("fp8_v_transpose", ctypes.c_int32),
         ("attention_chunk", ctypes.c_int32),
+        ("page_table_rows", ctypes.c_int64),
+        ("errors", ctypes.c_void_p),
     ]
 
 

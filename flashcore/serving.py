@@ -43,7 +43,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, fastpath, launch, rotary
+from flashcore import append, check, check_serving, device_errors, fastpath, launch, rotary
 from flashcore.api import attention
 from flashcore.call import Call, lse_shape
 from flashcore.forward import forward
@@ -107,7 +107,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
     call = replace(call, attention_chunk=check.chunk(attention_chunk))
     if debug:
         check_serving.values(call)
-    return forward(call, key)
+    return checked(forward(call, key), call.q, debug)
 
 
 def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Any, *, k: Any = None,
@@ -177,7 +177,16 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                         rotary_seqlens, rotary_interleaved, debug)
     if debug:
         check_serving.values(call)
-    return forward(call, key)
+    return checked(forward(call, key), call.q, debug)
+
+
+def checked(result: tuple[torch.Tensor, torch.Tensor], q: torch.Tensor,
+            debug: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """With debug checks, raise now for bad index data the kernel found on the device (its error word), as the host
+    checks do before the launch: a call that already syncs pays the one more."""
+    if debug and q.is_cuda:
+        device_errors.check_errors(q.device)
+    return result
 
 
 def appended(call: Call, k: Any, v: Any, cache_seqlens: Any, cu_seqlens_k_new: Any, rotary_cos: Any,

@@ -132,6 +132,12 @@ typedef struct fc_params {
   // [c, c + C) holding its key-aligned position i + d (c a multiple of C from the sequence's first key), within its
   // causal and window bounds. 16-bit inputs on the Hopper kernel.
   int32_t attention_chunk;
+  // Rows of page_table (0: batch); with kv_batch_idx, each slot must name one of them (the device checks it).
+  int64_t page_table_rows;
+  // Bad index data in the device arrays above (a page id, slot, length or offset out of range) is found by the kernel
+  // where it reads it: no load or store leaves its tensor, the sequence's o rows and LSE are NaN, and the first bad
+  // value is recorded here (kernel/index_errors.h: four int64 in device memory; NULL: not recorded).
+  int64_t* errors;
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2, FC_SCHEDULE_WHOLE = 3 };
 

@@ -89,6 +89,11 @@ struct KernelParams {
   // (kernel/mask.h chunk_start), div_chunk its divisor.
   int attention_chunk;
   FastDiv div_chunk;
+  // Bad index data (kernel/index_errors.h, kernel/seqlens.h): the error word (nullptr: nothing recorded) and the
+  // bounds each index value is checked against where it is read: packed rows, cache slots, pages, and the keys a
+  // sequence's cache holds (contiguous: its seqlen_k; paged: the row of page_table x page_size).
+  int64_t* errors;
+  int total_q, total_k, kv_slots, pages, kv_capacity;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

@@ -79,10 +79,10 @@ def test_ctypes_mirror_ends_with_the_fp8_fields_of_flashcore_h() -> None:
     body = header[header.index("typedef struct fc_params {"):header.index("} fc_params;")]
     c_names = re.findall(r"^\s+(?:const\s+)?[\w]+\*?\s+\*?(\w+)(?:\[\d\])?;", body, re.M)
     py_names = [f[0] for f in _lib.FcParams._fields_]
-    # the FP8 block, then the fields added after it (attention_chunk), in the header's order
-    assert py_names[-8:] == ["q_descale", "k_descale", "v_descale", "q_descale_stride", "k_descale_stride",
-                             "v_descale_stride", "fp8_v_transpose", "attention_chunk"]
-    assert c_names[-8:] == py_names[-8:]
+    # the FP8 block, then the fields added after it (attention_chunk, page_table_rows, errors), in the header's order
+    assert py_names[-10:] == ["q_descale", "k_descale", "v_descale", "q_descale_stride", "k_descale_stride",
+                              "v_descale_stride", "fp8_v_transpose", "attention_chunk", "page_table_rows", "errors"]
+    assert c_names[-10:] == py_names[-10:]
     assert "FC_E4M3 = 2" in header and _lib.FC_E4M3 == 2
 
 

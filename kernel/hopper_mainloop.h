@@ -23,6 +23,11 @@
 
 namespace flashcore {
 
+// A bad page id's record, out of line: the paged producer has 40 registers.
+__device__ __noinline__ void report_page(const KernelParams& p, int entry, int page) {
+  report_index_error(p.errors, kIndexPageTable, entry, page, p.kv_pages);
+}
+
 // One thread, for every tile of this CTA: K(0) first (it needs only a free stage), then Q with the tile index once
 // every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty + w where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
@@ -140,11 +145,21 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         // below 2^31 entries.
         int entry = seq.kv_batch * static_cast<int>(p.page_table_stride) + key0 / p.page_size;
         int row = key0 % p.page_size;
-        const int keys = seq.k_len - key0;  // rows of this block that hold keys
+        int keys = seq.k_len - key0;  // rows of this block that hold keys
         const uint32_t dst_addr = smem_addr(dst), full_addr = smem_addr(full);
 #pragma unroll 1
         for (int r = 0; r < Cfg::kBlockN; r += p.page_box) {
-          const int page = r < keys ? __ldg(p.page_table + entry) : -1;
+          int page = r < keys ? __ldg(p.page_table + entry) : -1;
+          // A page id outside the cache (kernel/index_errors.h): zeros instead (page -1), no further page of the
+          // tile, and the tile's k_len kBadSeq in its slot, so the epilogue writes NaN. K(0) loads before the slot
+          // is written (from seq), while the slot may still hold tile k - 2's info for its epilogue: not marked then.
+          if (r < keys && static_cast<unsigned>(page) >= static_cast<unsigned>(p.kv_pages)) {
+            report_page(p, entry, page);
+            page = -1;
+            keys = 0;
+            seq.k_len = kBadSeq;
+            if (n > 0 || slot_full != Slots::kKFull) mark_tile_bad(tile_slots, k);
+          }
 #pragma unroll
           for (int ch = 0; ch < Cfg::kChunks; ++ch) {
             tma_load_4d<kKvHint>(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch,

@@ -460,6 +460,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
         }
       }
     }
+    if (again.k_len == kBadSeq) {  // bad index data (kernel/seqlens.h): the rows and their LSE are NaN
+      inv_l[0] = inv_l[1] = lse[0] = lse[1] = __int_as_float(0x7fc00000);
+    }
     epi_stamp(0);
     o_arrive();  // a tile without blocks
     const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;

@@ -342,6 +342,14 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->seqused_k = in->seqused_k;
   out->kv_batch_idx = in->kv_batch_idx;
   out->leftpad_k = in->leftpad_k;
+  out->errors = in->errors;
+  out->total_q = static_cast<int>(in->total_q);
+  out->total_k = static_cast<int>(in->total_k);
+  const bool paged = in->page_table != nullptr;  // kv_batch_idx then picks a row of page_table, kv_batch counts pages
+  const int64_t table_rows = in->page_table_rows > 0 ? in->page_table_rows : in->batch;
+  out->kv_slots = static_cast<int>(paged ? table_rows : (in->kv_batch > 0 ? in->kv_batch : in->batch));
+  out->kv_capacity = static_cast<int>(paged ? std::min<int64_t>(in->page_table_stride * in->page_size, INT32_MAX)
+                                            : in->seqlen_k);
   if (in->cu_seqlens_q != nullptr) {
     out->lse_stride[0] = 0;
     out->lse_stride[1] = in->total_q;

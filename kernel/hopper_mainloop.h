@@ -23,11 +23,6 @@
 
 namespace flashcore {
 
-// A bad page id's record, out of line: the paged producer has 40 registers.
-__device__ __noinline__ void report_page(const KernelParams& p, int entry, int page) {
-  report_index_error(p.errors, kIndexPageTable, entry, page, p.kv_pages);
-}
-
 // One thread, for every tile of this CTA: K(0) first (it needs only a free stage), then Q with the tile index once
 // every consumer is done with the previous tile's (kQEmpty), then V(0) (after kOEmpty + w where O is staged over V) and
 // the remaining blocks K(n), V(n) through the stage ring. Hands the consumers tile index -1 when no tile is left.
@@ -79,7 +74,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         at = p.tail_first + t;
       }
       c = tile_coord(p, at);
-      seq = seq_lens<kPaged>(p, c.batch);
+      seq = seq_lens<kPaged, !Cfg::kFp8>(p, c.batch);
       if (!valid || tile_has_rows<Cfg::kBlockM>(p, c.m_block, seq)) break;
       tile = next_tile(p, tile);
     }
@@ -150,15 +145,15 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
 #pragma unroll 1
         for (int r = 0; r < Cfg::kBlockN; r += p.page_box) {
           int page = r < keys ? __ldg(p.page_table + entry) : -1;
-          // A page id outside the cache (kernel/index_errors.h): zeros instead (page -1), no further page of the
-          // tile, and the tile's k_len kBadSeq in its slot, so the epilogue writes NaN. K(0) loads before the slot
-          // is written (from seq), while the slot may still hold tile k - 2's info for its epilogue: not marked then.
+          // A page id outside the cache (kernel/seqlens.h): zeros instead (page -1), no further page of the tile,
+          // and the tile's k_len kBadPage - entry in its slot, so the epilogue writes NaN and records the entry.
+          // K(0) loads before the slot is written (from seq), while the slot may still hold tile k - 2's info for
+          // its epilogue: not marked then.
           if (r < keys && static_cast<unsigned>(page) >= static_cast<unsigned>(p.kv_pages)) {
-            report_page(p, entry, page);
             page = -1;
             keys = 0;
-            seq.k_len = kBadSeq;
-            if (n > 0 || slot_full != Slots::kKFull) mark_tile_bad(tile_slots, k);
+            seq.k_len = kBadPage - entry;
+            if (n > 0 || slot_full != Slots::kKFull) mark_tile_bad(tile_slots, k, seq.k_len);
           }
 #pragma unroll
           for (int ch = 0; ch < Cfg::kChunks; ++ch) {

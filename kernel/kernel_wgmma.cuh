@@ -166,6 +166,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
       setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
       grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
+      if (threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // bad index values (kernel/seqlens.h)
       constexpr bool kGather = Cfg::kGatherCapable;  // small pages gathered up to hdim 128 (hopper_config.h)
       if (threadIdx.x == 0) {
         if (kGather && p.page_gather) {  // small pages (kernel/paged_gather.cuh)
@@ -181,6 +182,7 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
     } else {
       setmaxnreg_dec<Cfg::Registers::kProducer>();
       grid_dependency_wait();  // the tile counter and the V^T flags (kernel/zero_words.cuh)
+      if (!Cfg::kFp8 && threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // FP8: no index arrays
       if (threadIdx.x == 0) {
         tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail, kLocal>(p, tma, q_smem, k_smem,
                                                                        Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
@@ -460,8 +462,9 @@ __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kB
         }
       }
     }
-    if (again.k_len == kBadSeq) {  // bad index data (kernel/seqlens.h): the rows and their LSE are NaN
+    if (!Cfg::kFp8 && again.k_len < 0) {  // bad index data (kernel/seqlens.h): the rows and LSE are NaN
       inv_l[0] = inv_l[1] = lse[0] = lse[1] = __int_as_float(0x7fc00000);
+      if (thread == 0 && consumer_wg == 0) report_tile_page(p, again.k_len);
     }
     epi_stamp(0);
     o_arrive();  // a tile without blocks

@@ -23,6 +23,7 @@
 
 #include "barriers.h"
 #include "params.h"
+#include "seqlens.h"
 #include "tma.h"
 
 namespace flashcore {
@@ -32,6 +33,10 @@ constexpr int kGatherWarps = 3;  // warps 1..3 of the producer warpgroup
 // read 721 GB/s at 1 key and ~1460-1500 GB/s from 2 to 16 keys (bench/paged_pages.py), TMA boxes 229 GB/s at 1 key
 // but 2294 GB/s at 16.
 constexpr int kGatherBelowRows = 16;
+
+// What a row of a bad page id is copied from, for every 16-byte piece: 16-bit NaNs (0x7fff in fp16 and bf16), so the
+// rows of the tile that use the key come out NaN (kernel/seqlens.h), as the TMA path's marked tile does.
+static __device__ uint4 g_nan_piece = {0x7fff7fffu, 0x7fff7fffu, 0x7fff7fffu, 0x7fff7fffu};
 
 struct GatherRequest {
   int key0;   // the block's first key in the sequence (< 0: stop)
@@ -123,23 +128,36 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       const int row = t + k * kThreads;
       pages[k] = row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row)) : -1;
     }
+    // A page id outside the cache (kernel/seqlens.h) is recorded here, before the copies' values are live; its row
+    // is copied from g_nan_piece below.
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) {
+      const int row = t + k * kThreads;
+      if (row < Cfg::kBlockN && row < r.w && static_cast<unsigned>(pages[k]) >= static_cast<unsigned>(p.kv_pages)) {
+        report_index_error(p.errors, kIndexPageTable, r.y * p.page_table_stride + p.div_page(r.x + row), pages[k],
+                           p.kv_pages);
+      }
+    }
 #pragma unroll
     for (int k = 0; k < kRowsPerThread; ++k) {
       const int row = t + k * kThreads;
       if (row >= Cfg::kBlockN) break;
       const int key = r.x + row, page = pages[k];
-      // rows past the keys read no table entry (page -1); an id outside the cache reads zeros, as TMA past its map
+      // Rows past the keys read no table entry (page -1) and are zeros; an id outside the cache reads no page: its
+      // row is copied from g_nan_piece.
       const bool ok = static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages);
+      const bool bad = !ok && row < r.w;
       const uint16_t* src =
-          ok ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off) : base;
+          ok ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off)
+             : (bad ? reinterpret_cast<const uint16_t*>(&g_nan_piece) : base);
       const uint32_t d = dst + row * Cfg::kSpan;
 #pragma unroll 1
       for (int ch = 0; ch < Cfg::kChunks; ++ch) {
 #pragma unroll 1
         for (int j = 0; j < kPieces; ++j) {
-          const bool live = ok && ch * kCols + j * 8 < dim;
+          const bool live = ok ? ch * kCols + j * 8 < dim : bad;
           cp_async_16_zfill(d + ch * Cfg::kBlockN * Cfg::kSpan + ((j ^ (row & 7)) << 4),
-                            live ? src + ch * kCols + j * 8 : base, live);
+                            ok && live ? src + ch * kCols + j * 8 : src, live);
         }
       }
     }

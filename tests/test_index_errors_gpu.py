@@ -1,4 +1,5 @@
-"""Bad index data on the H100 through FA3's names with default settings: each bad page id, length, slot or offset
+"""Bad index data on the GPU through FA3's names with default settings: each bad page id (TMA boxes and gathered small
+pages), length, slot or offset
 leaves memory alone, makes its sequence's output rows and LSE NaN while the other sequences match the fp32
 reference, and is named (tensor, element, value) by flashcore.check_errors(); the GPU then runs a valid call.
 With debug_checks=True the call itself raises. Fresh random inputs per case; the output memory is poisoned first
@@ -51,14 +52,16 @@ class Case:
     nan_rows: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None  # else the broken sequences' rows
 
 
-LENGTHS, CAPACITY, PAGE = [100, 200, 50], 256, 16
+LENGTHS, CAPACITY = [100, 200, 50], 256
+PAGE, GATHERED_PAGE = 16, 4  # 16-key pages load as TMA boxes, 4-key pages are gathered (kernel/paged_gather.cuh)
+BAD_KEY = 48  # the key whose page id is poisoned: sequence 1's, within its 200
 
 
-def poke(table: torch.Tensor, page: int) -> torch.Tensor:
-    """The table with sequence 1's fourth page (keys 48..63, within its 200) replaced by `page`."""
+def poke(table: torch.Tensor, page_size: int, page: int) -> tuple[torch.Tensor, int]:
+    """The table with the id of sequence 1's page holding BAD_KEY replaced by `page`, and that entry's flat index."""
     bad = table.clone()
-    bad[1, 3] = page
-    return bad
+    bad[1, BAD_KEY // page_size] = page
+    return bad, table.shape[1] + BAD_KEY // page_size
 
 
 def kvcache(name: str, sq: int = 2) -> Case:
@@ -67,10 +70,11 @@ def kvcache(name: str, sq: int = 2) -> Case:
     q = rand(batch, sq, H_Q, D)
     slots = None
     table = None
-    if name.startswith("page"):
-        per = CAPACITY // PAGE
+    page_size = GATHERED_PAGE if name.startswith("gathered") else PAGE
+    if "page" in name:
+        per = CAPACITY // page_size
         pages = batch * per + 3
-        k, v = rand(pages, PAGE, H_KV, D), rand(pages, PAGE, H_KV, D)
+        k, v = rand(pages, page_size, H_KV, D), rand(pages, page_size, H_KV, D)
         table = torch.randperm(pages, device="cuda")[:batch * per].view(batch, per).to(torch.int32)
     else:
         entries = batch + 1 if name == "cache_batch_idx" else batch  # a spare slot where the call names its slots
@@ -79,13 +83,14 @@ def kvcache(name: str, sq: int = 2) -> Case:
             slots = i32([2, 1, 0])
     good = {"cache_seqlens": i32(LENGTHS), "cache_batch_idx": slots, "page_table": table}
     bad = dict(good)
-    if name == "page-out-of-range":
+    if name.endswith("page-out-of-range"):
         assert table is not None
-        bad["page_table"] = poke(table, k.shape[0] + 7)
-        match = rf"page_table\[{table.shape[1] + 3}\] = {k.shape[0] + 7}\b"
-    elif name == "page-negative":
+        bad["page_table"], entry = poke(table, page_size, k.shape[0] + 7)
+        match = rf"page_table\[{entry}\] = {k.shape[0] + 7}\b"
+    elif name.endswith("page-negative"):
         assert table is not None
-        bad["page_table"], match = poke(table, -3), rf"page_table\[{table.shape[1] + 3}\] = -3\b"
+        bad["page_table"], entry = poke(table, page_size, -3)
+        match = rf"page_table\[{entry}\] = -3\b"
     elif name == "cache_seqlens-above-capacity":
         bad["cache_seqlens"], match = i32([100, CAPACITY + 9, 50]), rf"cache_seqlens\[1\] = {CAPACITY + 9}\b"
     elif name == "cache_seqlens-negative":
@@ -159,7 +164,8 @@ def varlen(name: str) -> Case:
 
 
 CASES = {
-    "page-out-of-range": kvcache, "page-negative": kvcache, "cache_seqlens-above-capacity": kvcache,
+    "page-out-of-range": kvcache, "page-negative": kvcache, "gathered-page-out-of-range": kvcache,
+    "gathered-page-negative": kvcache, "cache_seqlens-above-capacity": kvcache,
     "cache_seqlens-negative": kvcache, "cache_batch_idx": kvcache, "cu_seqlens_q-past-rows": varlen,
     "cu_seqlens_k-past-rows": varlen, "cu_seqlens_q-decreasing": varlen, "cu_seqlens_k-decreasing": varlen,
     "seqused_k-above-its-length": varlen,
@@ -211,10 +217,11 @@ def test_bad_index_with_debug_checks_raises_at_once(name: str) -> None:
     check_rows(case, out, lse, set())
 
 
-def test_decode_splits_carry_the_nan_through_the_combine() -> None:
+@pytest.mark.parametrize("name", ["page-out-of-range", "gathered-page-out-of-range"])
+def test_decode_splits_carry_the_nan_through_the_combine(name: str) -> None:
     """Decode of one query row splits its keys among CTAs (few tiles): a bad page in one split makes the combined
-    row NaN."""
-    case = kvcache("page-out-of-range", sq=1)
+    row NaN, whether its rows load as TMA boxes or are gathered."""
+    case = kvcache(name, sq=1)
     out, lse = case.run(case.bad, None)
     check_rows(case, out, lse, case.broken)
     with pytest.raises(FlashCoreError, match=case.match):

@@ -59,11 +59,6 @@ class Call:
     attention_chunk: int = 0  # > 0: FA3's chunked local attention (kernel/flashcore.h fc_params.attention_chunk)
     # attention sinks (s_aux): float32 [Hq] raw logits, one extra value-less key per row (fc_params.sinks)
     sinks: torch.Tensor | None = None
-    # FA3 arguments refused today (flashcore.check.refuse names each): always their defaults in a checked Call
-    rotary_cos: torch.Tensor | None = None
-    rotary_sin: torch.Tensor | None = None
-    rotary_seqlens: torch.Tensor | None = None
-    rotary_interleaved: bool = True
 
     @property
     def fp8(self) -> bool:

@@ -11,7 +11,7 @@ import numbers
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from flashcore import faults, head_dims, tuning, validate
+from flashcore import faults, head_dims, split_combine, tuning, validate
 from flashcore.call import Call, out_dtype, out_shape
 from flashcore.errors import FlashCoreError, UnsupportedArgument
 
@@ -198,7 +198,7 @@ def dense(q: object, k: object, v: object, *, causal: object = False, softmax_sc
     validate.same("k", "shape[0] (batch)", k.shape[0], batch, "batch sizes must match")
     validate.same("k", "shape[3] (head dim)", k.shape[3], head_dim, "head dims must match")
     if head_dim not in (head_dims.FP8 if fp8 else head_dims.SUPPORTED):
-        what = f"FP8 inputs run head dims {head_dims.FP8}" if fp8 else f"FlashCore supports {head_dims.SUPPORTED}"
+        what = f"FP8 inputs run head dims {head_dims.FP8}" if fp8 else f"FlashCore takes {head_dims.RULE} (as FA3)"
         raise FlashCoreError(f"head dim (q.shape[3]) is {head_dim}: {what}")
     if fp8 and v.shape[3] != head_dim:
         raise FlashCoreError(f"v's head dim is {v.shape[3]} with q and k's {head_dim}: FP8 inputs need one head dim")
@@ -216,8 +216,11 @@ def dense(q: object, k: object, v: object, *, causal: object = False, softmax_sc
     fallback = fallback_choice(fallback)
     if isinstance(debug_fault, bool) or not isinstance(debug_fault, int) or not 0 <= debug_fault <= MAX_FAULT:
         raise FlashCoreError(f"debug_fault is {debug_fault!r}: known faults are 0..{MAX_FAULT} (0 = none)")
-    splits = 0 if num_splits is None else validate.count("num_splits", num_splits, 1, tuning.MAX_SPLITS,
-                                                         " or None (chosen from the shapes and the GPU)")
+    # FA3 takes up to 256 splits; the kernel combines up to tuning.MAX_SPLITS, and a split count only changes the
+    # order of the sums (FA3 too caps it, by the number of key blocks), so a larger request runs with the kernel's cap.
+    splits = 0 if num_splits is None else min(validate.count("num_splits", num_splits, 1, split_combine.MAX_SPLITS,
+                                                             " or None (chosen from the shapes and the GPU)"),
+                                              tuning.MAX_SPLITS)
     margin = validate.count("sm_margin", sm_margin, 0, MAX_SM_MARGIN)
     if tile is not None:
         if not isinstance(tile, tuning.TileConfig):

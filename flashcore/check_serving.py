@@ -67,7 +67,7 @@ def _offsets_length(t: Any, name: str) -> int:
 
 def varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: Any, max_seqlen_k: Any, *,
            seqused_q: Any, seqused_k: Any, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any,
-           deterministic: Any, fallback: Any, out: Any, lse: Any, num_splits: Any = None) -> Call:
+           deterministic: Any, fallback: Any, out: Any, lse: Any, num_splits: Any = None, sm_margin: Any = 0) -> Call:
     """Packed sequences: q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets [B + 1], seqused_q and
     seqused_k [B]."""
     fallback = check.fallback_choice(fallback)
@@ -77,7 +77,8 @@ def varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seq
     v = _packed("v", v, q.device, device_type)
     # The 4-D checks of a batch of one: dtypes, head dims, GQA, layouts, grad.
     call = check.dense(as4(q), as4(k), as4(v), causal=causal, softmax_scale=softmax_scale,
-                       deterministic=deterministic, fallback=fallback, num_splits=num_splits, device_type=device_type)
+                       deterministic=deterministic, fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
+                       device_type=device_type)
     window, cap = check.window(window_size), check.softcap(softcap)
     batch = validate.count("cu_seqlens_q.shape[0] - 1 (batch)", _offsets_length(cu_seqlens_q, "cu_seqlens_q") - 1, 0,
                            validate.MAX_GRID_YZ)

@@ -107,7 +107,8 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                               seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                               attention_chunk=attention_chunk, deterministic=deterministic, fallback=fallback,
-                              debug_checks=debug_checks, num_splits=_splits(num_splits), s_aux=s_aux)
+                              debug_checks=debug_checks, num_splits=_splits(num_splits), sm_margin=sm_margin,
+                              s_aux=s_aux)
     return (out, lse) if return_attn_probs else out
 
 

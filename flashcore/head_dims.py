@@ -16,11 +16,12 @@ from flashcore import _lib
 
 HEADERS = (Path(__file__).resolve().parent / "include" / "flashcore.h",  # a wheel's copy
            Path(__file__).resolve().parent.parent / "kernel" / "flashcore.h")  # a source checkout
-# The tile instantiations of the kernel (kernel/tile_choice.h): the other head dims run padded on the next one up.
+# The tile instantiations of the kernel (kernel/head_dims.h KernelHeadDims): every other head dim runs on the
+# smallest one that holds it, TMA zero-filling the missing columns.
 KERNEL_HEAD_DIMS = (64, 128, 256)
 _MACRO = re.compile(r"#define\s+FC_HEAD_DIM_TABLE\(X\)((?:[^\n]*\\\n)*[^\n]*)")
 _ENTRY = re.compile(r"X\(\s*(\d+)\s*,\s*(\d+)\s*,\s*([01])\s*\)")
-_MAX_ENTRIES = 64
+_MAX_ENTRIES = 256
 
 
 @dataclass(frozen=True)
@@ -68,4 +69,23 @@ SUPPORTED = tuple(sorted({e.head_dim for e in TABLE}))  # q's head dims of flash
 FP8 = tuple(sorted({e.head_dim for e in TABLE if e.fp8}))  # ... of flashcore.attention_fp8
 HEAD_DIM_V = {d: tuple(sorted({e.head_dim_v for e in TABLE if e.head_dim == d}, key=lambda dv: (dv != d, -dv)))
               for d in SUPPORTED}  # v's head dims for q's: its own first
+
+
+def describe(dims: tuple[int, ...]) -> str:
+    """The head dims as words: their rule when they are every multiple of the smallest up to the largest, as the
+    table's 16-bit ones (FA3's rule), else the list."""
+    if len(dims) > 3 and dims == tuple(range(dims[0], dims[-1] + 1, dims[0])):
+        return f"head dims that are multiples of {dims[0]} up to {dims[-1]}"
+    return f"head dims {', '.join(map(str, dims[:-1]))} and {dims[-1]}" if len(dims) > 1 else f"head dim {dims[0]}"
+
+
+def kernel_head_dim(head_dim: int) -> int | None:
+    """The compiled kernel head dim that runs `head_dim` (the smallest that holds it); None for one the table does
+    not list (kernel/head_dims.h kernel_head_dim)."""
+    if head_dim not in SUPPORTED:
+        return None
+    return min(k for k in KERNEL_HEAD_DIMS if k >= head_dim)
+
+
+RULE = describe(SUPPORTED)  # "head dims that are multiples of 8 up to 256"
 

@@ -15,6 +15,7 @@ import re
 from dataclasses import astuple, dataclass
 
 from flashcore.head_dims import KERNEL_HEAD_DIMS as HEAD_DIMS
+from flashcore.head_dims import kernel_head_dim
 
 SMEM_LIMIT = 227 * 1024  # what one H100 block may use
 ALIGN = 1024  # 128-byte-swizzled tiles start on 1024-byte boundaries
@@ -92,9 +93,12 @@ class Point:
         return self.block_n // 2 + self.block_n // 4 + head_dim // 2
 
     def problems(self, head_dim: int) -> list[str]:
-        """The rules this point breaks at `head_dim` (empty: it may be built; ptxas still judges spills)."""
-        if head_dim not in HEAD_DIMS:
+        """The rules this point breaks at `head_dim` (empty: it may be built; ptxas still judges spills). A head dim
+        between the kernel's is judged on the kernel that runs it (a tuned table's d72 entry runs the 128 kernel)."""
+        kernel = kernel_head_dim(head_dim) if head_dim not in HEAD_DIMS else head_dim
+        if kernel is None:
             return [f"head dim {head_dim}: the kernel has {', '.join(map(str, HEAD_DIMS[:-1]))} and {HEAD_DIMS[-1]}"]
+        head_dim = kernel
         out = []
         if self.block_n % 16 or not 64 <= self.block_n <= 256:
             out.append(f"wgmma N: block_n {self.block_n} must be a multiple of 16 in 64..256 (kernel/wgmma_ops.h)")

@@ -90,7 +90,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
            causal: bool = False, softmax_scale: float | None = None, window_size: Any = (-1, -1),
            softcap: Any = 0.0, attention_chunk: Any = 0, deterministic: bool = False, fallback: str = "error",
            debug_checks: bool | None = None, out: torch.Tensor | None = None,
-           lse: torch.Tensor | None = None, num_splits: int | None = None,
+           lse: torch.Tensor | None = None, num_splits: int | None = None, sm_margin: int = 0,
            s_aux: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32).
     out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
@@ -102,7 +102,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
                   "seqused_k": seqused_k}
         key = fastpath.serving_signature("varlen", (q, k, v, *arrays.values()),
                                          (max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size, softcap,
-                                          attention_chunk, deterministic, fallback, num_splits))
+                                          attention_chunk, deterministic, fallback, num_splits, sm_margin))
         entry = fastpath.lookup(key)
         if entry is not None and fastpath.aligned(q, k, v):
             return launch.again(entry, q, k, v, lse_shape(q, packed=True), arrays, -math.inf)
@@ -110,7 +110,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
                                 seqused_k=seqused_k,
                                 causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                 deterministic=deterministic, fallback=fallback, out=out, lse=lse,
-                                num_splits=num_splits)
+                                num_splits=num_splits, sm_margin=sm_margin)
     call = replace(call, attention_chunk=check.chunk(attention_chunk),
                    sinks=check.sinks(s_aux, call.q.shape[-2], call.q.device))
     if debug:

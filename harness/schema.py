@@ -21,7 +21,7 @@ from flashcore import head_dims
 from harness.ranges import bound_problem, range_of
 
 HEAD_DIMS = head_dims.KERNEL_HEAD_DIMS  # head dims the kernel is built for (kernel/hopper_config.h HeadDimTraits)
-WORKLOAD_HEAD_DIMS = head_dims.SUPPORTED  # kernel/flashcore.h FC_HEAD_DIM_TABLE: 96 and 192 run padded
+WORKLOAD_HEAD_DIMS = head_dims.SUPPORTED  # kernel/flashcore.h FC_HEAD_DIM_TABLE: all but 64, 128, 256 run padded
 DTYPES = ("bf16", "fp16", "e4m3")  # e4m3: FP8 inputs with descales, bf16 out (flashcore.attention_fp8)
 FP8_HEAD_DIMS = head_dims.FP8  # the head dims flashcore.attention_fp8 runs (FC_HEAD_DIM_TABLE's fp8 column)
 # How a workload's batch is laid out (flashcore.serving): dense [B, S, H, D]; varlen: packed sequences of
@@ -164,8 +164,10 @@ def workload_problems(wl: Workload) -> list[tuple[str, str]]:
     """(key, why) of each inconsistency between a workload's serving fields and its shape (first one raised)."""
     n = wl.batch
     out: list[tuple[str, str]] = []
-    if wl.head_dim_v and (wl.head_dim, wl.head_dim_v) not in ((192, 128),) and wl.head_dim_v != wl.head_dim:
-        out.append(("head_dim_v", "0, head_dim, or 128 with head_dim 192"))
+    allowed = head_dims.HEAD_DIM_V.get(wl.head_dim, (wl.head_dim,))
+    if wl.head_dim_v and wl.head_dim_v not in allowed:
+        out.append(("head_dim_v", f"0 or a v head dim the head-dim table pairs with head_dim {wl.head_dim}: "
+                                  f"{', '.join(map(str, allowed))}"))
     if wl.fp8:
         out.extend(fp8_problems(wl))
     if any(x < 0 for x in (*wl.seqlens_q, *wl.seqlens_k)):

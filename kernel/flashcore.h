@@ -13,17 +13,24 @@ extern "C" {
 
 enum fc_dtype { FC_FP16 = 0, FC_BF16 = 1, FC_E4M3 = 2 };
 
-// The head dims FlashCore takes, one X(head_dim, head_dim_v, fp8_supported) per line: every other head dim (and pair)
-// is refused with FC_ERR_INVALID_ARGUMENT. 96 and 192 run padded on the kernels of 128 and 256 (TMA zero-fills the
-// missing columns on loads and clips them on the store); 192 with v 128 is DeepSeek-style prefill. FP8 (FC_E4M3)
-// runs the head dims with fp8_supported 1. fc_head_dims() gives the table to callers that cannot read this header.
-#define FC_HEAD_DIM_TABLE(X) \
-  X(64, 64, 1)               \
-  X(96, 96, 0)               \
-  X(128, 128, 1)             \
-  X(192, 192, 0)             \
-  X(192, 128, 0)             \
-  X(256, 256, 1)
+// The head dims FlashCore takes, as FA3: X(head_dim, head_dim_v, fp8_supported) per entry; every other head dim (and
+// pair) is refused with FC_ERR_INVALID_ARGUMENT. Every multiple of 8 up to 256 (a row of 8 16-bit elements is one
+// 16-byte TMA chunk), and FA3's v head dims of their own: head dims 136..192 with v 104..128 (192 with v 128 is
+// DeepSeek-style prefill). Each runs on the smallest compiled kernel that holds it (kernel/head_dims.h: 64, 128, 256):
+// the TMA maps have the tensors' own head dims, so TMA zero-fills the kernel's missing columns on loads and clips
+// them on the store. FP8 (FC_E4M3) runs the head dims with fp8_supported 1, the kernels' own. fc_head_dims() gives
+// the table to callers that cannot read this header.
+#define FC_HEAD_DIM_TABLE(X)                                                                                       \
+  X(8, 8, 0) X(16, 16, 0) X(24, 24, 0) X(32, 32, 0) X(40, 40, 0) X(48, 48, 0) X(56, 56, 0) X(64, 64, 1)            \
+  X(72, 72, 0) X(80, 80, 0) X(88, 88, 0) X(96, 96, 0) X(104, 104, 0) X(112, 112, 0) X(120, 120, 0) X(128, 128, 1)  \
+  X(136, 136, 0) X(144, 144, 0) X(152, 152, 0) X(160, 160, 0) X(168, 168, 0) X(176, 176, 0) X(184, 184, 0)         \
+  X(192, 192, 0) X(200, 200, 0) X(208, 208, 0) X(216, 216, 0) X(224, 224, 0) X(232, 232, 0) X(240, 240, 0)         \
+  X(248, 248, 0) X(256, 256, 1)                                                                                    \
+  X(136, 128, 0) X(136, 120, 0) X(136, 112, 0) X(136, 104, 0) X(144, 128, 0) X(144, 120, 0) X(144, 112, 0)         \
+  X(144, 104, 0) X(152, 128, 0) X(152, 120, 0) X(152, 112, 0) X(152, 104, 0) X(160, 128, 0) X(160, 120, 0)         \
+  X(160, 112, 0) X(160, 104, 0) X(168, 128, 0) X(168, 120, 0) X(168, 112, 0) X(168, 104, 0) X(176, 128, 0)         \
+  X(176, 120, 0) X(176, 112, 0) X(176, 104, 0) X(184, 128, 0) X(184, 120, 0) X(184, 112, 0) X(184, 104, 0)         \
+  X(192, 128, 0) X(192, 120, 0) X(192, 112, 0) X(192, 104, 0)
 
 // FP8: where V is transposed for the P V GEMM (kernel/fp8_vt.cuh). AUTO: by the shape (kernel/tile_choice.h
 // use_fp8_vt_smem: few query rows per K/V head, as in decode, take SMEM); PASS: V^T is a copy in the workspace, each

@@ -49,8 +49,8 @@ constexpr bool fp8_head_dim(int64_t head_dim) {
   return found;
 }
 
-// The kernel head dim that runs `head_dim` (96 on 128, 192 on 256: TMA zero-fills the missing columns); 0 for a
-// head dim the table does not list.
+// The kernel head dim that runs `head_dim`, the smallest that holds it (8..56 on 64, 72..120 on 128, 136..248 on 256:
+// TMA zero-fills the missing columns); 0 for a head dim the table does not list.
 constexpr int64_t kernel_head_dim(int64_t head_dim) {
   bool listed = false;
 #define FC_ANY_V(hd, hd_v, fp8) listed = listed || head_dim == (hd);
@@ -58,6 +58,21 @@ constexpr int64_t kernel_head_dim(int64_t head_dim) {
 #undef FC_ANY_V
   return listed ? smallest_kernel_at_least(head_dim, KernelHeadDims{}) : 0;
 }
+
+// FA3's rule, which the table spells out: q's head dim a multiple of kHeadDimAlign (a row is whole 16-byte chunks
+// of 16-bit elements, what TMA and the cp.async gather copy) up to kMaxHeadDim. Error messages state the rule.
+constexpr int kHeadDimAlign = 8, kMaxHeadDim = 256;
+constexpr bool table_follows_rule() {
+  for (int64_t d = 1; d <= 2 * kMaxHeadDim; ++d) {
+    if ((kernel_head_dim(d) != 0) != (d % kHeadDimAlign == 0 && d <= kMaxHeadDim) ||
+        (kernel_head_dim(d) != 0 && !listed_head_dims(d, d))) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(table_follows_rule(), "FC_HEAD_DIM_TABLE: lists every multiple of kHeadDimAlign up to kMaxHeadDim (with "
+              "head_dim_v == head_dim), and no other head dim");
 
 // Every entry runs on a compiled kernel that holds both of its head dims; FP8 runs unpadded kernels only.
 #define FC_CHECK_ENTRY(hd, hd_v, fp8)                                                                              \

@@ -66,10 +66,15 @@ template <typename Cfg>
 __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_smem, uint64_t* bars, int t) {
   using Slots = typename Cfg::Slots;
   static_assert(Cfg::kSpan == 128 && !Cfg::kFp8, "16-bit rows of 128-byte swizzle spans");
-  constexpr int kThreads = 32 * kGatherWarps;
   constexpr int kPieces = Cfg::kSpan / 16;  // 16-byte pieces per row and chunk
   constexpr int kCols = Cfg::kSpan / 2;     // 16-bit columns per chunk
-  constexpr int kRowsPerThread = (Cfg::kBlockN + kThreads - 1) / kThreads;
+  constexpr int kLanesPerRow = Cfg::kChunks * kPieces;  // one 16-byte piece per lane (hdim 128: 16 lanes a row)
+  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a warp holds whole rows");
+  constexpr int kRowsPerStep = 32 / kLanesPerRow;  // rows a warp copies with one cp.async
+  // Each warp's run of rows, a whole number of steps; at most 64 so that two page ids per lane hold them all.
+  constexpr int kRowsPerWarp = (Cfg::kBlockN + kGatherWarps * kRowsPerStep - 1) / (kGatherWarps * kRowsPerStep) *
+                               kRowsPerStep;
+  static_assert(kRowsPerWarp <= 64, "two page ids per lane");
   // Request g - 1's arrival waits only for its own copies (cp.async groups complete in order), and needs nothing of
   // request g's: the producer posts g before it waits for anything g - 1 completes.
   // Request g - 1's full barrier: its kind and stage follow from g (nothing kept across the loop).
@@ -120,46 +125,50 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
     const int dim = kind ? p.head_dim_v : p.head_dim_k;  // the tensor's columns: the kernel's past them are zeros
     const uint32_t dst = smem_addr((kind ? v_smem : k_smem) + stage * Cfg::kKVBytes);
     const int* table = p.page_table + r.y * p.page_table_stride;
-    // Each thread copies whole rows (every chunk of them), its rows' page ids read first, together: read one by one
-    // before each row's copies, the dependent table loads bounded pages of 1 key at 750 GB/s.
-    int pages[kRowsPerThread];
+    // Lanes split a row: kLanesPerRow lanes copy one row's 16-byte pieces side by side, so a warp's cp.async reads
+    // whole rows (one lane per row, 16 bytes each, touched every 32-byte sector half at a time and made one L2
+    // request per lane: pages of 1 key 721 GB/s on the H200, 975 split). Each warp copies its own run of rows,
+    // whose page ids its lanes read first, all in one round (lane l: rows l and 32 + l of the run), and hand over
+    // with a shuffle: reading them a few rows at a time put one table latency per few rows in line (pages of 2-8 keys
+    // fell from ~1460 to ~1050 GB/s).
+    const int warp = t / 32, lane = t % 32, piece = lane % kLanesPerRow;
+    const int col = (piece / kPieces) * kCols + (piece % kPieces) * 8;
+    const bool col_live = col < dim;
+    const uint32_t lane_dst = dst + (piece / kPieces) * Cfg::kBlockN * Cfg::kSpan;
+    const int first = warp * kRowsPerWarp;
+    int ids[2];
 #pragma unroll
-    for (int k = 0; k < kRowsPerThread; ++k) {
-      const int row = t + k * kThreads;
-      pages[k] = row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row)) : -1;
+    for (int h = 0; h < 2; ++h) {
+      const int row = first + h * 32 + lane;
+      ids[h] = row < first + kRowsPerWarp && row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row))
+                                                                              : -1;
     }
-    // A page id outside the cache (kernel/seqlens.h) is recorded here, before the copies' values are live; its row
-    // is copied from g_nan_piece below.
+    // A page id outside the cache (kernel/seqlens.h) is recorded here, by the lane that read it, before the copies'
+    // values are live; its row is copied from g_nan_piece below.
 #pragma unroll
-    for (int k = 0; k < kRowsPerThread; ++k) {
-      const int row = t + k * kThreads;
-      if (row < Cfg::kBlockN && row < r.w && static_cast<unsigned>(pages[k]) >= static_cast<unsigned>(p.kv_pages)) {
-        report_index_error(p.errors, kIndexPageTable, r.y * p.page_table_stride + p.div_page(r.x + row), pages[k],
+    for (int h = 0; h < 2; ++h) {
+      const int row = first + h * 32 + lane;
+      if (row < first + kRowsPerWarp && row < Cfg::kBlockN && row < r.w &&
+          static_cast<unsigned>(ids[h]) >= static_cast<unsigned>(p.kv_pages)) {
+        report_index_error(p.errors, kIndexPageTable, r.y * p.page_table_stride + p.div_page(r.x + row), ids[h],
                            p.kv_pages);
       }
     }
-#pragma unroll
-    for (int k = 0; k < kRowsPerThread; ++k) {
-      const int row = t + k * kThreads;
-      if (row >= Cfg::kBlockN) break;
-      const int key = r.x + row, page = pages[k];
+#pragma unroll 2
+    for (int step = 0; step < kRowsPerWarp; step += kRowsPerStep) {  // warp-uniform: the shuffle needs every lane
+      if (first + step >= Cfg::kBlockN) break;
+      const int at = step + lane / kLanesPerRow, row = first + at;
+      const int page = __shfl_sync(0xffffffffu, step < 32 ? ids[0] : ids[1], at % 32);  // kRowsPerStep divides 32
+      const int key = r.x + row;
       // Rows past the keys read no table entry (page -1) and are zeros; an id outside the cache reads no page: its
       // row is copied from g_nan_piece.
-      const bool ok = static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages);
-      const bool bad = !ok && row < r.w;
+      const bool ok = static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages), bad = !ok && row < r.w;
+      const bool live = ok ? col_live : bad;
       const uint16_t* src =
-          ok ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off)
-             : (bad ? reinterpret_cast<const uint16_t*>(&g_nan_piece) : base);
-      const uint32_t d = dst + row * Cfg::kSpan;
-#pragma unroll 1
-      for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-#pragma unroll 1
-        for (int j = 0; j < kPieces; ++j) {
-          const bool live = ok ? ch * kCols + j * 8 < dim : bad;
-          cp_async_16_zfill(d + ch * Cfg::kBlockN * Cfg::kSpan + ((j ^ (row & 7)) << 4),
-                            ok && live ? src + ch * kCols + j * 8 : src, live);
-        }
-      }
+          ok && col_live
+              ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off + col)
+              : (bad ? reinterpret_cast<const uint16_t*>(&g_nan_piece) : base);
+      cp_async_16_zfill(lane_dst + row * Cfg::kSpan + (((piece % kPieces) ^ (row & 7)) << 4), src, live);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     if (held) {

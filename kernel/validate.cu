@@ -28,10 +28,15 @@ int fail(int status, const char* fmt, va_list args) {
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-// "64, 96, 128, 192 or 256": FC_HEAD_DIM_TABLE's head dims (FP8's only with fp8), each once, for error messages.
+// For error messages: FP8's head dims of FC_HEAD_DIM_TABLE, each once ("64, 128 or 256"), or the table's rule
+// (kernel/head_dims.h table_follows_rule).
 const char* head_dim_list(bool fp8) {
   static thread_local char text[2][128];
   char* out = text[fp8 ? 1 : 0];
+  if (!fp8) {
+    snprintf(out, sizeof(text[0]), "a multiple of %d up to %d (as FA3)", kHeadDimAlign, kMaxHeadDim);
+    return out;
+  }
   int dims[32] = {}, n = 0;
   auto add = [&](int hd) {
     for (int i = 0; i < n; ++i) {
@@ -116,7 +121,8 @@ int check_fp8(const fc_params* in) {
 }  // namespace
 
 int64_t launch_head_dim(const fc_params* in) {
-  return in->page_table != nullptr && in->head_dim == 64 ? 128 : kernel_head_dim(in->head_dim);
+  const int64_t kernel_hd = kernel_head_dim(in->head_dim);
+  return in->page_table != nullptr && kernel_hd == 64 ? 128 : kernel_hd;
 }
 
 int report_error(int status, const char* fmt, ...) {

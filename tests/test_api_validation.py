@@ -66,8 +66,8 @@ def test_a_valid_call_gets_the_default_scale_and_flags() -> None:
     (lambda q, k, v: (q, k[:1], v[:1]), r"k\.shape\[0\] \(batch\) is 1 but q\.shape\[0\] \(batch\) is 2"),
     (lambda q, k, v: (q, k, v[:, :5]), r"k has shape .* but v has \(2, 5, 2, 64\)"),
     (lambda q, k, v: (q[:, :, :3], k, v), r"q has 3 heads and k/v have 2"),
-    (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), r"head dim \(q\.shape\[3\]\) is 32"),
-    (lambda q, k, v: (q[..., ::2], k[..., ::2], v[..., ::2]), r"head dim \(q\.shape\[3\]\) is 32"),
+    (lambda q, k, v: (q[..., :36], k[..., :36], v[..., :36]), r"head dim \(q\.shape\[3\]\) is 36: .* multiples of 8"),
+    (lambda q, k, v: (q[..., ::3], k[..., ::3], v[..., ::3]), r"head dim \(q\.shape\[3\]\) is 22"),
     (lambda q, k, v: (q, torch.empty(2, 40, 2, 68, dtype=k.dtype)[..., :64], v), r"k\.stride\(2\) \(head\) is 68"),
     (lambda q, k, v: (q, k, [v]), r"v must be a torch\.Tensor, got list"),
 ])

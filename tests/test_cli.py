@@ -88,11 +88,11 @@ def test_planted_fault_is_announced(in_tmp: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_bad_yaml_exits_2_with_the_message(in_tmp: Path, gates_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = gates_dir / "workloads.yaml"
-    path.write_text(path.read_text().replace("head_dim: 128", "head_dim: 80", 1))
+    path.write_text(path.read_text().replace("head_dim: 128", "head_dim: 36", 1))
     for argv in (["gate", "--phase", "1", "--gates-dir", str(gates_dir)], ["list", "--gates-dir", str(gates_dir)]):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
-        assert "workloads.yaml: workloads.prefill-d128.head_dim = 80: must be one of {64, 96, 128, 192, 256}" in err
+        assert "workloads.yaml: workloads.prefill-d128.head_dim = 36: must be one of {8, 16, 24, 32, 40," in err
         assert "Traceback" not in err
     assert not (in_tmp / "reports").exists()
 

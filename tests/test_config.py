@@ -29,7 +29,8 @@ EXPECTED_WORKLOADS = [
     "serve-varlen-ragged", "serve-varlen-chunked", "serve-cache-lengths", "serve-paged-mid-page", "serve-paged-16",
     "serve-paged-1", "serve-paged-3",
     "serve-window", "serve-window-varlen", "serve-softcap", "serve-softcap-cache", "serve-d96", "serve-d192-v128",
-    "serve-d192-varlen", "serve-varlen-prefill", "serve-decode-lengths", "serve-paged-decode",
+    "serve-d192-varlen", "serve-d8-paged", "serve-d40-varlen", "serve-d72-window", "serve-d160-v112",
+    "serve-d224-cache", "serve-varlen-prefill", "serve-decode-lengths", "serve-paged-decode",
     "fp8-gqa-causal", "fp8-d256-causal", "fp8-decode", "fp8-decode-d256", "fp8-d64-gqa", "fp8-s4k-d128",
     "fp8-s4k-d128-causal", "fp8-s4k-d256", "fp8-s4k-d256-causal", "fp8-s8k-d128", "fp8-s8k-d128-causal",
     "fp8-s8k-d256", "fp8-s8k-d256-causal", "fp8-s8k-d64", "fp8-s8k-d64-causal",
@@ -147,7 +148,7 @@ def _del(*path: Any) -> Callable[[dict[str, Any]], Any]:
 W, P = "workloads.yaml", "phases.yaml"
 CASES = [
     # (id, file, change, key path in the message, words the message must contain)
-    ("head_dim", W, _wl("s17-causal", head_dim=80), "workloads.s17-causal.head_dim = 80", "{64, 96, 128, 192, 256}"),
+    ("head_dim", W, _wl("s17-causal", head_dim=36), "workloads.s17-causal.head_dim = 36", "{8, 16, 24, 32, 40,"),
     ("layout", W, _wl("s1", layout="ragged"), "workloads.s1.layout = 'ragged'", "{dense, varlen, kvcache, paged}"),
     ("lengths_on_dense", W, _wl("s1", seqlens_k=[1]), "workloads.s1.seqlens_k = (1,)", "only for the varlen"),
     ("varlen_count", W, _wl("serve-varlen-ragged", seqlens_q=[1, 2]), "workloads.serve-varlen-ragged.seqlens_q",
@@ -161,7 +162,7 @@ CASES = [
     ("page_on_cache", W, _wl("serve-cache-lengths", page_size=16), "workloads.serve-cache-lengths.page_size = 16",
      "only for the paged layout"),
     ("head_dim_v", W, _wl("serve-d96", head_dim_v=64), "workloads.serve-d96.head_dim_v = 64",
-     "128 with head_dim 192"),
+     "0 or a v head dim the head-dim table pairs with head_dim 96: 96"),
     ("negative_length", W, _wl("serve-paged-16", seqlens_k=[0, -1, 5]), "workloads.serve-paged-16.seqlens_k",
      "lengths are >= 0"),
     ("window_below", W, _wl("serve-window", window_left=-2), "workloads.serve-window.window_left = -2", ">= -1"),

@@ -15,10 +15,25 @@ from tests.conftest import REPO
 def test_todays_table_from_the_header() -> None:
     table = head_dims.parse_header((REPO / "kernel" / "flashcore.h").read_text())
     assert table == head_dims.TABLE
-    assert head_dims.SUPPORTED == (64, 96, 128, 192, 256)
+    assert head_dims.SUPPORTED == tuple(range(8, 257, 8))  # FA3's rule: multiples of 8 up to 256
     assert head_dims.FP8 == (64, 128, 256)
-    assert head_dims.HEAD_DIM_V == {64: (64,), 96: (96,), 128: (128,), 192: (192, 128), 256: (256,)}
+    pairs = {d: (d, 128, 120, 112, 104) for d in range(136, 193, 8)}  # FA3: q/k in (128, 192], v in (96, 128]
+    assert head_dims.HEAD_DIM_V == {d: pairs.get(d, (d,)) for d in head_dims.SUPPORTED}
     assert set(head_dims.KERNEL_HEAD_DIMS) <= set(head_dims.SUPPORTED)
+    assert head_dims.RULE == "head dims that are multiples of 8 up to 256"
+
+
+def test_each_head_dim_runs_on_the_smallest_kernel_that_holds_it() -> None:
+    assert [head_dims.kernel_head_dim(d) for d in (8, 56, 64, 72, 128, 136, 192, 248, 256)] == \
+        [64, 64, 64, 128, 128, 256, 256, 256, 256]
+    assert [head_dims.kernel_head_dim(d) for d in (4, 36, 260, 512)] == [None] * 4
+
+
+def test_describe_states_a_rule_only_for_every_multiple() -> None:
+    assert head_dims.describe((8, 16, 24, 32)) == "head dims that are multiples of 8 up to 32"
+    assert head_dims.describe((64, 128, 256)) == "head dims 64, 128 and 256"
+    assert head_dims.describe((8, 16, 32, 40)) == "head dims 8, 16, 32 and 40"  # 24 missing: a list
+    assert head_dims.describe((64,)) == "head dim 64"
 
 
 def test_a_header_without_the_table_is_an_error_naming_it() -> None:

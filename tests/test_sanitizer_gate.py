@@ -186,7 +186,8 @@ def test_phase1_yaml_entry(gates_dir: Path) -> None:
     p = spec.params
     assert p.tools == TOOLS and p.padding > 0 and p.workloads == (
         config.sets["sanitizer"] + config.sets["serving"] + config.sets["fp8"])
-    assert {config.workloads[w].head_dim for w in p.workloads} == {64, 96, 128, 192, 256}
+    head_dims = {config.workloads[w].head_dim for w in p.workloads}
+    assert head_dims >= {8, 40, 64, 72, 96, 128, 160, 192, 224, 256}  # each kernel, and head dims padded onto each
     assert any(config.workloads[w].heads_q > config.workloads[w].heads_kv for w in p.workloads)  # GQA
     assert any(config.workloads[w].causal for w in p.workloads)
     assert all(config.workloads[w].seqlen_q * config.workloads[w].seqlen_k <= 100_000 for w in config.sets["sanitizer"])

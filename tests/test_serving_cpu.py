@@ -241,7 +241,8 @@ def test_head_dims_96_and_192_and_a_v_of_its_own(dims: tuple[int, int]) -> None:
 
 
 @pytest.mark.parametrize("dims,match", [((192, 64), "expected 192 or 128"), ((128, 64), "expected 128"),
-                                        ((80, 80), r"supports \(64, 96, 128, 192, 256\)")])
+                                        ((36, 36), "multiples of 8 up to 256 \\(as FA3\\)"),
+                                        ((160, 96), "expected 160 or 128 or 120 or 112 or 104")])
 def test_head_dims_it_does_not_take_are_refused(dims: tuple[int, int], match: str) -> None:
     d, dv = dims
     with pytest.raises(FlashCoreError, match=match):

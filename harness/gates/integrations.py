@@ -25,7 +25,7 @@ from typing import Any
 from harness.gates.base import FlashcoreGate, GateContext, SelfTest, finite_or_none, margin_le
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
-from harness.schema import param
+from harness.schema import WORKLOAD_HEAD_DIMS, param
 from harness.support import gpu
 
 INSTALL_HINT = "pip install 'transformers>=5' (the HF backend's tests and this gate build a model from a config)"
@@ -38,7 +38,7 @@ class IntegrationsParams:
     layers: int = param(gt=0)
     heads_q: int = param(gt=0)
     heads_kv: int = param(gt=0)
-    head_dim: int = param(choices=(64, 128, 256))
+    head_dim: int = param(choices=WORKLOAD_HEAD_DIMS)  # the head-dim table's (FA3's: multiples of 8 up to 256)
     batch: int = param(gt=0)
     seqlen: int = param(gt=0)  # prompt tokens
     new_tokens: int = param(gt=0)  # greedy decode steps through the KV cache

@@ -1,7 +1,7 @@
 """Random attention calls, drawn fresh per run, each judged against the float32 reference (harness/support/
 random_judge.py): the random-shapes gate (harness/gates/random_shapes.py) and tests/test_random_*_gpu.py run them.
 
-- dense: flashcore.attention (bf16, fp16; head dims 64, 96, 128, 192, 256 and 192 with a 128 V) and
+- dense: flashcore.attention (bf16, fp16; every head dim of the table, multiples of 8 up to 256, and its v pairs) and
   flashcore.attention_fp8 (E4M3, head dims 64/128/256, random [B, Hkv] descales): batch, K/V heads, a GQA group,
   query and key lengths (often at a tile edge; decode rows; Sq > Sk, whose first rows see no key under causal
   masking), causal or not, sometimes q, k, v as views of one packed qkv (or kv) tensor; out and lse poisoned (NaN);

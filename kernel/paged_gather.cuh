@@ -143,17 +143,6 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       ids[h] = row < first + kRowsPerWarp && row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row))
                                                                               : -1;
     }
-    // A page id outside the cache (kernel/seqlens.h) is recorded here, by the lane that read it, before the copies'
-    // values are live; its row is copied from g_nan_piece below.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = first + h * 32 + lane;
-      if (row < first + kRowsPerWarp && row < Cfg::kBlockN && row < r.w &&
-          static_cast<unsigned>(ids[h]) >= static_cast<unsigned>(p.kv_pages)) {
-        report_index_error(p.errors, kIndexPageTable, r.y * p.page_table_stride + p.div_page(r.x + row), ids[h],
-                           p.kv_pages);
-      }
-    }
 #pragma unroll 2
     for (int step = 0; step < kRowsPerWarp; step += kRowsPerStep) {  // warp-uniform: the shuffle needs every lane
       if (first + step >= Cfg::kBlockN) break;
@@ -161,7 +150,7 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       const int page = __shfl_sync(0xffffffffu, step < 32 ? ids[0] : ids[1], at % 32);  // kRowsPerStep divides 32
       const int key = r.x + row;
       // Rows past the keys read no table entry (page -1) and are zeros; an id outside the cache reads no page: its
-      // row is copied from g_nan_piece.
+      // row is copied from g_nan_piece (the consumers' epilogue records it: kernel/seqlens.h).
       const bool ok = static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages), bad = !ok && row < r.w;
       const bool live = ok ? col_live : bad;
       const uint16_t* src =

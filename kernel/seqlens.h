@@ -8,7 +8,8 @@
 // are clamped into the packed rows, so no load or store leaves a tensor. Which value was bad is recorded apart from
 // the producer thread, which has 32-40 registers (a call there, even to a __noinline__ reporter, made every kernel
 // spill): warps 1-3 of CTA 0's producer warpgroup check every sequence's values again (report_seq_values); a bad
-// page id is recorded by the consumers' epilogue (the TMA page walk's: kBadPage) or by the gather warps.
+// page id is recorded by the consumers' epilogue (the TMA page walk's from kBadPage, the gather's by reading the
+// tile's page ids again).
 #pragma once
 #include "index_errors.h"
 #include "params.h"
@@ -91,6 +92,29 @@ __device__ __forceinline__ void report_tile_page(const KernelParams& p, int k_le
   if (k_len > kBadPage) return;
   const int entry = kBadPage - k_len;
   report_index_error(p.errors, kIndexPageTable, entry, __ldg(p.page_table + entry), p.kv_pages);
+}
+
+// A gathered tile whose O came out NaN (kernel/paged_gather.cuh copies a bad page id's row from NaNs): the page ids
+// of its blocks read again and the first bad one recorded (NaN inputs find none; bad values of the sequence are
+// report_seq_values's). One consumer thread, in the epilogue: records in the gather warps made them spill 12-32 B.
+template <int kBlockN>
+__device__ __forceinline__ void report_gathered_pages(const KernelParams& p, int batch, int kv_begin, int n_blocks) {
+  const int row = p.kv_batch_idx != nullptr ? __ldg(p.kv_batch_idx + batch) : batch;
+  const int keys = __ldg(p.seqused_k + batch);
+  if (static_cast<unsigned>(row) >= static_cast<unsigned>(p.kv_slots) ||
+      static_cast<unsigned>(keys) > static_cast<unsigned>(p.kv_capacity)) {
+    return;
+  }
+  const int lo = kv_begin * kBlockN, hi = min(keys, (kv_begin + n_blocks) * kBlockN);
+  if (hi <= lo) return;
+  const int first = row * static_cast<int>(p.page_table_stride);
+  for (int e = first + p.div_page(lo), last = first + p.div_page(hi - 1); e <= last; ++e) {
+    const int page = __ldg(p.page_table + e);
+    if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.kv_pages)) {
+      report_index_error(p.errors, kIndexPageTable, e, page, p.kv_pages);
+      return;
+    }
+  }
 }
 
 // Warps 1-3 of the producer warpgroup (`t` in 0..95), once per launch in CTA 0: every sequence's values, recorded

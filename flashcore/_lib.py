@@ -76,6 +76,8 @@ class FcParams(ctypes.Structure):
         ("fp8_v_transpose", ctypes.c_int32),
         ("attention_chunk", ctypes.c_int32),
         ("sinks", ctypes.c_void_p),
+        ("page_table_rows", ctypes.c_int64),
+        ("errors", ctypes.c_void_p),
     ]
 
 

@@ -34,12 +34,19 @@ def words(device: Any) -> torch.Tensor:
     so calls captured in a CUDA graph record into it too."""
     import torch
 
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
+    index = _index(device)
     word = _WORDS.get(index)
     if word is None:
         word = _WORDS[index] = torch.zeros(4, dtype=torch.int64, device=torch.device("cuda", index))
     return word
+
+
+def _index(device: Any) -> int:
+    """The CUDA device index of `device` ("cuda" alone: the current device)."""
+    import torch
+
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
 
 
 def describe(values: list[int]) -> str:
@@ -53,9 +60,7 @@ def describe(values: list[int]) -> str:
 def check_errors(device: Any = None) -> None:
     """Raise FlashCoreError for the first bad index value any FlashCore call on `device` (default: every device used)
     recorded since the last check, and clear it. Waits for the device's queued work (one sync)."""
-    import torch
-
-    devices = list(_WORDS) if device is None else [torch.device(device).index or 0]
+    devices = list(_WORDS) if device is None else [_index(device)]
     for index in devices:
         word = _WORDS.get(index)
         if word is None:

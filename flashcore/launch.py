@@ -11,7 +11,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NoReturn
 
-from flashcore import _lib, fastpath, points, tuning
+from flashcore import _lib, device_errors, fastpath, points, tuning
 from flashcore.call import Call, new_out
 from flashcore.errors import FlashCoreError, KernelLaunchError, UnsupportedDeviceError
 
@@ -177,11 +177,14 @@ def params(call: Call, out: torch.Tensor, lse: torch.Tensor | None,
         p.kv_batch = call.k.shape[0]
     if call.page_table is not None:
         p.page_table_stride, p.page_size, p.kv_batch = call.page_table.stride(0), call.k.shape[1], call.k.shape[0]
+        p.page_table_rows = call.page_table.shape[0]
     for name in ("q_descale", "k_descale", "v_descale"):
         t = getattr(call, name)
         if t is not None:
             setattr(p, name, t.data_ptr())
             setattr(p, name + "_stride", (ctypes.c_int64 * 2)(*t.stride()))
+    if call.q.is_cuda:  # the device's error word (kernel/index_errors.h): bad index data is recorded there
+        p.errors = device_errors.words(call.q.device).data_ptr()
     if config.split_ctas_per_sm and not call.num_splits and not packed:
         p.num_splits = table_splits(p, call.q.device, config.split_ctas_per_sm)
     return p
@@ -208,7 +211,7 @@ def table_splits(p: _lib.FcParams, device: torch.device, ctas_per_sm: float) -> 
 
 # ---- fc_plan and fc_attention_forward
 
-_POINTERS = frozenset({"q", "k", "v", "o", "lse", "workspace", "workspace_bytes"})
+_POINTERS = frozenset({"q", "k", "v", "o", "lse", "workspace", "workspace_bytes", "errors"})
 _PLAN_CACHE: dict[tuple[object, ...], int] = {}
 _PLAN_CACHE_MAX = 4096
 _SPLITS_CACHE: dict[tuple[object, ...], int] = {}

@@ -47,7 +47,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, fastpath, launch, rotary
+from flashcore import append, check, check_serving, device_errors, fastpath, launch, rotary
 from flashcore.api import attention
 from flashcore.call import Call, lse_shape
 from flashcore.forward import forward
@@ -115,7 +115,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
                    sinks=check.sinks(s_aux, call.q.shape[-2], call.q.device))
     if debug:
         check_serving.values(call)
-    return forward(call, key)
+    return checked(forward(call, key), call.q, debug)
 
 
 def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Any, *, k: Any = None,
@@ -186,7 +186,16 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                         rotary_seqlens, rotary_interleaved, debug)
     if debug:
         check_serving.values(call)
-    return forward(call, key)
+    return checked(forward(call, key), call.q, debug)
+
+
+def checked(result: tuple[torch.Tensor, torch.Tensor], q: torch.Tensor,
+            debug: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """With debug checks, raise now for bad index data the kernel found on the device (its error word), as the host
+    checks do before the launch: a call that already syncs pays the one more."""
+    if debug and q.is_cuda:
+        device_errors.check_errors(q.device)
+    return result
 
 
 def appended(call: Call, k: Any, v: Any, cache_seqlens: Any, cu_seqlens_k_new: Any, rotary_cos: Any,

@@ -34,8 +34,13 @@ template <int kHeadDim, typename Element, typename LseOf, typename OOf, typename
 __device__ __forceinline__ float combine_row(int parts, LseOf lse_of, OOf o_of, RowOf o_row_of, int head_dim_v,
                                              int lane, float sink) {
   float lse_max = -INFINITY;
-  for (int s = lane; s < parts; s += 32) lse_max = fmaxf(lse_max, lse_of(s));
-  lse_max = fmaxf(warp_max(lse_max), sink);
+  bool nan = false;  // a part of a sequence with bad index data (kernel/seqlens.h): the row stays NaN
+  for (int s = lane; s < parts; s += 32) {
+    const float x = lse_of(s);
+    lse_max = fmaxf(lse_max, x);
+    nan |= x != x;
+  }
+  lse_max = __any_sync(0xffffffffu, nan) ? __int_as_float(0x7fc00000) : fmaxf(warp_max(lse_max), sink);
   const bool empty = lse_max == -INFINITY;  // no part saw a key and no sink: O = 0, LSE = -inf (flashcore.h)
   float sum = 0.f;
   if (!empty) {

@@ -54,6 +54,14 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const T
       }
     }
   }
+  if (!Cfg::kFp8 && again.k_len < 0) {  // bad index data (kernel/seqlens.h): the rows and LSE are NaN
+    inv_l[0] = inv_l[1] = lse[0] = lse[1] = __int_as_float(0x7fc00000);
+    if (thread == 0 && consumer_wg == 0) report_tile_page(p, again.k_len);
+  }
+  if (Cfg::kGatherCapable && p.page_gather && thread == 0 && consumer_wg == 0 &&
+      consumer.o_reg[0][0] != consumer.o_reg[0][0]) {  // a gathered bad page's NaN rows (kernel/seqlens.h)
+    report_gathered_pages<Cfg::kBlockN>(p, c.batch, kv.n_begin, kv.n_blocks);
+  }
   epi_stamp(0);
   o_arrive();  // a tile without blocks
   const bool skip_first_row = p.fault == kFaultSkipFirstRow && consumer_wg == 0 && warp_in_wg == 0;

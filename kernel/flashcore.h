@@ -118,8 +118,8 @@ typedef struct fc_params {
   // Paged KV cache: k and v are [kv_batch pages, page_size, Hkv, D] (k_stride[0]: the page stride); sequence b's
   // key j is row j % page_size of page page_table[r * page_table_stride + j / page_size], r = kv_batch_idx[b]
   // (default b; r * page_table_stride below 2^31). Needs seqused_k (its keys); not with cu_seqlens_k. page_size:
-  // 1 .. 65536 keys. Page ids are not checked on the host (a device array); one outside [0, kv_batch) reads zeros
-  // (TMA bounds), never other memory.
+  // 1 .. 65536 keys. Page ids are not checked on the host (a device array): the kernel checks each one it reads
+  // against [0, kv_batch) (errors, below).
   const int32_t* page_table;
   int64_t page_table_stride;  // elements between sequences' rows of page_table (>= pages per sequence)
   int64_t page_size;
@@ -144,6 +144,12 @@ typedef struct fc_params {
   // O = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sink_h}), LSE = log(sum_j e^{s_j} + e^{sink_h}); a row that sees no
   // key writes O = 0 and LSE = sink_h. 16-bit inputs on the Hopper kernel.
   const float* sinks;
+  // Rows of page_table (0: batch); with kv_batch_idx, each slot must name one of them (the device checks it).
+  int64_t page_table_rows;
+  // Bad index data in the device arrays above (a page id, slot, length or offset out of range) is found by the kernel
+  // where it reads it: no load or store leaves its tensor, the sequence's o rows and LSE are NaN, and the first bad
+  // value is recorded here (kernel/index_errors.h: four int64 in device memory; NULL: not recorded).
+  int64_t* errors;
 } fc_params;
 enum fc_schedule { FC_SCHEDULE_DEFAULT = 0, FC_SCHEDULE_STATIC = 1, FC_SCHEDULE_DYNAMIC = 2, FC_SCHEDULE_WHOLE = 3 };
 

@@ -29,9 +29,9 @@ namespace flashcore {
 // flags: V transposed in shared memory only, the word for the transposing warps (kVtStop's comment).
 template <int kHeadDim, int kPoint, int kElemBytes, bool kPaged, bool kGather>
 __device__ __forceinline__ void load_kv_block(const KernelParams& p, const TmaParams& tma, uint64_t* bars, int block,
-                                              const SeqLens& seq, const KvRange& kv, int head_kv, bool& vt_all,
+                                              SeqLens& seq, const KvRange& kv, int head_kv, bool& vt_all,
                                               int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map,
-                                              int n, int flags = 0) {
+                                              void* tile_slots, int k, int n, int flags = 0) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, kElemBytes>;
   using Slots = typename Cfg::Slots;
   constexpr int kVFull = Cfg::kVtSmem ? Slots::kVRawFull : Slots::kVFull;
@@ -82,11 +82,21 @@ __device__ __forceinline__ void load_kv_block(const KernelParams& p, const TmaPa
     // below 2^31 entries.
     int entry = seq.kv_batch * static_cast<int>(p.page_table_stride) + key0 / p.page_size;
     int row = key0 % p.page_size;
-    const int keys = seq.k_len - key0;  // rows of this block that hold keys
+    int keys = seq.k_len - key0;  // rows of this block that hold keys
     const uint32_t dst_addr = smem_addr(dst), full_addr = smem_addr(full);
 #pragma unroll 1
     for (int r = 0; r < Cfg::kBlockN; r += p.page_box) {
-      const int page = r < keys ? __ldg(p.page_table + entry) : -1;
+      int page = r < keys ? __ldg(p.page_table + entry) : -1;
+      // A page id outside the cache (kernel/seqlens.h): zeros instead (page -1), no further page of the tile,
+      // and the tile's k_len kBadPage - entry in its slot, so the epilogue writes NaN and records the entry.
+      // K(0) loads before the slot is written (from seq), while the slot may still hold tile k - 2's info for
+      // its epilogue: not marked then.
+      if (r < keys && static_cast<unsigned>(page) >= static_cast<unsigned>(p.kv_pages)) {
+        page = -1;
+        keys = 0;
+        seq.k_len = kBadPage - entry;
+        if (n > 0 || slot_full != Slots::kKFull) mark_tile_bad(tile_slots, k, seq.k_len);
+      }
 #pragma unroll
       for (int ch = 0; ch < Cfg::kChunks; ++ch) {
         tma_load_4d<kKvHint>(dst_addr + (ch * Cfg::kBlockN + r) * Cfg::kSpan, map, full_addr, Cfg::kChunkCols * ch,
@@ -152,7 +162,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         at = p.tail_first + t;
       }
       c = tile_coord(p, at);
-      seq = seq_lens<kPaged>(p, c.batch);
+      seq = seq_lens<kPaged, !Cfg::kFp8>(p, c.batch);
       if (!valid || tile_has_rows<Cfg::kBlockM>(p, c.m_block, seq)) break;
       tile = next_tile(p, tile);
     }
@@ -172,7 +182,8 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
     // A lambda around load_kv_block, as the loads were written before they moved there: the SASS stays the same.
     auto load = [&](int slot_full, int slot_empty, uint8_t* ring, const CUtensorMap* map, int n, int flags = 0) {
       load_kv_block<kHeadDim, kPoint, kElemBytes, kPaged, kGather>(p, tma, bars, block, seq, kv, head_kv, vt_all,
-                                                                    slot_full, slot_empty, ring, map, n, flags);
+                                                                    slot_full, slot_empty, ring, map, tile_slots, k,
+                                                                    n, flags);
     };
     if (n_blocks > 0) load(Slots::kKFull, Slots::kKEmpty, k_smem, &tma.k, 0);
     FC_TL(k, 3, 1);

@@ -8,7 +8,7 @@ ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
 NVCC_EXTRA ?=
 NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall $(NVCC_EXTRA)
 KERNEL_HEADERS := $(wildcard kernel/*.h kernel/*.cuh kernel/phase1/*.h kernel/phase1/*.cuh)
-LIB_SOURCES := kernel/flashcore.cu kernel/validate.cu kernel/tensor_maps.cu kernel/append.cu
+LIB_SOURCES := kernel/flashcore.cu kernel/validate.cu kernel/validate_serving.cu kernel/tensor_maps.cu kernel/append.cu
 # fc_kernel_id(): a content hash of every kernel source, so a tuned table (harness/tune) knows the kernel it was
 # measured on (tests/test_tuning.py recomputes it from the same files). The standalone driver (driver.cu) and its
 # naive reference (naive.cu, naive.h) are not in the library: a change to them changes no kernel, so they are left out.
@@ -21,8 +21,8 @@ KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
 POINTS_FILE ?= kernel/tuned_points.inc
 POINT_NAMES := $(shell sed -n 's/^FC_POINT(\([0-9, ]*\)).*/\1/p' $(POINTS_FILE) | tr -d ' ' | tr ',' '_' | sort -u)
 POINT_OBJS := $(POINT_NAMES:%=$(BUILD_DIR)/points/p%.o)
-LIB_OBJS := $(BUILD_DIR)/flashcore.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/tensor_maps.o \
-  $(BUILD_DIR)/append.o
+LIB_OBJS := $(BUILD_DIR)/flashcore.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/validate_serving.o \
+  $(BUILD_DIR)/tensor_maps.o $(BUILD_DIR)/append.o
 point_arg = $(word $(1),$(subst _, ,$*))
 
 .PHONY: build ptx sass kernel-id
@@ -51,6 +51,10 @@ $(BUILD_DIR)/points/p%.o: kernel/point.cu $(KERNEL_HEADERS)
 $(BUILD_DIR)/validate.o: kernel/validate.cu $(KERNEL_SOURCES)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -DFLASHCORE_KERNEL_ID='"$(KERNEL_ID)"' -c $< -o $@
+
+$(BUILD_DIR)/validate_serving.o: kernel/validate_serving.cu $(KERNEL_HEADERS)
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
 $(BUILD_DIR)/tensor_maps.o: kernel/tensor_maps.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)

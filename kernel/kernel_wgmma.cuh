@@ -66,6 +66,7 @@ __device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const 
   if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
     setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
     grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
+    if (threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // bad index values (kernel/seqlens.h)
     constexpr bool kGather = Cfg::kGatherCapable;  // small pages gathered up to hdim 128 (hopper_config.h)
     if (threadIdx.x == 0) {
       if (kGather && p.page_gather) {  // small pages (kernel/paged_gather.cuh)
@@ -81,6 +82,7 @@ __device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const 
   } else {
     setmaxnreg_dec<Cfg::Registers::kProducer>();
     grid_dependency_wait();  // the tile counter and the V^T flags (kernel/zero_words.cuh)
+    if (!Cfg::kFp8 && threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // FP8: no index arrays
     if (threadIdx.x == 0) {
       tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail, kLocal>(p, tma, q_smem, k_smem,
                                                                    Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);

@@ -12,6 +12,12 @@ namespace flashcore {
 // Returns FC_OK or an fc_status with the reason stored for fc_last_error().
 int validate_and_convert(const fc_params* in, KernelParams* out);
 
+// The serving fields (kernel/validate_serving.cu): check_serving refuses their bad combinations and sizes (FC_OK or
+// an fc_status with the reason stored); convert_serving copies them into `out` with the bounds the kernel checks
+// their device arrays' values against (kernel/seqlens.h).
+int check_serving(const fc_params* in);
+void convert_serving(const fc_params* in, KernelParams* out);
+
 // Whether a call uses a serving field (packed rows, per-sequence keys, cache slots, paged keys, window,
 // soft-capping, head dims 96/192 or a v head dim of its own), which only the Hopper kernel implements.
 bool uses_serving(const fc_params* in);

@@ -23,6 +23,7 @@
 
 #include "barriers.h"
 #include "params.h"
+#include "seqlens.h"
 #include "tma.h"
 
 namespace flashcore {
@@ -32,6 +33,10 @@ constexpr int kGatherWarps = 3;  // warps 1..3 of the producer warpgroup
 // read 721 GB/s at 1 key and ~1460-1500 GB/s from 2 to 16 keys (bench/paged_pages.py), TMA boxes 229 GB/s at 1 key
 // but 2294 GB/s at 16.
 constexpr int kGatherBelowRows = 16;
+
+// What a row of a bad page id is copied from, for every 16-byte piece: 16-bit NaNs (0x7fff in fp16 and bf16), so the
+// rows of the tile that use the key come out NaN (kernel/seqlens.h), as the TMA path's marked tile does.
+static __device__ uint4 g_nan_piece = {0x7fff7fffu, 0x7fff7fffu, 0x7fff7fffu, 0x7fff7fffu};
 
 struct GatherRequest {
   int key0;   // the block's first key in the sequence (< 0: stop)
@@ -144,11 +149,14 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       const int at = step + lane / kLanesPerRow, row = first + at;
       const int page = __shfl_sync(0xffffffffu, step < 32 ? ids[0] : ids[1], at % 32);  // kRowsPerStep divides 32
       const int key = r.x + row;
-      // rows past the keys read no table entry (page -1); an id outside the cache reads zeros, as TMA past its map
-      const bool live = col_live && static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages);
+      // Rows past the keys read no table entry (page -1) and are zeros; an id outside the cache reads no page: its
+      // row is copied from g_nan_piece (the consumers' epilogue records it: kernel/seqlens.h).
+      const bool ok = static_cast<unsigned>(page) < static_cast<unsigned>(p.kv_pages), bad = !ok && row < r.w;
+      const bool live = ok ? col_live : bad;
       const uint16_t* src =
-          live ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off + col)
-               : base;
+          ok && col_live
+              ? base + page * page_stride + ((key - p.div_page(key) * p.page_size) * row_stride + head_off + col)
+              : (bad ? reinterpret_cast<const uint16_t*>(&g_nan_piece) : base);
       cp_async_16_zfill(lane_dst + row * Cfg::kSpan + (((piece % kPieces) ^ (row & 7)) << 4), src, live);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");

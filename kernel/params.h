@@ -93,12 +93,17 @@ struct KernelParams {
   // (softmax.h join_sink in the epilogue; the combine kernels add them as one more part with O = 0).
   const float* sinks;
   // Small pages (kernel/paged_gather.cuh): page_gather 1 copies K/V rows with cp.async instead of TMA boxes;
-  // kv_pages bounds the page ids (one outside reads zeros, as TMA past its map), head_dim_k is k's own columns,
-  // div_page divides by page_size.
+  // head_dim_k is k's own columns, div_page divides by page_size. kv_pages bounds the page ids of either path: one
+  // outside reads no memory and is recorded in errors (below).
   int page_gather;
   int kv_pages;
   int head_dim_k;
   FastDiv div_page;
+  // Bad index data (kernel/index_errors.h, kernel/seqlens.h): the error word (nullptr: nothing recorded) and the
+  // bounds each index value is checked against where it is read: packed rows, cache slots, and the keys a sequence's
+  // cache holds (contiguous: its seqlen_k; paged: the row of page_table x page_size); page ids against kv_pages.
+  int64_t* errors;
+  int total_q, total_k, kv_slots, kv_capacity;
 };
 
 // The two rows a thread holds in its fragments (g and g+8 of its 16-row slab): query head, query row,

@@ -108,6 +108,13 @@ __device__ __forceinline__ void store_tile_info(void* slots, int k, const TileIn
                : "memory");
 }
 
+// Bad index data found after the tile's slot was written (a page id, kernel/seqlens.h): its k_len becomes `k_len`
+// (< 0), which the consumers read again for the epilogue.
+__device__ __forceinline__ void mark_tile_bad(void* slots, int k, int k_len) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + (k & 1) * kTileInfoBytes;
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr + 40), "r"(k_len) : "memory");
+}
+
 __device__ __forceinline__ TileInfo load_tile_info(const void* slots, int k, int block_m) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slots)) + (k & 1) * kTileInfoBytes;
   TileInfo t;

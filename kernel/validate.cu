@@ -1,6 +1,6 @@
-// Host-side validation: every fc_params field is checked here before anything reaches the GPU, with the error
-// text fc_last_error() returns, the device check, and the small C entries that describe the build (head dims,
-// version, kernel id). fc_kernel_id lives here, not in flashcore.cu, because its value changes with every kernel
+// Host-side validation: every fc_params field is checked before anything reaches the GPU (the serving fields by
+// kernel/validate_serving.cu), with the error text fc_last_error() returns, the device check, and the small C entries
+// that describe the build (head dims, version, kernel id). fc_kernel_id lives here, not in flashcore.cu, because its value changes with every kernel
 // source: only this small object recompiles for it.
 #include <cuda_runtime.h>
 
@@ -71,76 +71,6 @@ int check_strides(const char* name, const int64_t (&stride)[3], int elems = kChu
   return FC_OK;
 }
 
-// The serving fields (flashcore.h): packed rows, per-sequence key counts, cache slots, window, soft-capping.
-int check_serving(const fc_params* in) {
-  const int64_t kMaxRows = int64_t{1} << 30;
-  if (in->cu_seqlens_q != nullptr && (in->total_q < 1 || in->total_q > kMaxRows)) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "total_q = %lld: packed queries (cu_seqlens_q) need 1 .. 2^30 rows",
-                        static_cast<long long>(in->total_q));
-  }
-  if (in->cu_seqlens_k != nullptr && (in->total_k < 1 || in->total_k > kMaxRows)) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "total_k = %lld: packed keys (cu_seqlens_k) need 1 .. 2^30 rows",
-                        static_cast<long long>(in->total_k));
-  }
-  if (in->seqused_q != nullptr && in->cu_seqlens_q == nullptr) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "seqused_q limits packed query sequences: it needs cu_seqlens_q");
-  }
-  if (in->leftpad_k != nullptr && in->seqused_k == nullptr) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "leftpad_k needs seqused_k (each sequence's end)");
-  }
-  if (in->attention_chunk < 0) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "attention_chunk = %d: 0 (off) or the chunk's keys (> 0)",
-                        in->attention_chunk);
-  }
-  if (in->sinks != nullptr && reinterpret_cast<uintptr_t>(in->sinks) % 4 != 0) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "sinks: a float array [heads_q], 4-byte aligned (got %p)",
-                        static_cast<const void*>(in->sinks));
-  }
-  if (in->cu_seqlens_k != nullptr && in->kv_batch_idx != nullptr) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch_idx indexes a batched cache: it cannot be combined with "
-                        "packed keys (cu_seqlens_k)");
-  }
-  if (in->page_table == nullptr &&
-      (in->kv_batch < 0 || in->kv_batch > 65535 || (in->kv_batch != 0 && in->kv_batch != in->batch &&
-                                                    in->kv_batch_idx == nullptr && in->cu_seqlens_k == nullptr))) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch = %lld: 0 (= batch), or with kv_batch_idx 1 .. 65535",
-                        static_cast<long long>(in->kv_batch));
-  }
-  if (in->window != 0 && (in->window != 1 || in->window_left < -1 || in->window_right < -1)) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "window = %d, window_left = %d, window_right = %d: window is 0 or 1 "
-                        "and each bound >= -1 (-1: unbounded)", in->window, in->window_left, in->window_right);
-  }
-  if (in->page_table != nullptr) {
-    if (in->seqused_k == nullptr || in->cu_seqlens_k != nullptr) {  // kv_batch_idx: the row of page_table
-      return report_error(FC_ERR_INVALID_ARGUMENT, "page_table needs seqused_k (each sequence's keys) and does not "
-                          "take cu_seqlens_k");
-    }
-    if (in->page_size < 1 || in->page_size > 65536) {
-      return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld: a paged cache needs 1 .. 65536 keys per page",
-                          static_cast<long long>(in->page_size));
-    }
-    if (in->kv_batch < 1 || in->kv_batch > (int64_t{1} << 31) - 1) {
-      return report_error(FC_ERR_INVALID_ARGUMENT, "kv_batch = %lld: with page_table it is the number of pages of k "
-                          "and v, 1 .. 2^31 - 1", static_cast<long long>(in->kv_batch));
-    }
-    if (in->page_table_stride < 1 || in->page_table_stride * in->batch > INT32_MAX ||
-        in->page_table_stride * in->page_size < in->seqlen_k) {
-      return report_error(FC_ERR_INVALID_ARGUMENT, "page_table_stride = %lld: each sequence's row of page_table needs "
-                          "room for seqlen_k = %lld keys (%lld-key pages), and the table below 2^31 entries",
-                          static_cast<long long>(in->page_table_stride), static_cast<long long>(in->seqlen_k),
-                          static_cast<long long>(in->page_size));
-    }
-  } else if (in->page_size != 0 || in->page_table_stride != 0) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "page_size = %lld, page_table_stride = %lld without page_table: "
-                        "leave them 0", static_cast<long long>(in->page_size),
-                        static_cast<long long>(in->page_table_stride));
-  }
-  if (!(std::isfinite(in->softcap) && in->softcap >= 0.f)) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "softcap = %g must be finite and >= 0 (0: off)", in->softcap);
-  }
-  return FC_OK;
-}
-
 // FP8: head dims 64/128/256, dense batches, descale arrays 4-byte aligned with non-negative strides, a known
 // fp8_v_transpose; 16-bit: no descales, fp8_v_transpose 0.
 int check_fp8(const fc_params* in) {
@@ -189,14 +119,6 @@ int check_fp8(const fc_params* in) {
 }
 
 }  // namespace
-
-bool uses_serving(const fc_params* in) {
-  return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_q != nullptr ||
-         in->seqused_k != nullptr || in->leftpad_k != nullptr ||
-         in->kv_batch_idx != nullptr || in->window != 0 || in->softcap != 0.f || in->attention_chunk != 0 ||
-         in->sinks != nullptr || (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr ||
-         kernel_head_dim(in->head_dim) != in->head_dim || (in->head_dim_v != 0 && in->head_dim_v != in->head_dim);
-}
 
 int64_t launch_head_dim(const fc_params* in) {
   const int64_t kernel_hd = kernel_head_dim(in->head_dim);
@@ -306,11 +228,6 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
     out->v_stride[i] = in->v_stride[i];
     out->o_stride[i] = in->o_stride[i];
   }
-  // Packed layouts have no batch stride (flashcore.h: unused): the kernel steps by batch * stride[0] there, which
-  // must not move a caller's pointer (a C caller's packed [total, H, D] stride[0] made the register epilogue write
-  // past o: compute-sanitizer memcheck through flashcore_driver).
-  if (in->cu_seqlens_q != nullptr) out->q_stride[0] = out->o_stride[0] = 0;
-  if (in->cu_seqlens_k != nullptr) out->k_stride[0] = out->v_stride[0] = 0;
   out->softmax_scale = in->softmax_scale;
   out->softmax_scale_log2 = in->softmax_scale * kLog2e;
   out->softcap_prescale = 0.f;
@@ -334,27 +251,7 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->sinks = in->sinks;
   out->diag_offset = static_cast<int>(in->seqlen_k - in->seqlen_q);
   out->head_dim_v = static_cast<int>(in->head_dim_v != 0 ? in->head_dim_v : in->head_dim);
-  out->page_table = in->page_table;
-  out->page_table_stride = in->page_table_stride;
-  out->page_size = static_cast<int>(in->page_size);
-  out->page_box = 0;  // the launcher's: it depends on BLOCK_N (run_tiles.cuh), as does page_gather
-  out->page_gather = 0;
-  out->kv_pages = in->page_table != nullptr ? static_cast<int>(in->kv_batch) : 0;
-  out->head_dim_k = static_cast<int>(in->head_dim);
-  out->div_page = make_fast_div(out->page_size);
-  out->cu_seqlens_q = in->cu_seqlens_q;
-  out->cu_seqlens_k = in->cu_seqlens_k;
-  out->seqused_q = in->seqused_q;
-  out->seqused_k = in->seqused_k;
-  out->kv_batch_idx = in->kv_batch_idx;
-  out->leftpad_k = in->leftpad_k;
-  if (in->cu_seqlens_q != nullptr) {
-    out->lse_stride[0] = 0;
-    out->lse_stride[1] = in->total_q;
-  } else {
-    out->lse_stride[0] = in->heads_q * in->seqlen_q;
-    out->lse_stride[1] = in->seqlen_q;
-  }
+  convert_serving(in, out);
   out->fault = in->debug_fault;
   out->pack_gqa = 0;  // chosen per kernel by the launcher (flashcore.cu make_plan), as is split-KV
   out->num_splits = 1;

@@ -41,8 +41,10 @@ def judge() -> correctness.CorrectnessParams:
 
 
 def cpu_cases(table: CaseTable) -> CaseTable:
-    """The cases that mean the same on the CPU: no explicit device, one device."""
-    keep = [c for c in table.cases if c.min_devices == 1 and all(s.device == "cuda" for s in c.tensors.values())
+    """The cases that mean the same on the CPU: no explicit device, one device, no kernel needed (bad index data is
+    found by the kernel)."""
+    keep = [c for c in table.cases if c.min_devices == 1 and c.raised_by == "call"
+            and all(s.device == "cuda" for s in c.tensors.values())
             and all(getattr(x, "device", "cuda") == "cuda" for x in c.call.values())]
     return dataclasses.replace(table, cases=tuple(keep))
 
@@ -150,6 +152,32 @@ GOOD = api_gate.RejectOutcome(("FlashCoreError", "ValueError", "Exception"), "q 
 def test_verdict_reject(outcome: api_gate.RejectOutcome, status: Status, words: str) -> None:
     check = api_gate.verdict_reject(reject_case(), outcome)
     assert check.status is status and words in check.message and check.workload == "c"
+
+
+def test_verdict_of_a_bad_index_case_allows_the_launch() -> None:
+    case = dataclasses.replace(reject_case(), raised_by="check_errors")
+    check = api_gate.verdict_reject(case, dataclasses.replace(GOOD, calls=1))
+    assert check.status is Status.PASS and check.metric == "named_by_check_errors"
+    quiet = api_gate.verdict_reject(case, dataclasses.replace(GOOD, raised=(), message="", calls=1))
+    assert quiet.status is Status.FAIL and "no error was raised" in quiet.message
+    dead = api_gate.verdict_reject(case, dataclasses.replace(GOOD, calls=1, sync_error="RuntimeError: illegal"))
+    assert dead.status is Status.FAIL and "GPU reported an error" in dead.message
+
+
+def test_each_bad_index_has_a_case(table: CaseTable) -> None:
+    found = {c.name: c for c in table.cases if c.raised_by == "check_errors"}
+    assert set(found) == {"device-page-id-past-pages", "device-page-id-negative", "device-cache-seqlens-above-capacity",
+                          "device-cache-seqlens-negative", "device-cache-batch-idx-past-cache",
+                          "device-cu-seqlens-q-past-rows", "device-cu-seqlens-q-decreasing",
+                          "device-cu-seqlens-k-decreasing", "device-seqused-k-above-length"}
+    assert all(c.entry in ("varlen", "kvcache") for c in found.values())
+
+
+def test_raised_by_takes_call_or_check_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "cases.yaml"
+    bad.write_text(TABLE.read_text().replace("kvcache, raised_by: check_errors", "kvcache, raised_by: later", 1))
+    with pytest.raises(ConfigError, match="raised_by"):
+        load_cases(bad)
 
 
 def measured(err_ours: float = 1e-3, unwritten: int = 0) -> correctness.Measured:

@@ -10,9 +10,37 @@ import pytest
 import torch
 
 import flashcore
-from flashcore import device_errors
+from flashcore import _lib, device_errors, launch, serving
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def header_fields() -> list[str]:
+    """fc_params' field names in kernel/flashcore.h's order (comma lists and arrays included)."""
+    header = (REPO / "kernel" / "flashcore.h").read_text()
+    body = header[header.index("typedef struct fc_params {") + len("typedef struct fc_params {"):
+                  header.index("} fc_params;")]
+    code = "\n".join(line.split("//")[0] for line in body.splitlines())
+    names = []
+    for decl in code.split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        first, *rest = decl.split(",")
+        names.append(re.sub(r"\[\d+\]$", "", first.split()[-1].lstrip("*")))
+        names.extend(re.sub(r"\[\d+\]$", "", r.strip().lstrip("*")) for r in rest)
+    return names
+
+
+def test_ctypes_mirror_matches_every_field_of_flashcore_h() -> None:
+    assert [f[0] for f in _lib.FcParams._fields_] == header_fields()
+    assert header_fields()[-1] == "errors"
+
+
+def test_errors_pointer_is_no_part_of_the_plan_key() -> None:
+    a, b = _lib.FcParams(), _lib.FcParams()
+    b.errors = 0x1000
+    assert launch.plan_key(a, 0) == launch.plan_key(b, 0)
 
 
 def test_the_codes_are_the_headers() -> None:
@@ -41,3 +69,18 @@ def test_no_word_or_a_clean_word_raises_nothing(monkeypatch: pytest.MonkeyPatch)
 
 def test_an_unknown_code_is_still_reported() -> None:
     assert "index tensor code 99" in device_errors.describe([99, 1, 2, 3])
+
+
+class FakeQ:
+    is_cuda = True
+    device = "cuda:0"
+
+
+def test_debug_checks_check_the_word_after_the_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[object] = []
+    monkeypatch.setattr(device_errors, "check_errors", seen.append)
+    result = (torch.zeros(1), torch.zeros(1))
+    assert serving.checked(result, FakeQ(), True) is result  # type: ignore[arg-type]
+    assert seen == ["cuda:0"]
+    serving.checked(result, FakeQ(), False)  # type: ignore[arg-type]
+    assert seen == ["cuda:0"]

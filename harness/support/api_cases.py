@@ -82,6 +82,9 @@ class Case:
     expect: str = "result"  # accept: "result" (vs the fp32 reference) or "empty" (defined result, no launch)
     min_devices: int = 1  # GPUs the case needs; NOT_APPLICABLE, with the reason, on a host with fewer
     entry: str = "attention"  # reject: which entry point (ENTRIES) the case calls
+    # reject: "call" (the call raises, before the library) or "check_errors" (bad index data only the kernel sees:
+    # the call runs, and flashcore.check_errors() after it raises)
+    raised_by: str = "call"
 
 
 def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any]) -> Case:
@@ -97,7 +100,8 @@ def _case(file: Path, kind: str, name: str, raw: Any, defaults: Mapping[str, Any
                               f"unknown argument; allowed: {', '.join((*CALL_KEYS, *INDEX_KEYS))}")
         if k in INDEX_KEYS and isinstance(call[k], Mapping):
             call[k] = parse_dataclass(IndexSpec, call[k], file, f"{key}.call.{k}")
-    own = ("why", "error", "match", "min_devices", "entry") if kind == "reject" else ("why", "expect", "min_devices")
+    own = (("why", "error", "match", "min_devices", "entry", "raised_by") if kind == "reject"
+           else ("why", "expect", "min_devices"))
     for k in raw:
         if k not in own:
             allowed = ", ".join([*own, *Dims.__dataclass_fields__, *TENSORS, "call"])
@@ -139,6 +143,7 @@ class _Reject:
     match: str = param()
     min_devices: int = param(default=1, ge=1)
     entry: str = param(default="attention", choices=ENTRIES)
+    raised_by: str = param(default="call", choices=("call", "check_errors"))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ import datetime as dt
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,8 @@ from harness.config import load_config
 from harness.gates.base import SelfTest
 from harness.results import Status
 from harness.schema import Config, ConfigError
-from harness.selftest_perf import check_bench, perf_case, red_by_spread
-from harness.selftest_runs import WATCHDOG_KEY, Runner, once
+from harness.selftest_perf import check_bench, perf_case
+from harness.selftest_runs import WATCHDOG_KEY, Runner, clean_run, once
 from harness.selftest_settings import SELFTEST_FILE, SelftestSettings, load_selftest_settings
 
 PLANTS = ("phase1", "gate", "hang", "spill", "validate-off", "flag-dropped", "perf", "sanitizer", "cpu")
@@ -164,19 +163,6 @@ class Row:
     text: str
     fault_s: float
     control_s: float
-
-
-def clean_run(run: Callable[[Path], dict[str, Status]], path: Path, reruns: int) -> tuple[dict[str, Status], int]:
-    """A clean run (a control, or a clean case), measured again up to `reruns` times while its spread check alone
-    turns it red: on the H200, clean perf controls read 2.3-2.4 % spreads (limit 2 %) beside the other GPU's share,
-    and a control red by noise proves nothing about its gate. A fault run is never re-run (planted noise must stay
-    red), and the gate's own verdicts are untouched. Returns the last run's statuses and how many re-runs it took."""
-    statuses = run(path)
-    n = 0
-    while n < reruns and red_by_spread(statuses):
-        n += 1
-        statuses = run(path.with_name(f"{path.name}-rerun{n}"))
-    return statuses, n
 
 
 def run_case(case: Case, config: Config, root: Path, reruns: int = 0) -> Row:

@@ -31,7 +31,7 @@ import yaml
 
 from harness.results import GateResult, Status, combine
 from harness.schema import Config, ConfigError, GateSpec
-from harness.selftest_runs import Runner, once, spec_of
+from harness.selftest_runs import Runner, clean_run, once, spec_of
 from harness.selftest_settings import SELFTEST_FILE
 
 PERF_PLANTS = ("clean", "slow", "noisy", "serving-twice", "collapse")
@@ -155,24 +155,19 @@ def statuses(gate: str, result: GateResult, plant: str) -> dict[str, Status]:
     return out
 
 
-def red_by_spread(statuses: dict[str, Status]) -> bool:
-    """A run whose spread check failed: its ratios were judged noise, so what it says of the gate is undecided."""
-    return any(k.endswith("/spread") and v is Status.FAIL for k, v in statuses.items())
-
-
 def stored_run(config: Config, spec: GateSpec, run_dir: Path, reruns: int) -> Path:
     """The measurements file of the clean run a case's regression checks compare with, measured again (up to
     `reruns` times) while its own spread check is red: a stored ratio spreading past the gate's limit makes every
     regression check an ERROR ("re-store the baseline"), the control's as the fault's, and proves nothing of the
     gate (on the H200 the first timed run of a share read 2.32 %, limit 2 %, where its control read under 2 %)."""
-    path = run_dir
-    result = timed_gate(config, spec, path, "clean", None)
-    n = 0
-    while n < reruns and red_by_spread(statuses(spec.name, result, "stored")):
-        n += 1
-        path = run_dir.with_name(f"{run_dir.name}-rerun{n}")
-        result = timed_gate(config, spec, path, "clean", None)
-    return path / str(result.details.get("measurements_file", "missing.json"))
+    last: dict[str, Any] = {}
+
+    def run(path: Path) -> dict[str, Status]:
+        last["path"], last["result"] = path, timed_gate(config, spec, path, "clean", None)
+        return statuses(spec.name, last["result"], "stored")
+
+    clean_run(run, run_dir, reruns)
+    return last["path"] / str(last["result"].details.get("measurements_file", "missing.json"))
 
 
 def perf_case(gate: str, plant: str, workloads: tuple[str, ...], override: Mapping[str, Mapping[str, Any]],

@@ -25,6 +25,7 @@ from harness.sanitizer.budget import Budget, budget_check, not_run_check
 from harness.sanitizer.model import TOOLS
 from harness.sanitizer.suppressions import Suppression, load_suppressions
 from harness.schema import PHASES_FILE, ConfigError, param
+from harness.shard_plan import part_for
 from harness.support import gpu
 
 LOG_DIR = "logs"  # raw logs: logs/<gate>/<tool>-<workload>.log (two sanitizer gates share one run directory)
@@ -246,4 +247,13 @@ class SanitizerGate(Gate):
     )
 
     def run(self, ctx: GateContext) -> GateResult:
-        return run_sanitizer(ctx)
+        return self.run_part(ctx, None)
+
+    def run_part(self, ctx: GateContext, budget: Budget | None) -> GateResult:
+        """The gate, or in a sharded run the part its worker was given (gates/shard.yaml `split`: the worker's
+        FLASHCORE_GATE_PARTS names it; harness/shard.py joins the parts)."""
+        try:
+            part = part_for(ctx.spec.name)
+        except ValueError as e:
+            return ctx.verdict_only(Status.ERROR, str(e))
+        return run_sanitizer(ctx, budget, part)

@@ -5,9 +5,7 @@ Same machinery, params and verdicts as harness/gates/sanitizer.py, plus `budget_
 a run it cuts short is an ERROR and the runs it leaves out are listed as not run, so a spent budget turns the
 gate into an ERROR (harness/sanitizer/budget.py), never a pass. Tune per-run timeouts, `<tool>_workloads` and
 `budget_s` in gates/phases.yaml; `tools` order is run order, so the slowest tool goes last.
-In a sharded run the gate runs as one part per worker (gates/shard.yaml `split`): the worker's
-FLASHCORE_GATE_PARTS names its part, which runs its share of the workloads (harness/sanitizer/parallel.py), and
-harness/shard.py joins the parts into one result.
+In a sharded run the gate runs in parts as the sanitizer gate does (SanitizerGate.run_part).
 """
 
 from __future__ import annotations
@@ -16,11 +14,10 @@ from dataclasses import dataclass
 
 from harness.gates.base import GateContext
 from harness.gates.registry import register
-from harness.gates.sanitizer import SanitizerGate, SanitizerParams, run_sanitizer
-from harness.results import GateResult, Status
+from harness.gates.sanitizer import SanitizerGate, SanitizerParams
+from harness.results import GateResult
 from harness.sanitizer.budget import Budget
 from harness.schema import param
-from harness.shard_plan import part_for
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,8 +32,4 @@ class SanitizerAllGate(SanitizerGate):
     selftest_none = "the sanitizer gate's runner and parser over every workload (its planted cases)"
 
     def run(self, ctx: GateContext) -> GateResult:
-        try:
-            part = part_for(ctx.spec.name)
-        except ValueError as e:
-            return ctx.verdict_only(Status.ERROR, str(e))
-        return run_sanitizer(ctx, Budget(ctx.params.budget_s), part)
+        return self.run_part(ctx, Budget(ctx.params.budget_s))

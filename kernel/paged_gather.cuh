@@ -86,6 +86,11 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       mbarrier_arrive(&bars[((prev & 1) ? Slots::kVFull : Slots::kKFull) + (prev >> 1) % Cfg::kStages]);
     }
   };
+  // The held arrival made now, once every copy this thread issued has landed (request g's are none yet).
+  auto release_held = [&](int g) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    arrive_pending(g);
+  };
   bool held = false;  // request g - 1's arrival is still to be made
   for (int g = 0;; ++g) {
     const int kind = g & 1, b = g >> 1, stage = b % Cfg::kStages;
@@ -93,8 +98,7 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
     const uint32_t parity = (b / Cfg::kStages) & 1;
     // Warp-uniform: lanes that tested a moment apart may disagree, and arrive_pending syncs the warp.
     if (held && !__all_sync(0xffffffffu, mbarrier_test(&bars[Slots::kGatherReq + req], parity))) {
-      asm volatile("cp.async.wait_all;" ::: "memory");
-      arrive_pending(g);
+      release_held(g);
       held = false;
     }
     mbarrier_wait(&bars[Slots::kGatherReq + req], parity);
@@ -112,10 +116,7 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
     r.z = __shfl_sync(0xffffffffu, r.z, 0);
     r.w = __shfl_sync(0xffffffffu, r.w, 0);
     if (r.x < 0) {
-      if (held) {
-        asm volatile("cp.async.wait_all;" ::: "memory");
-        arrive_pending(g);
-      }
+      if (held) release_held(g);
       return;
     }
     const auto* base = static_cast<const uint16_t*>(kind ? p.v : p.k);

@@ -72,7 +72,8 @@ class Point:
 
     # -- what the kernel derives from (head dim, point): kernel/hopper_config.h HopperTileConfig --
     def launch_regs(self) -> int:
-        return 65536 // (128 * (1 + self.consumer_wgs)) // 8 * 8
+        """A thread holds at most 255 registers (one consumer warpgroup: 256 threads, 248 each)."""
+        return min(65536 // (128 * (1 + self.consumer_wgs)), 255) // 8 * 8
 
     def consumer_regs(self) -> int:
         share = (self.launch_regs() * (1 + self.consumer_wgs) - self.producer_regs) // self.consumer_wgs // 8 * 8
@@ -104,8 +105,10 @@ class Point:
             out.append(f"wgmma N: block_n {self.block_n} must be a multiple of 16 in 64..256 (kernel/wgmma_ops.h)")
         if not 2 <= self.stages <= 8:
             out.append(f"stages {self.stages}: the K/V ring needs 2..8")
-        if self.consumer_wgs not in (2, 3):
-            out.append(f"consumer_wgs {self.consumer_wgs}: 2 or 3 (named barrier ids 1..3)")
+        if self.consumer_wgs not in (1, 2, 3):
+            out.append(f"consumer_wgs {self.consumer_wgs}: 1 to 3 (named barrier ids 1..3)")
+        elif self.consumer_wgs == 1 and self.pingpong:
+            out.append("ping-pong needs 2 or more consumer warpgroups: one has no partner (pingpong false)")
         if self.producer_regs % 8 or self.producer_regs < 24:
             out.append(f"setmaxnreg: producer_regs {self.producer_regs} must be a multiple of 8, >= 24")
         if out:

@@ -34,7 +34,8 @@ namespace flashcore {
 
 // Calls f(std::integral_constant<int, point code>) with the point this call runs; the launch and fc_plan both
 // choose through here. fc_params.point, when not 0, names a compiled point; else fc_params.block_n, when not 0,
-// picks one of the default pair; else kernel/tile_choice.h's rule picks by the shape.
+// picks one of the default pair; else kernel/tile_choice.h's rules pick by the shape (use_one_wg_point: the decode
+// point; use_short_block_n: the short or long one).
 template <int kHeadDim, typename F>
 int with_point(const fc_params* in, const KernelParams& p, F&& f) {
   using D = DefaultPoints<kHeadDim>;
@@ -50,9 +51,13 @@ int with_point(const fc_params* in, const KernelParams& p, F&& f) {
     }
     return f(std::integral_constant<int, D::kShort>{});
   }
+  // Tiles of at most 64 query rows (decode) take the one-warpgroup point where the head dim has one.
+  const bool one_wg = D::kHasDecode && use_one_wg_point(p.seqlen_q, p.group, D::kBlockM);
   if (in->page_table != nullptr && in->point == 0 && in->block_n == 0) {
-    // A paged cache takes the short default point: its BLOCK_N (64 / 128 / 80) shares more factors with the page
-    // sizes in use (powers of two) than 176, so the TMA boxes are larger (gcd(page_size, BLOCK_N) rows).
+    // A paged cache takes the short default point (or the decode point, at the same BLOCK_N): its BLOCK_N
+    // (64 / 128 / 80) shares more factors with the page sizes in use (powers of two) than 176, so the TMA boxes are
+    // larger (gcd(page_size, BLOCK_N) rows).
+    if (one_wg) return f(std::integral_constant<int, D::kDecode>{});
     return f(std::integral_constant<int, D::kShort>{});
   }
   if (in->point != 0) {
@@ -62,6 +67,7 @@ int with_point(const fc_params* in, const KernelParams& p, F&& f) {
     }
     if (in->point == D::kShort) return f(std::integral_constant<int, D::kShort>{});
     if (in->point == D::kLong) return f(std::integral_constant<int, D::kLong>{});
+    if (in->point == D::kDecode) return f(std::integral_constant<int, D::kDecode>{});
 #define FC_POINT(hd, ...)                                                            \
   if constexpr (hd == kHeadDim) {                                                    \
     constexpr int kCode = point_code(__VA_ARGS__);                                   \
@@ -85,6 +91,7 @@ int with_point(const fc_params* in, const KernelParams& p, F&& f) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "block_n = %d: head dim %d is built for %d or %d keys per tile "
                         "(0: the default choice)", in->block_n, kHeadDim, Choice::kShort, Choice::kLong);
   }
+  if (one_wg) return f(std::integral_constant<int, D::kDecode>{});
   if constexpr (Choice::kShort != Choice::kLong) {
     if (use_short_block_n(p.causal != 0, p.seqlen_k)) return f(std::integral_constant<int, D::kShort>{});
   }
@@ -119,6 +126,7 @@ int point_options(int32_t* out, int max, bool with_file) {
   };
   add(D::kShort);
   add(D::kLong);
+  add(D::kDecode);
   if (!with_file) return n;
 #define FC_POINT(hd, ...) \
   if constexpr (hd == kHeadDim) add(point_code(__VA_ARGS__));

@@ -23,20 +23,25 @@ struct TmaParams {
 // 2 consumers get 232 and 3 get 160. FA3 gives a 2-consumer producer 24; the persistent producer (tile decode,
 // ring counters) spilled 4-16 bytes at 24 (ptxas), and the consumers' peak (hdim 128: S 88 + P 44 + O 64 +
 // addressing) stays under 232 without spills. make tune searches the producer's share (a point's producer_regs).
+// One consumer (BLOCK_M 64, the decode point) has 256 threads: ptxas gives a thread at most 255 registers, so the
+// launch holds 248 each, and the consumer takes setmaxnreg's largest, 256 (FA3's one-warpgroup split: 56 + 256).
 template <int kConsumerWGs, int kProducerRegs>
 struct RegisterSplit {
-  static_assert(kConsumerWGs == 2 || kConsumerWGs == 3, "2 or 3 consumer warpgroups (named barrier ids 1..3)");
+  static_assert(kConsumerWGs >= 1 && kConsumerWGs <= 3, "1 to 3 consumer warpgroups (named barrier ids 1..3)");
   static_assert(kProducerRegs >= 24 && kProducerRegs % 8 == 0, "setmaxnreg takes multiples of 8 from 24");
   // setmaxnreg.inc takes from the registers the CTA was launched with: __launch_bounds__(threads, 1) gives each
-  // thread 65536 / threads rounded down to a multiple of 8 (168 for 384 threads, 128 for 512).
-  static constexpr int kLaunchRegs = 65536 / (128 * (1 + kConsumerWGs)) / 8 * 8;
+  // thread 65536 / threads rounded down to a multiple of 8 (168 for 384 threads, 128 for 512), at most 255.
+  static constexpr int kThreadRegs = 65536 / (128 * (1 + kConsumerWGs));
+  static constexpr int kLaunchRegs = (kThreadRegs > 255 ? 255 : kThreadRegs) / 8 * 8;
   static constexpr int kProducer = kProducerRegs;
   static constexpr int kShare = (kLaunchRegs * (1 + kConsumerWGs) - kProducer) / kConsumerWGs / 8 * 8;
   static constexpr int kConsumer = kShare > 256 ? 256 : kShare;
-  // What the consumers leave of the pool, at most 40, for the paged producer (its page walk needs more than 32
-  // registers): 40 beside 2 consumers (232 each either way), 32 beside 3 (never paged: run_tiles.cuh).
+  // What the consumers leave of the pool, at most 40 or the point's own share where larger, for the paged producer
+  // (its page walk needs more than 32 registers): 40 beside 2 consumers (232 each either way), 32 beside 3 (never
+  // paged: run_tiles.cuh), the point's producer_regs beside 1.
   static constexpr int kLeft = (kLaunchRegs * (1 + kConsumerWGs) - kConsumer * kConsumerWGs) / 8 * 8;
-  static constexpr int kPagedProducer = kLeft > 40 ? 40 : kLeft;
+  static constexpr int kPagedWant = kConsumerWGs == 1 && kProducer > 40 ? kProducer : 40;
+  static constexpr int kPagedProducer = kLeft > kPagedWant ? kPagedWant : kLeft;
   static_assert(kProducer <= kLaunchRegs, "setmaxnreg.dec cannot raise the producer above the launch registers");
   static_assert(kProducer * 128 + kConsumer * 128 * kConsumerWGs <= kLaunchRegs * 128 * (1 + kConsumerWGs),
                 "register split exceeds the CTA's register pool");
@@ -95,6 +100,13 @@ enum NamedBarrier : int {
 //   kStages:      2 K/V stages (hdim 128 at 176 keys and hdim 256 have no room for a third).
 //   kProducerRegs: 32 (see RegisterSplit).
 // BLOCK_N is chosen per call among the values of kernel/tile_choice.h.
+// decode_point(): calls whose every tile holds at most 64 query rows (packed GQA decode, short queries;
+// tile_choice.h use_one_wg_point) run one consumer warpgroup, BLOCK_M 64, as FA3's use_one_mma_wg: a second (or
+// third) warpgroup would run every GEMM and softmax of each K/V block on rows that hold nothing, doubling the tensor
+// work that sits beside the block's DRAM time. No ping-pong (a ring of one has no partner); the short BLOCK_N, so a
+// paged cache keeps its page boxes (gcd(page_size, BLOCK_N) rows); 3 stages at hdim 128 and 4 at hdim 64 (what the
+// smaller Q leaves room for: more K/V loads in flight); FA3's 56-register producer (the consumer gets 256).
+// Up to hdim 128 (FA3's rule); the larger head dims' decode keeps the default points.
 template <int kHeadDim>
 struct HeadDimTraits {
   static_assert(is_kernel_head_dim(kHeadDim), "not a compiled head dim (kernel/head_dims.h KernelHeadDims)");
@@ -106,6 +118,10 @@ struct HeadDimTraits {
   // The default point at `block_n` keys per tile (kernel/tile_choice.h picks block_n per call).
   static constexpr int point(int block_n) {
     return point_code(block_n, kStages, kConsumerWGs, kPingPong, kRescaleEarly, kProducerRegs);
+  }
+  static constexpr bool kOneWgDecode = kHeadDim <= 128;
+  static constexpr int decode_point() {
+    return point_code(BlockNChoice<kHeadDim>::kShort, kHeadDim == 64 ? 4 : 3, 1, false, false, 56);
   }
 };
 
@@ -130,6 +146,8 @@ struct HopperTileConfig {
   static constexpr bool kPingPong = Point::kPingPong;
   static constexpr bool kRescaleEarly = Point::kRescaleEarly;
   static_assert(kStages >= 2 && kStages <= 8, "the K/V ring needs 2..8 stages");
+  static_assert(kConsumerWGs > 1 || !kPingPong, "ping-pong needs 2 or more consumer warpgroups (a ring of one)");
+  static_assert(!kFp8 || kConsumerWGs >= 2, "FP8 runs on 2 or 3 consumer warpgroups (tile_choice.h Fp8Choice)");
   // Q and K TMA boxes and wgmma atoms are one swizzle span wide: 128 bytes (64 16-bit or 128 FP8 columns), or 64
   // bytes where the whole row is 64 (FP8 hdim 64: 64-byte swizzle, 8-row groups of 512 bytes).
   static constexpr int kRowBytes = kHeadDim * kElemBytes;  // one row of Q or K
@@ -153,10 +171,10 @@ struct HopperTileConfig {
   static constexpr bool kFastFinalize = !kFp8 || Fp8Choice<kHeadDim>::kFastFinalize;
   static constexpr int kVRawStages = kVtSmem ? kStages : 0;
   static constexpr int kVtStaging = kVtFused ? 2 : 0;
-  // A paged cache runs on 2-consumer 16-bit points only (run_tiles.cuh make_plan). Those up to hdim 128 gather small
-  // pages (kernel/paged_gather.cuh) and hold its slots: at hdim 256 the gather warps' code made 4 of the kernels
-  // spill 4 B (the producer's tile decode), so its small pages keep one TMA box per page.
-  static constexpr bool kPagedCapable = !kFp8 && kConsumerWGs == 2;
+  // A paged cache runs on 16-bit points of 1 or 2 consumers only (run_tiles.cuh make_plan). Those up to hdim 128
+  // gather small pages (kernel/paged_gather.cuh) and hold its slots: at hdim 256 the gather warps' code made 4 of the
+  // kernels spill 4 B (the producer's tile decode), so its small pages keep one TMA box per page.
+  static constexpr bool kPagedCapable = !kFp8 && kConsumerWGs <= 2;
   static constexpr bool kGatherCapable = kPagedCapable && kHeadDim <= 128;
   using Slots = HopperSlots<kStages, kVRawStages, kVtFused, kGatherCapable ? 2 * kStages : 0>;
   // k-steps of one GEMM (32 bytes of K each: 16 16-bit or 32 FP8 columns); P's A fragments per block.

@@ -126,7 +126,7 @@ template <int kHeadDim, int kPoint, int kElemBytes, bool kSplit, bool kPaged, bo
 __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_t* q_smem, uint8_t* k_smem,
                              uint8_t* v_smem, uint64_t* bars, void* tile_slots) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, kElemBytes>;
-  static_assert(!kGather || Cfg::kGatherCapable, "the gather serves 2-consumer 16-bit points up to hdim 128");
+  static_assert(!kGather || Cfg::kGatherCapable, "the gather serves 1- and 2-consumer 16-bit points up to hdim 128");
   using Slots = typename Cfg::Slots;
   constexpr int kVFull = Cfg::kVtSmem ? Slots::kVRawFull : Slots::kVFull;
   constexpr int kVEmpty = Cfg::kVtSmem ? Slots::kVRawEmpty : Slots::kVEmpty;

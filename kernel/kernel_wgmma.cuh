@@ -60,10 +60,10 @@ __device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const 
                                                    uint8_t* k_smem, uint8_t* v_smem, uint8_t* v_raw, uint64_t* bars,
                                                    void* tile_slots) {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
-  // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
-  // beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh make_plan).
-  // FP8 takes dense batches only (validate.cu check_fp8): no paged copy.
-  if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
+  // The paged producer walks the page table on the registers 1 or 2 consumer warpgroups leave it (kPagedProducer,
+  // 40 or more); beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh
+  // make_plan). FP8 takes dense batches only (validate.cu check_fp8): no paged copy.
+  if (Cfg::kPagedCapable && p.page_table != nullptr) {
     setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
     grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
     if (threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // bad index values (kernel/seqlens.h)

@@ -25,12 +25,16 @@
 
 namespace flashcore {
 
-// The two default points of a head dim (kernel/tile_choice.h's short and long key tiles; equal for some). The short
-// one is also the only point compiled with soft-capping (kernel_wgmma.cuh kSoftcap).
+// The default points of a head dim: kernel/tile_choice.h's short and long key tiles (equal for some), and the
+// one-warpgroup decode point (hopper_config.h HeadDimTraits::decode_point; kShort where the head dim has none). The
+// short one is also the only point compiled with soft-capping (kernel_wgmma.cuh kSoftcap).
 template <int kHeadDim>
 struct DefaultPoints {
   static constexpr int kShort = HeadDimTraits<kHeadDim>::point(BlockNChoice<kHeadDim>::kShort);
   static constexpr int kLong = HeadDimTraits<kHeadDim>::point(BlockNChoice<kHeadDim>::kLong);
+  static constexpr bool kHasDecode = HeadDimTraits<kHeadDim>::kOneWgDecode;
+  static constexpr int kDecode = kHasDecode ? HeadDimTraits<kHeadDim>::decode_point() : kShort;
+  static constexpr int kBlockM = 64 * HeadDimTraits<kHeadDim>::kConsumerWGs;  // the short and long points'
 };
 
 // What one call launches: tile list, GQA packing, split-KV count, persistent grid and workspace (fc_plan_info).
@@ -80,9 +84,9 @@ struct PlanShape {
 template <int kHeadDim, int kPoint>
 int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   using Cfg = PlanShape<kPoint>;
-  if (p.page_table != nullptr && Cfg::kConsumerWGs != 2) {  // the kernel's paged producer (kernel_wgmma.cuh)
+  if (p.page_table != nullptr && Cfg::kConsumerWGs > 2) {  // the kernel's paged producer (kernel_wgmma.cuh)
     return report_error(FC_ERR_INVALID_ARGUMENT, "point 0x%x has %d consumer warpgroups: a paged cache runs on points "
-                        "with 2 (leave point 0)", static_cast<unsigned>(kPoint), Cfg::kConsumerWGs);
+                        "with 1 or 2 (leave point 0)", static_cast<unsigned>(kPoint), Cfg::kConsumerWGs);
   }
   // GQA with short queries (decode): all query heads of a K/V head fit in one tile, so pack them and read
   // each K/V head once instead of once per query head.

@@ -21,6 +21,8 @@ from tests.conftest import build_host_program
 REPO = Path(__file__).resolve().parent.parent
 DEFAULTS = {64: Point(128, 2, 3, True, False, 32), 128: Point(176, 2, 2, True, False, 32),
             256: Point(80, 2, 2, True, False, 32)}
+# The one-warpgroup decode points (kernel/hopper_config.h HeadDimTraits::decode_point).
+DECODE = {64: Point(128, 4, 1, False, False, 56), 128: Point(128, 3, 1, False, False, 56)}
 
 
 def test_name_code_and_back() -> None:
@@ -51,11 +53,22 @@ def test_the_defaults_obey_the_rules() -> None:
     assert Point(128, 2, 2, True, False, 24).consumer_regs() == 240
 
 
+def test_one_consumer_warpgroup_without_ping_pong_is_a_valid_point() -> None:
+    for hd, p in DECODE.items():
+        assert p.problems(hd) == [], (hd, p.name)
+        assert p.launch_regs() == 248, "256 threads: ptxas gives a thread at most 255 registers"
+        assert p.consumer_regs() == 256 and not p.smem_bytes(hd)[1]
+    assert Point(128, 3, 1, False, False, 32).problems(96) == []  # a padded head dim on the 128 kernel
+
+
 @pytest.mark.parametrize("hd, point, rule", [
     (128, Point(120, 2, 2, True, False, 32), "wgmma N"),
     (128, Point(272, 2, 2, True, False, 32), "wgmma N"),
     (128, Point(128, 1, 2, True, False, 32), "2..8"),
-    (128, Point(128, 2, 4, True, False, 32), "2 or 3"),
+    (128, Point(128, 2, 4, True, False, 32), "1 to 3"),
+    (128, Point(128, 2, 0, False, False, 32), "1 to 3"),
+    (128, Point(128, 3, 1, True, False, 56), "ping-pong needs 2 or more"),
+    (64, Point(128, 4, 1, True, False, 32), "ping-pong needs 2 or more"),
     (128, Point(128, 2, 2, True, False, 28), "multiple of 8"),
     (128, Point(176, 3, 2, True, False, 32), "shared memory"),
     (128, Point(176, 2, 3, True, False, 32), "O staged over V"),
@@ -70,8 +83,12 @@ def test_an_invalid_point_names_the_rule(hd: int, point: Point, rule: str) -> No
 
 def _compile_config(tmp_path: Path, name: str, configs: list[tuple[int, Point]]) -> subprocess.CompletedProcess[str]:
     inst = "".join(f"template struct flashcore::HopperTileConfig<{hd}, {p.code}>;\n" for hd, p in configs)
+    return _nvcc_compile(tmp_path, name, f'#include "hopper_config.h"\n{inst}')
+
+
+def _nvcc_compile(tmp_path: Path, name: str, text: str) -> subprocess.CompletedProcess[str]:
     src = tmp_path / f"{name}.cu"
-    src.write_text(f'#include "hopper_config.h"\n{inst}')
+    src.write_text(text)
     nvcc = os.environ.get("NVCC") or "nvcc"
     return subprocess.run([nvcc, "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", f"-I{REPO / 'kernel'}",
                            "-c", str(src), "-o", str(tmp_path / f"{name}.o")], capture_output=True, text=True)
@@ -82,16 +99,28 @@ def test_the_rules_agree_with_the_kernels_static_asserts(tmp_path: Path) -> None
     """Points the Python rules accept compile; one breaking each C++-checked rule fails on its static_assert (the
     register estimate is Python's alone: ptxas judges it after the build)."""
     valid = [(hd, p) for hd, p in DEFAULTS.items()] + [(128, Point(128, 3, 2, False, True, 24)),
-                                                         (64, Point(192, 4, 2, True, False, 32))]
+                                                         (64, Point(192, 4, 2, True, False, 32)),
+                                                         *DECODE.items()]
     assert all(not p.problems(hd) for hd, p in valid)
     ok = _compile_config(tmp_path, "valid", valid)
     assert ok.returncode == 0, ok.stderr
     for name, hd, p, text in [("smem", 128, Point(176, 3, 2, True, False, 32), "227 KB"),
                               ("alias", 128, Point(176, 2, 3, True, False, 32), "O staged over V"),
-                              ("n", 128, Point(48, 2, 2, True, False, 32), "wgmma N")]:
+                              ("n", 128, Point(48, 2, 2, True, False, 32), "wgmma N"),
+                              ("ring", 128, Point(128, 3, 1, True, False, 56), "ping-pong needs 2")]:
         assert p.problems(hd)
         bad = _compile_config(tmp_path, name, [(hd, p)])
         assert bad.returncode != 0 and text in bad.stderr, (name, bad.stderr[-500:])
+
+
+@pytest.mark.nvcc
+def test_the_decode_points_are_hopper_config_hs(tmp_path: Path) -> None:
+    """HeadDimTraits::decode_point() of hdim 64 and 128 is DECODE's; hdim 256 has none."""
+    asserts = "".join(f"static_assert(flashcore::HeadDimTraits<{hd}>::decode_point() == {p.code});\n"
+                      for hd, p in DECODE.items())
+    proc = _nvcc_compile(tmp_path, "decode", f'#include "hopper_config.h"\n{asserts}'
+                         "static_assert(!flashcore::HeadDimTraits<256>::kOneWgDecode);\n")
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_the_makefile_builds_one_object_per_points_file_line(tmp_path: Path) -> None:

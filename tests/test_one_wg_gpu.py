@@ -16,27 +16,17 @@ import torch
 import flashcore
 from flashcore import reference, serving
 from tests.test_paged_gpu import paged
+from tests.test_serving_gpu import ATOL, RTOL, close, rand
+from tests.test_serving_index_gpu import poisoned
 
 pytestmark = pytest.mark.gpu
-ATOL, RTOL = 2e-2, 2e-2
 DECODE_POINT = {64: "n128-s4-w1-pp0-re0-r56", 128: "n128-s3-w1-pp0-re0-r56"}  # per kernel head dim
 KERNEL = {40: 64, 64: 64, 96: 128, 128: 128}
 
 
-def rand(*shape: int) -> torch.Tensor:
-    return torch.randn(*shape, device="cuda").to(torch.bfloat16)
-
-
-def poisoned(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    return torch.full(shape, math.nan, device="cuda", dtype=dtype)
-
-
-def close(out: torch.Tensor, ref: torch.Tensor, lse: torch.Tensor, ref_lse: torch.Tensor) -> None:
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=RTOL)
-    seen = torch.isfinite(ref_lse)
-    assert torch.equal(torch.isfinite(lse), seen)  # a sequence without keys: lse -inf exactly there
-    torch.testing.assert_close(lse[seen], ref_lse[seen], atol=1e-3, rtol=1e-3)
+def decode_outputs(batch: int, hq: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """out [B, 1, Hq, D] and lse [B, Hq, 1], NaN."""
+    return poisoned(batch, 1, hq, d, dtype=torch.bfloat16), poisoned(batch, hq, 1, dtype=torch.float32)
 
 
 @pytest.mark.parametrize("sq,hq,hkv,d,one_wg", [
@@ -60,7 +50,7 @@ def test_decode_with_ragged_cache_lengths(hq: int, hkv: int, d: int, splits: int
     k_cache, v_cache = rand(len(lengths), 8192, hkv, d), rand(len(lengths), 8192, hkv, d)
     q = rand(len(lengths), 1, hq, d)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
-    out, lse = poisoned(len(lengths), 1, hq, d), poisoned(len(lengths), hq, 1, dtype=torch.float32)
+    out, lse = decode_outputs(len(lengths), hq, d)
     serving.kvcache(q, k_cache, v_cache, seqlens, num_splits=splits, out=out, lse=lse, debug_checks=True)
     for b, n in enumerate(lengths):
         ref, ref_lse = reference.sequence(q[b], k_cache[b, :n], v_cache[b, :n], causal=False, scale=1 / math.sqrt(d))
@@ -75,7 +65,7 @@ def test_paged_decode(page: int, d: int, hq: int, hkv: int, splits: int | None) 
     k, v, table = paged(lengths, page, hkv, d, d)
     q = rand(len(lengths), 1, hq, d)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
-    out, lse = poisoned(len(lengths), 1, hq, d), poisoned(len(lengths), hq, 1, dtype=torch.float32)
+    out, lse = decode_outputs(len(lengths), hq, d)
     serving.kvcache(q, k, v, seqlens, page_table=table, num_splits=splits, out=out, lse=lse, debug_checks=False)
     for b, n in enumerate(lengths):
         kb, vb = reference.cached_keys(k, v, b, n, None, table)
@@ -115,7 +105,7 @@ def test_decode_with_a_window_softcap_or_sinks(d: int, feature: str) -> None:
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     window, cap = ((256, 0) if feature == "window" else (-1, -1)), (20.0 if feature == "softcap" else 0.0)
     sinks = torch.randn(hq, device="cuda") * 3 if feature == "sinks" else None
-    out, lse = poisoned(len(lengths), 1, hq, d), poisoned(len(lengths), hq, 1, dtype=torch.float32)
+    out, lse = decode_outputs(len(lengths), hq, d)
     serving.kvcache(q, k_cache, v_cache, seqlens, causal=True, window_size=window, softcap=cap, s_aux=sinks, out=out,
                     lse=lse, debug_checks=True)
     for b, n in enumerate(lengths):

@@ -91,8 +91,10 @@ enum NamedBarrier : int {
 //                 other's GEMMs. hdim 256 without it measured the same; kept on everywhere. FP8 hdim 128
 //                 passes the turn around the softmax instead (kSoftmaxRing below).
 //   kRescaleEarly: O *= alpha(n-1) between issuing S(n) and P(n-1) V(n-1) instead of after P V is done (FA3's
-//                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same: off.
-//   kStages:      2 K/V stages (hdim 128 at 176 keys and hdim 256 have no room for a third).
+//                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same: off (hdim 192 not
+//                 measured: off with its neighbours; make tune tries it).
+//   kStages:      2 K/V stages (hdim 128 at 176 keys, hdim 192 and hdim 256 have no room for a third).
+//   Registers:    hdim 192's consumers hold O 96 + S 56 + P 28 (112 keys) of their 232, hdim 256's 128 + 40 + 20.
 //   kProducerRegs: 32 (see RegisterSplit).
 // BLOCK_N is chosen per call among the values of kernel/tile_choice.h.
 template <int kHeadDim>
@@ -148,14 +150,15 @@ struct HopperTileConfig {
   static_assert(kFp8 || !Point::kVtSmem, "kPointVtSmem is an FP8 choice");
   static constexpr bool kVtFused = kFp8 && !Point::kVtSmem;
   // The copy's per-head count of stored blocks (tile_choice.h Fp8Choice::kVtHeadCount).
-  static constexpr bool kVtHeadCount = kVtFused && Fp8Choice<kHeadDim>::kVtHeadCount;
+  static constexpr bool kVtHeadCount = kVtFused && Fp8Knobs<kHeadDim, kFp8>::kVtHeadCount;
   // The epilogue's 1/l and LSE by MUFU (tile_choice.h Fp8Choice::kFastFinalize; 16-bit inputs always).
-  static constexpr bool kFastFinalize = !kFp8 || Fp8Choice<kHeadDim>::kFastFinalize;
+  static constexpr bool kFastFinalize = !kFp8 || Fp8Knobs<kHeadDim, kFp8>::kFastFinalize;
   static constexpr int kVRawStages = kVtSmem ? kStages : 0;
   static constexpr int kVtStaging = kVtFused ? 2 : 0;
   // A paged cache runs on 2-consumer 16-bit points only (run_tiles.cuh make_plan). Those up to hdim 128 gather small
-  // pages (kernel/paged_gather.cuh) and hold its slots: at hdim 256 the gather warps' code made 4 of the kernels
-  // spill 4 B (the producer's tile decode), so its small pages keep one TMA box per page.
+  // pages (kernel/paged_gather.cuh) and hold its slots; the others keep one TMA box per page. At hdim 192 a row is 24
+  // 16-byte pieces, one per lane, and a warp must hold whole rows (32 lanes: the gather's row and page-id mapping);
+  // at hdim 256 the gather warps' code made 4 of the kernels spill 4 B (the producer's tile decode).
   static constexpr bool kPagedCapable = !kFp8 && kConsumerWGs == 2;
   static constexpr bool kGatherCapable = kPagedCapable && kHeadDim <= 128;
   using Slots = HopperSlots<kStages, kVRawStages, kVtFused, kGatherCapable ? 2 * kStages : 0>;
@@ -169,9 +172,9 @@ struct HopperTileConfig {
   static constexpr int kOBytes = kOWgBytes * kConsumerWGs;
   static constexpr int kBarrierBytes = (8 * Slots::kCount + 15) / 16 * 16;
   // FP8: where the consumers read the descale factors (tile_choice.h Fp8Choice); 16-bit inputs have none.
-  static constexpr int kDescales = kFp8 ? Fp8Choice<kHeadDim>::kDescales : kDescalesEpilogue;
+  static constexpr int kDescales = kFp8 ? Fp8Knobs<kHeadDim, kFp8>::kDescales : kDescalesEpilogue;
   // The ring around the softmax instead of the GEMM issue (tile_choice.h Fp8Choice::kSoftmaxRing; FP8 only).
-  static constexpr bool kSoftmaxRing = kPingPong && kFp8 && Fp8Choice<kHeadDim>::kSoftmaxRing;
+  static constexpr bool kSoftmaxRing = kPingPong && kFp8 && Fp8Knobs<kHeadDim, kFp8>::kSoftmaxRing;
   // TileInfo slots (tile_scheduler.h), 16-byte aligned; with kDescalesProducer, the descale slots after them.
   static constexpr int kTileSlotBytes = 2 * kTileInfoBytes + (kDescales == kDescalesProducer ? 16 : 0);
   static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries (64-byte: 512)

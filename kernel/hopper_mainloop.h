@@ -265,7 +265,7 @@ struct WgmmaConsumer {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   static constexpr int kNTiles = Cfg::kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
-  static constexpr bool kRescaleSkip = Cfg::kFp8 && Fp8Choice<kHeadDim>::kRescaleSkip;
+  static constexpr bool kRescaleSkip = Cfg::kFp8 && Fp8Knobs<kHeadDim, Cfg::kFp8>::kRescaleSkip;
 
   float o_reg[kDTiles][4];  // wgmma accumulator layout == mma.sync C layout per 16-row warp slab
   OnlineSoftmax<kNTiles> softmax;

@@ -13,7 +13,7 @@ import torch
 
 import flashcore
 from flashcore import reference, serving
-from tests.test_head_dims_gpu import SEED, close, paged_cache, poisoned, rand
+from tests.test_head_dims_gpu import SEED, close, kvcache_append_with_softcap, paged_cache, poisoned, rand
 
 pytestmark = pytest.mark.gpu
 PAIRS = [(192, 192), (192, 128)]  # (q/k head dim, v head dim)
@@ -75,19 +75,7 @@ def test_kvcache_decode_with_cache_seqlens(dims: tuple[int, int]) -> None:
 
 @pytest.mark.parametrize("dims", PAIRS)
 def test_kvcache_append_with_softcap(dims: tuple[int, int]) -> None:
-    d, dv = dims
-    b, hq, hkv, cap, new = 3, 8, 2, 20.0, 5
-    lengths = [40, 0, 250]
-    k_cache, v_cache = rand(b, 320, hkv, d), rand(b, 320, hkv, dv)
-    k_new, v_new, q = rand(b, new, hkv, d), rand(b, new, hkv, dv), rand(b, new, hq, d)
-    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
-    out, lse = poisoned(b, new, hq, dv), poisoned(b, hq, new, dtype=torch.float32)
-    serving.kvcache(q, k_cache, v_cache, seqlens, k=k_new, v=v_new, causal=True, softcap=cap, out=out, lse=lse,
-                    debug_checks=True)
-    for i, n in enumerate(lengths):
-        ref, ref_lse = reference.sequence(q[i], k_cache[i, :n + new], v_cache[i, :n + new], causal=True,
-                                          scale=d ** -0.5, softcap=cap)
-        close(f"kvcache d{d} v{dv} append, softcap, sequence {i}", out[i], ref, lse[i], ref_lse)
+    kvcache_append_with_softcap(*dims)
 
 
 @pytest.mark.parametrize("page_size", [16, 64])

@@ -1,10 +1,11 @@
-"""Head dim 192 on its own kernel (kernel/head_dims.h KernelHeadDims; 112 keys per tile, kernel/tile_choice.h), q/k
-192 with v 192 and with v 128 (DeepSeek's pair: V's tile is 192 columns, TMA zero-fills past 128 and the store clips
-them), on the H100/H200 against the float32 reference: dense causal and not with GQA, packed varlen with and without
-a window, a KV cache decode with cache_seqlens (split-KV) and with an append and soft-capping, and paged caches of
-16-key and 64-key pages. Fresh random inputs per run (the seed is in every failure message, tests/test_head_dims_gpu.py
-draws it); out and lse are poisoned (NaN) first, and every checked row must be finite. Also: the library runs 136..192
-on the 192 kernel, and what it compiled for it."""
+"""Head dims 96 and 192 on kernels of their own (kernel/head_dims.h KernelHeadDims): 96 with 64-byte swizzle spans
+(three 32-column chunks of Q, K and V; 128 and 176 keys per tile), 192 with 112 keys per tile, q/k 192 with v 192 and
+with v 128 (DeepSeek's pair: V's tile is 192 columns, TMA zero-fills past 128 and the store clips them), on the
+H100/H200 against the float32 reference: dense causal and not with GQA, packed varlen with and without a window, a KV
+cache decode with cache_seqlens (split-KV) and with an append and soft-capping, and paged caches of 16-key and 64-key
+pages (paged hdim 96 runs on the 128 kernel). Fresh random inputs per run (the seed is in every failure message,
+tests/test_head_dims_gpu.py draws it); out and lse are poisoned (NaN) first, and every checked row must be finite.
+Also: which kernel the library runs 136..192 on, and what it compiled for 96 and 192."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from flashcore import reference, serving
 from tests.test_head_dims_gpu import SEED, close, kvcache_append_with_softcap, paged_cache, poisoned, rand
 
 pytestmark = pytest.mark.gpu
-PAIRS = [(192, 192), (192, 128)]  # (q/k head dim, v head dim)
+PAIRS = [(96, 96), (192, 192), (192, 128)]  # (q/k head dim, v head dim)
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +25,8 @@ def _seeded() -> None:
     torch.manual_seed(SEED)
 
 
-def test_the_library_compiles_hdim_192_at_112_keys() -> None:
+def test_the_library_compiles_hdim_96_and_192() -> None:
+    assert flashcore.api.block_n_options(96) == (128, 176)
     assert flashcore.api.block_n_options(192) == (112,)
     q, k = rand(1, 256, 2, 192), rand(1, 256, 2, 192)
     for d in (136, 168, 184, 192):
@@ -34,8 +36,8 @@ def test_the_library_compiles_hdim_192_at_112_keys() -> None:
 
 @pytest.mark.parametrize("dims", PAIRS)
 def test_dense_causal_and_not_with_gqa(dims: tuple[int, int]) -> None:
-    d, dv = dims
-    for causal, (b, sq, sk, hq, hkv) in ((True, (2, 300, 333, 8, 2)), (False, (1, 129, 1000, 6, 1)),
+    d, dv = dims  # 3000 keys without a mask: the long tile (hdim 96: 176 keys)
+    for causal, (b, sq, sk, hq, hkv) in ((True, (2, 300, 333, 8, 2)), (False, (1, 129, 3000, 6, 1)),
                                          (True, (3, 1, 700, 8, 2)), (False, (2, 1024, 1024, 4, 4))):
         q, k, v = rand(b, sq, hq, d), rand(b, sk, hkv, d), rand(b, sk, hkv, dv)
         out, lse = poisoned(b, sq, hq, dv), poisoned(b, hq, sq, dtype=torch.float32)

@@ -85,7 +85,7 @@ class Point:
         kv = self.block_n * head_dim * 2
         barriers = (8 * (5 + 4 * self.stages) + 15) // 16 * 16  # kernel/hopper_config.h HopperSlots
         base = ALIGN + q + 2 * self.stages * kv + barriers + 2 * TILE_INFO_BYTES
-        o = 64 * head_dim * 2 * self.consumer_wgs
+        o = 64 * -(-head_dim // 64) * 64 * 2 * self.consumer_wgs  # whole 64-column chunks (hdim 96: two)
         alias = base + o > SMEM_LIMIT
         return (base if alias else base + o), alias
 

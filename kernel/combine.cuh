@@ -50,7 +50,9 @@ __device__ __forceinline__ float combine_row(int parts, LseOf lse_of, OOf o_of, 
   if (!empty) sum += expf(sink - lse_max);  // after the butterfly: the same value in every lane, added once
   const float lse = empty ? -INFINITY : lse_max + logf(sum);
 
-  constexpr int kPairs = kHeadDim / 64;  // float2 columns per lane: lane's pair j is columns 2 (32 j + lane) + {0,1}
+  // float2 columns per lane: lane's pair j is columns 2 (32 j + lane) + {0,1}, those below kHeadDim (hdim 96: the
+  // second pair of lanes 16..31 lies past the row).
+  constexpr int kPairs = (kHeadDim + 63) / 64;
   float2 acc[kPairs];
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) acc[j] = make_float2(0.f, 0.f);
@@ -59,6 +61,7 @@ __device__ __forceinline__ float combine_row(int parts, LseOf lse_of, OOf o_of, 
     const float2* o_s = reinterpret_cast<const float2*>(o_of(s));
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
+      if (kHeadDim % 64 != 0 && 2 * (32 * j + lane) >= kHeadDim) continue;
       const float2 x = o_s[32 * j + lane];
       acc[j].x += w * x.x;
       acc[j].y += w * x.y;

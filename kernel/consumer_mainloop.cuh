@@ -39,18 +39,19 @@ __device__ __forceinline__ int scrub_rows(const KvRange& kv, int k_len) {
   return first < kBlockN ? (first > 0 ? first : 0) : kBlockN;
 }
 
-// Zeroes rows [first, kBlockN) of a V stage (whole 128-byte lines: the swizzle permutes 16-byte units inside a row,
-// never across rows), shared among all consumer threads (disjoint units), then orders the generic writes before
+// Zeroes rows [first, kBlockN) of a V stage (whole kSpan-byte lines: the swizzle permutes 16-byte units inside a
+// row, never across rows), shared among all consumer threads (disjoint units), then orders the generic writes before
 // the wgmma reads (async proxy) and waits for every consumer: no warpgroup's P V may read the stage before.
 template <typename Cfg>
 __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consumer_thread) {
-  // 8 threads per row (one 16-byte unit each), kConsumerThreads / 8 rows at a time, every chunk of the row.
-  const uint32_t unit = smem_addr(v_stage) + (consumer_thread % 8) * 16;
-  for (int row = first + consumer_thread / 8; row < Cfg::kBlockN; row += Cfg::kConsumerThreads / 8) {
+  // kUnits threads per row (one 16-byte unit each), kConsumerThreads / kUnits rows at a time, every chunk of the row.
+  constexpr int kUnits = Cfg::kSpan / 16;
+  const uint32_t unit = smem_addr(v_stage) + (consumer_thread % kUnits) * 16;
+  for (int row = first + consumer_thread / kUnits; row < Cfg::kBlockN; row += Cfg::kConsumerThreads / kUnits) {
 #pragma unroll
     for (int ch = 0; ch < Cfg::kChunks; ++ch) {
-      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(unit + (ch * Cfg::kBlockN + row) * 128), "r"(0)
-                   : "memory");
+      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(unit + (ch * Cfg::kBlockN + row) * Cfg::kSpan),
+                   "r"(0) : "memory");
     }
   }
   fence_proxy_async_shared();

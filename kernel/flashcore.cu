@@ -175,9 +175,21 @@ int with_fp8_point(const fc_params* in, F&& f) {
   return f(std::integral_constant<int, kPass>{});
 }
 
+// with_fp8_point where FP8 has a kernel of the head dim: FC_HEAD_DIM_TABLE's fp8_supported ones. check_fp8 refuses FP8
+// at the others (hdims 96 and 192 are 16-bit only: no Fp8Choice) before a call gets here.
+template <int kHeadDim, typename F>
+int with_fp8_kernel_point(const fc_params* in, F&& f) {
+  if constexpr (fp8_head_dim(kHeadDim)) {
+    return with_fp8_point<kHeadDim>(in, static_cast<F&&>(f));
+  } else {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: no FP8 kernel of head dim %d",
+                        static_cast<long long>(in->head_dim), kHeadDim);
+  }
+}
+
 template <int kHeadDim>
 int run_fp8(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
-  return with_fp8_point<kHeadDim>(
+  return with_fp8_kernel_point<kHeadDim>(
       in, [&](auto point) { return run_tiles<kHeadDim, decltype(point)::value, E4m3>(in, p, stream); });
 }
 
@@ -205,7 +217,8 @@ int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
     point = decltype(pt)::value;
     return make_plan<kHeadDim, decltype(pt)::value>(in, p, &plan);
   };
-  const int status = in->dtype == FC_E4M3 ? with_fp8_point<kHeadDim>(in, plan_at) : with_point<kHeadDim>(in, p, plan_at);
+  const int status = in->dtype == FC_E4M3 ? with_fp8_kernel_point<kHeadDim>(in, plan_at)
+                                          : with_point<kHeadDim>(in, p, plan_at);
   if (status != FC_OK) return status;
   out->num_splits = plan.num_splits;
   out->pack_gqa = plan.pack_gqa ? 1 : 0;
@@ -226,13 +239,17 @@ int run_phase1(const fc_params*, const KernelParams& p, cudaStream_t stream) {
   return report_cuda(launch_mma_sync<kHeadDim, Element>(p, stream), "phase-1 kernel");
 }
 
-// The phase-1 kernel takes unpadded head dims only (fc_attention_forward_phase1 refuses the others first).
+// The phase-1 kernel's head dims (kernel/phase1/config.h): it stays as it was when the Hopper kernel had these.
+using Phase1HeadDims = std::integer_sequence<int, 64, 128, 256>;
+
+// The phase-1 kernel takes its own head dims only (fc_attention_forward_phase1 refuses the others first).
 int dispatch(const fc_params* in, const KernelParams& p, cudaStream_t stream, bool phase1) {
   if (phase1) {
-    return with_kernel_head_dim(in->head_dim, in->head_dim, [&](auto hd) {
+    auto run_at = [&](auto hd) {
       constexpr int kHeadDim = decltype(hd)::value;
       return in->dtype == FC_BF16 ? run_phase1<kHeadDim, Bf16>(in, p, stream) : run_phase1<kHeadDim, Fp16>(in, p, stream);
-    });
+    };
+    return with_kernel_head_dim(in->head_dim, in->head_dim, run_at, Phase1HeadDims{});
   }
   return with_kernel_head_dim(in->head_dim, launch_head_dim(in),
                               [&](auto hd) { return run_dtype<decltype(hd)::value>(in, p, stream); });
@@ -268,6 +285,11 @@ extern "C" int fc_attention_forward_phase1(const fc_params* params, void* stream
   if (flashcore::uses_serving(params)) {
     return flashcore::report_error(FC_ERR_INVALID_ARGUMENT, "the phase-1 kernel takes dense batches only: packed "
                                    "rows, per-sequence keys, cache slots, window and softcap need fc_attention_forward");
+  }
+  if (!flashcore::in_sequence(static_cast<int>(params->head_dim), flashcore::Phase1HeadDims{})) {
+    return flashcore::report_error(FC_ERR_INVALID_ARGUMENT, "the phase-1 kernel takes head dims 64, 128 and 256 only "
+                                   "(got %lld): fc_attention_forward runs the others",
+                                   static_cast<long long>(params->head_dim));
   }
   return flashcore::dispatch(params, kp, static_cast<cudaStream_t>(stream), true);
 }

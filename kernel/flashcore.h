@@ -16,10 +16,11 @@ enum fc_dtype { FC_FP16 = 0, FC_BF16 = 1, FC_E4M3 = 2 };
 // The head dims FlashCore takes, as FA3: X(head_dim, head_dim_v, fp8_supported) per entry; every other head dim (and
 // pair) is refused with FC_ERR_INVALID_ARGUMENT. Every multiple of 8 up to 256 (a row of 8 16-bit elements is one
 // 16-byte TMA chunk), and FA3's v head dims of their own: head dims 136..192 with v 104..128 (192 with v 128 is
-// DeepSeek-style prefill). Each runs on the smallest compiled kernel that holds it (kernel/head_dims.h: 64, 128, 256):
-// the TMA maps have the tensors' own head dims, so TMA zero-fills the kernel's missing columns on loads and clips
-// them on the store. FP8 (FC_E4M3) runs the head dims with fp8_supported 1, the kernels' own. fc_head_dims() gives
-// the table to callers that cannot read this header.
+// DeepSeek-style prefill). Each runs on the smallest compiled kernel that holds it (kernel/head_dims.h: 64, 96, 128,
+// 192, 256; 192 with v 128 on the 192 kernel): the TMA maps have the tensors' own head dims, so TMA zero-fills the
+// kernel's missing columns on loads and clips them on the store. FP8 (FC_E4M3) runs the head dims with
+// fp8_supported 1, each on an FP8 kernel of its own (96's and 192's are 16-bit only). fc_head_dims() gives the table to
+// callers that cannot read this header.
 #define FC_HEAD_DIM_TABLE(X)                                                                                       \
   X(8, 8, 0) X(16, 16, 0) X(24, 24, 0) X(32, 32, 0) X(40, 40, 0) X(48, 48, 0) X(56, 56, 0) X(64, 64, 1)            \
   X(72, 72, 0) X(80, 80, 0) X(88, 88, 0) X(96, 96, 0) X(104, 104, 0) X(112, 112, 0) X(120, 120, 0) X(128, 128, 1)  \
@@ -76,7 +77,8 @@ typedef struct fc_params {
   // tile except block_n (which keys share a tile: the last bits may differ between block_n values) and schedule (the
   // stream-K tail, below).
   int32_t block_n;         // keys per K/V tile: 0 = kernel/tile_choice.h's choice; else one of
-                           // fc_block_n_options(head_dim) (hdim 64: 128; 128: 128, 176; 256: 80)
+                           // fc_block_n_options(head_dim) (hdim 64: 128; 96 and 128: 128, 176;
+                           // 192: 112; 256: 80)
   int32_t schedule;        // tile order: FC_SCHEDULE_DEFAULT (static for equal tiles, dynamic under causal
                            // masking), FC_SCHEDULE_STATIC, FC_SCHEDULE_DYNAMIC (an atomic tile counter) or
                            // FC_SCHEDULE_WHOLE (static, no stream-K tail). A static order of equal tiles (no causal
@@ -195,7 +197,8 @@ const char* fc_version(void);
 // (harness/tune) is valid for the kernel it was measured on only.
 const char* fc_kernel_id(void);
 // The compiled BLOCK_N values for `head_dim` (ascending) into out[0 .. max); returns how many there are (0 for an
-// unsupported head dim). Head dims 96 and 192 answer for the kernels that run them (128, 256), as fc_points does.
+// unsupported head dim). Head dims between the kernels' answer for the kernel that runs them (72: 96, 160: 192),
+// as fc_points does.
 int fc_block_n_options(int head_dim, int32_t* out, int max);
 // The compiled points for `head_dim` (kernel/tile_point.h codes: the defaults first, then, unless defaults_only,
 // the points file's) into out[0 .. max); returns how many there are (0 for an unsupported head dim).

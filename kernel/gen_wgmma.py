@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 # S = Q K^T uses N = BLOCK_N (any multiple of 16 a tile choice may take, kernel/hopper_config.h); O += P V uses
-# N = head dim (64, 128, 256). Uninstantiated templates cost nothing in the build.
+# N = head dim (64, 128, 192, 256). Uninstantiated templates cost nothing in the build.
 N_VALUES = tuple(range(64, 257, 16))
 
 

@@ -11,9 +11,10 @@
 
 namespace flashcore {
 
-// The head dims a Hopper kernel is compiled for, ascending (each has its HeadDimTraits, BlockNChoice and Fp8Choice:
-// kernel/hopper_config.h, kernel/tile_choice.h). A table entry runs on the smallest one that holds it.
-using KernelHeadDims = std::integer_sequence<int, 64, 128, 256>;
+// The head dims a Hopper kernel is compiled for, ascending (each has its HeadDimTraits and BlockNChoice, and those FP8
+// runs an Fp8Choice: kernel/hopper_config.h, kernel/tile_choice.h). A table entry runs on the smallest one that holds
+// it.
+using KernelHeadDims = std::integer_sequence<int, 64, 96, 128, 192, 256>;
 
 template <int... kDims>
 constexpr bool in_sequence(int head_dim, std::integer_sequence<int, kDims...>) {
@@ -49,8 +50,9 @@ constexpr bool fp8_head_dim(int64_t head_dim) {
   return found;
 }
 
-// The kernel head dim that runs `head_dim`, the smallest that holds it (8..56 on 64, 72..120 on 128, 136..248 on 256:
-// TMA zero-fills the missing columns); 0 for a head dim the table does not list.
+// The kernel head dim that runs `head_dim`, the smallest that holds it (8..56 on 64, 72..88 on 96, 104..120 on 128,
+// 136..184 on 192, 200..248 on 256: TMA zero-fills the missing columns); 0 for a head dim the table does not list.
+// A paged call up to 96 runs on 128 (kernel/validate.cu launch_head_dim).
 constexpr int64_t kernel_head_dim(int64_t head_dim) {
   bool listed = false;
 #define FC_ANY_V(hd, hd_v, fp8) listed = listed || head_dim == (hd);

@@ -96,8 +96,10 @@ enum NamedBarrier : int {
 //                 other's GEMMs. hdim 256 without it measured the same; kept on everywhere. FP8 hdim 128
 //                 passes the turn around the softmax instead (kSoftmaxRing below).
 //   kRescaleEarly: O *= alpha(n-1) between issuing S(n) and P(n-1) V(n-1) instead of after P V is done (FA3's
-//                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same: off.
-//   kStages:      2 K/V stages (hdim 128 at 176 keys and hdim 256 have no room for a third).
+//                 choice above hdim 128): hdim 256 measured 6 % slower, hdim 128 the same: off (hdim 192 not
+//                 measured: off with its neighbours; make tune tries it).
+//   kStages:      2 K/V stages (hdim 128 at 176 keys, hdim 192 and hdim 256 have no room for a third).
+//   Registers:    hdim 192's consumers hold O 96 + S 56 + P 28 (112 keys) of their 232, hdim 256's 128 + 40 + 20.
 //   kProducerRegs: 32 (see RegisterSplit).
 // BLOCK_N is chosen per call among the values of kernel/tile_choice.h.
 // decode_point(): calls whose every tile holds at most 64 query rows (packed GQA decode, short queries;
@@ -148,15 +150,17 @@ struct HopperTileConfig {
   static_assert(kStages >= 2 && kStages <= 8, "the K/V ring needs 2..8 stages");
   static_assert(kConsumerWGs > 1 || !kPingPong, "ping-pong needs 2 or more consumer warpgroups (a ring of one)");
   static_assert(!kFp8 || kConsumerWGs >= 2, "FP8 runs on 2 or 3 consumer warpgroups (tile_choice.h Fp8Choice)");
-  // Q and K TMA boxes and wgmma atoms are one swizzle span wide: 128 bytes (64 16-bit or 128 FP8 columns), or 64
-  // bytes where the whole row is 64 (FP8 hdim 64: 64-byte swizzle, 8-row groups of 512 bytes).
+  // Q, K and 16-bit V TMA boxes and wgmma atoms are one swizzle span wide: 128 bytes (64 16-bit or 128 FP8 columns),
+  // or 64 bytes where a row is not whole 128-byte spans (FP8 hdim 64: one; 16-bit hdim 96: three of 32 columns):
+  // 64-byte swizzle, 8-row groups of 512 bytes.
   static constexpr int kRowBytes = kHeadDim * kElemBytes;  // one row of Q or K
-  static constexpr int kSpan = kRowBytes < 128 ? kRowBytes : 128;
+  static constexpr int kSpan = kRowBytes % 128 == 0 ? 128 : 64;
+  static_assert(kRowBytes % kSpan == 0, "a row of Q, K and V is whole swizzle spans (64 or 128 bytes)");
   static constexpr int kSwizzleMode = kSpan == 128 ? 1 : 2;  // the descriptors' swizzle field (kernel/wgmma.h)
   static constexpr int kChunkCols = kSpan / kElemBytes;
   static constexpr int kChunks = kRowBytes / kSpan;
   static constexpr int kQBytes = kBlockM * kRowBytes;
-  // K: [kChunks][kBlockN][kSpan B]. V: 16-bit [kChunks][kBlockN keys][128 B] (MN-major for P V); FP8 V^T (wgmma FP8
+  // K: [kChunks][kBlockN][kSpan B]. V: 16-bit [kChunks][kBlockN keys][kSpan B] (MN-major for P V); FP8 V^T (wgmma FP8
   // takes K-major operands only) [kBlockN / 128][kHeadDim rows][128 keys], from a transposed copy in the workspace
   // that the producer warpgroup's other warps write during the call (kVtFused, kernel/fp8_vt_fused.cuh, through a
   // raw and a V^T staging buffer, kVtStaging), or (kVtSmem) transposed in shared memory from a raw ring of
@@ -166,30 +170,32 @@ struct HopperTileConfig {
   static_assert(kFp8 || !Point::kVtSmem, "kPointVtSmem is an FP8 choice");
   static constexpr bool kVtFused = kFp8 && !Point::kVtSmem;
   // The copy's per-head count of stored blocks (tile_choice.h Fp8Choice::kVtHeadCount).
-  static constexpr bool kVtHeadCount = kVtFused && Fp8Choice<kHeadDim>::kVtHeadCount;
+  static constexpr bool kVtHeadCount = kVtFused && Fp8Knobs<kHeadDim, kFp8>::kVtHeadCount;
   // The epilogue's 1/l and LSE by MUFU (tile_choice.h Fp8Choice::kFastFinalize; 16-bit inputs always).
-  static constexpr bool kFastFinalize = !kFp8 || Fp8Choice<kHeadDim>::kFastFinalize;
+  static constexpr bool kFastFinalize = !kFp8 || Fp8Knobs<kHeadDim, kFp8>::kFastFinalize;
   static constexpr int kVRawStages = kVtSmem ? kStages : 0;
   static constexpr int kVtStaging = kVtFused ? 2 : 0;
-  // A paged cache runs on 16-bit points of 1 or 2 consumers only (run_tiles.cuh make_plan). Those up to hdim 128
-  // gather small pages (kernel/paged_gather.cuh) and hold its slots: at hdim 256 the gather warps' code made 4 of the
-  // kernels spill 4 B (the producer's tile decode), so its small pages keep one TMA box per page.
+  // A paged cache runs on 16-bit points of 1 or 2 consumers only (run_tiles.cuh make_plan). Those of 128-byte spans up
+  // to hdim 128 gather small pages (kernel/paged_gather.cuh) and hold its slots; the others keep one TMA box per page
+  // (paged calls of head dims up to 128 run on the 128 kernel: kernel/validate.cu launch_head_dim). At hdim 192 a row
+  // is 24 16-byte pieces, one per lane, and a warp must hold whole rows (32 lanes: the gather's row and page-id
+  // mapping); at hdim 256 the gather warps' code made 4 of the kernels spill 4 B (the producer's tile decode).
   static constexpr bool kPagedCapable = !kFp8 && kConsumerWGs <= 2;
-  static constexpr bool kGatherCapable = kPagedCapable && kHeadDim <= 128;
+  static constexpr bool kGatherCapable = kPagedCapable && kHeadDim <= 128 && kSpan == 128;
   using Slots = HopperSlots<kStages, kVRawStages, kVtFused, kGatherCapable ? 2 * kStages : 0>;
   // k-steps of one GEMM (32 bytes of K each: 16 16-bit or 32 FP8 columns); P's A fragments per block.
   static constexpr int kKStepsQK = kRowBytes / 32;
   static constexpr int kPSteps = kBlockN * kElemBytes / 32;
   // O is 16-bit (bf16 for FP8 inputs), staged per consumer warpgroup for the TMA store: [kOChunks][64 rows][64],
   // 128-byte swizzled.
-  static constexpr int kOChunks = kHeadDim / 64;
-  static constexpr int kOWgBytes = 64 * kHeadDim * 2;
+  static constexpr int kOChunks = (kHeadDim + 63) / 64;  // hdim 96: the second chunk's columns past 96 are clipped
+  static constexpr int kOWgBytes = 64 * 64 * 2 * kOChunks;
   static constexpr int kOBytes = kOWgBytes * kConsumerWGs;
   static constexpr int kBarrierBytes = (8 * Slots::kCount + 15) / 16 * 16;
   // FP8: where the consumers read the descale factors (tile_choice.h Fp8Choice); 16-bit inputs have none.
-  static constexpr int kDescales = kFp8 ? Fp8Choice<kHeadDim>::kDescales : kDescalesEpilogue;
+  static constexpr int kDescales = kFp8 ? Fp8Knobs<kHeadDim, kFp8>::kDescales : kDescalesEpilogue;
   // The ring around the softmax instead of the GEMM issue (tile_choice.h Fp8Choice::kSoftmaxRing; FP8 only).
-  static constexpr bool kSoftmaxRing = kPingPong && kFp8 && Fp8Choice<kHeadDim>::kSoftmaxRing;
+  static constexpr bool kSoftmaxRing = kPingPong && kFp8 && Fp8Knobs<kHeadDim, kFp8>::kSoftmaxRing;
   // TileInfo slots (tile_scheduler.h), 16-byte aligned; with kDescalesProducer, the descale slots after them.
   static constexpr int kTileSlotBytes = 2 * kTileInfoBytes + (kDescales == kDescalesProducer ? 16 : 0);
   static constexpr int kAlign = 1024;        // 128-byte-swizzled tiles start on 1024-byte boundaries (64-byte: 512)

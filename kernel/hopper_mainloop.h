@@ -265,7 +265,7 @@ struct WgmmaConsumer {
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   static constexpr int kNTiles = Cfg::kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
-  static constexpr bool kRescaleSkip = Cfg::kFp8 && Fp8Choice<kHeadDim>::kRescaleSkip;
+  static constexpr bool kRescaleSkip = Cfg::kFp8 && Fp8Knobs<kHeadDim, Cfg::kFp8>::kRescaleSkip;
 
   float o_reg[kDTiles][4];  // wgmma accumulator layout == mma.sync C layout per 16-row warp slab
   OnlineSoftmax<kNTiles> softmax;
@@ -306,7 +306,8 @@ struct WgmmaConsumer {
   }
 
   // Issues O += P V over the block's first kKeys keys (P from registers) as one wgmma group. 16-bit V is MN-major
-  // (LBO = bytes between 64-column chunks); FP8 V^T is K-major, 128-key chunks of kHeadDim rows.
+  // (LBO = bytes between chunks of one swizzle span: 64 columns, or 32 at hdim 96's 64-byte span); FP8 V^T is
+  // K-major, 128-key chunks of kHeadDim rows.
   template <int kKeys = Cfg::kBlockN>
   __device__ __forceinline__ void pv_issue(const uint32_t (&p_frag)[Cfg::kPSteps][4], const SmemDesc& v_desc) {
     auto& o_flat = reinterpret_cast<float(&)[kHeadDim / 2]>(o_reg);
@@ -326,8 +327,8 @@ struct WgmmaConsumer {
     } else {
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) {
-        // Keys 16kk..16kk+15: two 8-key groups of 128-byte rows (SBO 1024).
-        wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk], v_desc.at(kk * 16 * 128));
+        // Keys 16kk..16kk+15: two 8-key groups of kSpan-byte rows (SBO 8 rows).
+        wgmma_rs<kHeadDim, Element>(o_flat, p_frag[kk], v_desc.at(kk * 16 * Cfg::kSpan));
       }
     }
     wgmma_commit();
@@ -342,7 +343,8 @@ struct WgmmaConsumer {
     return SmemDesc::make(k_addr, 16, 8 * Cfg::kSpan, Cfg::kSwizzleMode);
   }
   static __device__ __forceinline__ SmemDesc v_desc(uint32_t v_addr) {
-    return SmemDesc::make(v_addr, Cfg::kFp8 ? 16 : Cfg::kBlockN * 128, 1024);
+    if constexpr (Cfg::kFp8) return SmemDesc::make(v_addr, 16, 1024);
+    return SmemDesc::make(v_addr, Cfg::kBlockN * Cfg::kSpan, 8 * Cfg::kSpan, Cfg::kSwizzleMode);
   }
 
   // O *= alpha. FP8 hdim 128 skips it for the whole warp when none of its alphas differs from 1: no row of its 16 got

@@ -4,6 +4,12 @@
 //   hdim 128: 128 keys for causal masking and short key ranges (less diagonal waste, 2x fewer registers
 //             for S; S = 1K causal 0.85x -> 0.98x FA3), 176 otherwise (fewer iterations: 8K +2-3 % over 128).
 //   hdim 64 : 128 keys (S is 64 of the 160 registers three consumer warpgroups get).
+//   hdim 96 : hdim 128's pair, 128 and 176 keys, 2 consumer warpgroups (O 48 + S 88 + P 44 registers at 176). FA3
+//             runs 192 x 144 with P through shared memory (three warpgroups of 160 registers hold no S and P
+//             beside O here). Not measured yet.
+//   hdim 192: 112 keys (FA3's 128 x 112: Q 48 KB + 2 stages of K and V at 42 KB each fill the 227 KB; 128 keys
+//             do not fit, V is 192 columns wide also for v's 128 of (192, 128)). Not measured yet; one tile for
+//             every call, as hdim 256 (FA3 takes 96 for windows and paged caches: a tuned point may).
 //   hdim 256: 80 keys (Q 64 KB + 2 stages of K and V at 40 KB each fill the 227 KB).
 #pragma once
 #include <cstdint>
@@ -17,8 +23,16 @@ struct BlockNChoice<64> {
   static constexpr int kShort = 128, kLong = 128;
 };
 template <>
+struct BlockNChoice<96> {
+  static constexpr int kShort = 128, kLong = 176;
+};
+template <>
 struct BlockNChoice<128> {
   static constexpr int kShort = 128, kLong = 176;
+};
+template <>
+struct BlockNChoice<192> {
+  static constexpr int kShort = 112, kLong = 112;
 };
 template <>
 struct BlockNChoice<256> {
@@ -104,6 +118,16 @@ struct Fp8Choice<256> {
   static constexpr bool kVtHeadCount = true;
   static constexpr bool kFastFinalize = true;
 };
+
+// The FP8 choices a kernel reads (kernel/hopper_config.h, hopper_mainloop.h): Fp8Choice's with FP8 inputs, the 16-bit
+// answers otherwise, so a head dim FP8 does not run (96, 192: FC_HEAD_DIM_TABLE) compiles without an Fp8Choice.
+template <int kHeadDim, bool kFp8>
+struct Fp8Knobs {
+  static constexpr bool kRescaleSkip = false, kSoftmaxRing = false, kVtHeadCount = false, kFastFinalize = true;
+  static constexpr int kDescales = kDescalesEpilogue;
+};
+template <int kHeadDim>
+struct Fp8Knobs<kHeadDim, true> : Fp8Choice<kHeadDim> {};
 
 // Key ranges up to this many keys take the short tile even without causal masking (hdim 128, S = 2K: 128 keys
 // 0.92x FA3, 160 keys 0.91x, 176 keys 0.88x).

@@ -11,7 +11,8 @@ namespace flashcore {
 // 32-45 SBO >> 4, 49-51 base offset (0: atoms are 1024-byte aligned), 62-63 swizzle mode (1 = 128B)).
 //  K-major (Q, K: rows of 64 16-bit elements = 128 B): SBO = 1024 B between 8-row groups, LBO unused (1).
 //  MN-major (V as B of P V): SBO = 1024 B between 8-key groups along K, LBO = bytes between 64-column
-//  chunks along N (cute's canonical layout ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units).
+//  chunks along N (cute's canonical layout ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units); with the 64-byte
+//  swizzle (16-bit hdim 96) 32-column chunks, SBO 512.
 // swizzle_mode 1: 128-byte swizzle; 2: 64-byte (FP8 V^T's 64-key chunk: rows of 64 bytes, SBO 512).
 __host__ __device__ constexpr uint64_t smem_descriptor(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
                                                        uint32_t swizzle_mode = 1) {

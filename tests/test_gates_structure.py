@@ -53,12 +53,13 @@ def real_ptx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
 def test_real_wgmma_kernel_has_tma_and_wgmma_and_no_mma_sync(real_ptx: dict[str, set[str]]) -> None:
     tma = verdict_structure(real_ptx, "attention_forward_wgmma_kernel", ("cp.async.bulk.tensor",), (), "PTX")
     wgmma = verdict_structure(real_ptx, "attention_forward_wgmma_kernel", ("wgmma.mma_async",), ("mma.sync",), "PTX")
-    # (hdim, BLOCK_N) 64/128, 128/128, 128/176, 256/80, and soft-capping at 64/128, 128/128, 256/80, x 2 dtypes x
-    # split-KV or not; FP8 at hdim 64, 128 and 256, V^T from the kernel's copy or in shared memory, split-KV or not;
+    # (hdim, BLOCK_N) 64/128, 96/128, 96/176, 128/128, 128/176, 192/112, 256/80, and soft-capping at 64/128, 96/128,
+    # 128/128, 192/112, 256/80, x 2 dtypes x split-KV or not; FP8 at hdim 64, 128 and 256, V^T from the kernel's copy
+    # or in shared memory, split-KV or not;
     # the stream-K tail's copy (kTail) of the non-split kernels but soft-capping's and FP8's with V^T in shared memory;
     # the left-bound copy (kLocal) of each head dim's short tile, x 2 dtypes x split-KV or not; the one-warpgroup
-    # decode point of hdim 64 and 128, x 2 dtypes x split-KV or not or the tail's copy
-    assert sum("attention_forward_wgmma_kernel" in name for name in real_ptx) == 40 + 8 + 3 + 12 + 12
+    # decode point of hdim 64, 96 and 128, x 2 dtypes x split-KV or not or the tail's copy
+    assert sum("attention_forward_wgmma_kernel" in name for name in real_ptx) == 60 + 14 + 3 + 20 + 18
     assert combine([c.status for c in tma + wgmma]) is Status.PASS
 
 

@@ -4,6 +4,7 @@ the loaded library's fc_head_dims(), and what the Python checks and the harness 
 from __future__ import annotations
 
 import ctypes
+import re
 
 import pytest
 
@@ -24,9 +25,20 @@ def test_todays_table_from_the_header() -> None:
 
 
 def test_each_head_dim_runs_on_the_smallest_kernel_that_holds_it() -> None:
-    assert [head_dims.kernel_head_dim(d) for d in (8, 56, 64, 72, 128, 136, 192, 248, 256)] == \
-        [64, 64, 64, 128, 128, 256, 256, 256, 256]
+    assert [head_dims.kernel_head_dim(d) for d in (8, 56, 64, 72, 96, 104, 128, 136, 184, 192, 200, 248, 256)] == \
+        [64, 64, 64, 96, 96, 128, 128, 192, 192, 192, 256, 256, 256]
     assert [head_dims.kernel_head_dim(d) for d in (4, 36, 260, 512)] == [None] * 4
+
+
+def test_hdim_192_runs_on_its_own_kernel_as_python_and_the_kernel_read_it() -> None:
+    """192 (and DeepSeek's 192 / 128) runs on the 192 kernel, not padded onto 256; Python's kernel list is the
+    kernel's KernelHeadDims (kernel/head_dims.h), so the two cannot drift apart."""
+    assert head_dims.kernel_head_dim(192) == 192 and head_dims.kernel_head_dim(96) == 96
+    assert 128 in head_dims.HEAD_DIM_V[192]
+    text = (REPO / "kernel" / "head_dims.h").read_text()
+    m = re.search(r"using KernelHeadDims = std::integer_sequence<int, ([\d, ]+)>;", text)
+    assert m, "kernel/head_dims.h: no KernelHeadDims line"
+    assert head_dims.KERNEL_HEAD_DIMS == tuple(int(d) for d in m.group(1).split(","))
 
 
 def test_describe_states_a_rule_only_for_every_multiple() -> None:

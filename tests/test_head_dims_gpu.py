@@ -1,4 +1,4 @@
-"""Head dims between the compiled kernels' (8..248 on the 64, 128 and 256 kernels, TMA zero-filling the missing
+"""Head dims between the compiled kernels' (8..248 on the 64, 96, 128, 192 and 256 kernels, TMA zero-filling the missing
 columns and clipping the store) on the H100/H200 against the float32 reference: dense causal and not, GQA, packed
 varlen with a window, a KV cache with an append and soft-capping, paged caches of 16-key and 1-key pages, and FA3's
 v head dims of their own. Fresh random inputs per run (the seed is in every failure message); out and lse are
@@ -76,12 +76,17 @@ def test_varlen_with_a_window(d: int) -> None:
 
 @pytest.mark.parametrize("d", DIMS)
 def test_kvcache_append_with_softcap(d: int) -> None:
+    kvcache_append_with_softcap(d, d)
+
+
+def kvcache_append_with_softcap(d: int, dv: int) -> None:
+    """Appends 5 keys to caches of 40, 0 and 250 and attends with soft-capping; q/k head dim d, v's dv."""
     b, hq, hkv, cap, new = 3, 8, 2, 20.0, 5
     lengths = [40, 0, 250]
-    k_cache, v_cache = rand(b, 320, hkv, d), rand(b, 320, hkv, d)
-    k_new, v_new, q = rand(b, new, hkv, d), rand(b, new, hkv, d), rand(b, new, hq, d)
+    k_cache, v_cache = rand(b, 320, hkv, d), rand(b, 320, hkv, dv)
+    k_new, v_new, q = rand(b, new, hkv, d), rand(b, new, hkv, dv), rand(b, new, hq, d)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
-    out, lse = poisoned(b, new, hq, d), poisoned(b, hq, new, dtype=torch.float32)
+    out, lse = poisoned(b, new, hq, dv), poisoned(b, hq, new, dtype=torch.float32)
     serving.kvcache(q, k_cache, v_cache, seqlens, k=k_new, v=v_new, causal=True, softcap=cap, out=out, lse=lse,
                     debug_checks=True)
     for i, n in enumerate(lengths):
@@ -89,7 +94,7 @@ def test_kvcache_append_with_softcap(d: int) -> None:
         torch.testing.assert_close(v_cache[i, n:n + new], v_new[i], atol=0, rtol=0)
         ref, ref_lse = reference.sequence(q[i], k_cache[i, :n + new], v_cache[i, :n + new], causal=True,
                                           scale=d ** -0.5, softcap=cap)
-        close(f"kvcache d{d} append, softcap, sequence {i}", out[i], ref, lse[i], ref_lse)
+        close(f"kvcache d{d} v{dv} append, softcap, sequence {i}", out[i], ref, lse[i], ref_lse)
 
 
 def paged_cache(k: torch.Tensor, v: torch.Tensor, page_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

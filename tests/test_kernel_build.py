@@ -38,30 +38,30 @@ def build(tmp_path: Path, extra: str = "") -> str:
 def test_kernel_builds_for_sm90a_without_spills(tmp_path: Path) -> None:
     report = parse_ptxas(build(tmp_path))
     checks = verdict_kernels(report, PARAMS)
-    # 16-bit: wgmma (non-split and split-KV) x (4 (hdim, BLOCK_N) tiles (kernel/tile_choice.h) + 3 soft-capping
-    # copies of each head dim's short tile); split-KV combine and phase-1 mma.sync x 3 head dims; everything x 2
-    # dtypes. FP8: wgmma (non-split and split-KV) x hdim 64, 128 and 256 x V^T from the kernel's copy or transposed in
-    # shared memory (their combine is bf16's); no V transpose pre-pass kernel. Each point that
+    # 16-bit: wgmma (non-split and split-KV) x (7 (hdim, BLOCK_N) tiles (kernel/tile_choice.h) + 5 soft-capping
+    # copies of each head dim's short tile); split-KV combine x 5 head dims and phase-1 mma.sync x its 3; everything
+    # x 2 dtypes. FP8: wgmma (non-split and split-KV) x hdim 64, 128 and 256 x V^T from the kernel's copy or
+    # transposed in shared memory (their combine is bf16's); no V transpose pre-pass kernel. Each point that
     # kernel/tuned_points.inc names (make tune's table) is one more translation unit: its 16-bit wgmma kernel
     # (non-split and split-KV, 2 dtypes) and its head dim's combine kernels again (2 dtypes). The stream-K tail
     # (kernel/stream_tail.h): a kTail copy of each non-split wgmma kernel but soft-capping's and FP8's with V
-    # transposed in shared memory (8 16-bit, 3 FP8; 2 more per point), and its combine kernel per head dim and output
+    # transposed in shared memory (14 16-bit, 3 FP8; 2 more per point), and its combine kernel per head dim and output
     # dtype (FP8's is bf16's; 2 more per point). The launch's zero kernel (kernel/zero_words.cuh): one per translation
     # unit. The KV-cache append (kernel/append.cu): 2 dtypes x 16-byte or 2-element accesses. Left bounds (kLocal:
-    # windows, chunks, left-padded pages): a copy of each head dim's short tile, non-split and split-KV, 2 dtypes (12).
-    # The one-warpgroup decode point of hdim 64 and 128 (BLOCK_M 64): non-split, split-KV and the tail's copy, 2
-    # dtypes (12), and the tail's combine at 64-row tiles per head dim and dtype (4).
+    # windows, chunks, left-padded pages): a copy of each head dim's short tile, non-split and split-KV, 2 dtypes (20).
+    # The one-warpgroup decode point of hdim 64, 96 and 128 (BLOCK_M 64): non-split, split-KV and the tail's copy, 2
+    # dtypes (18), and the tail's combine at 64-row tiles per head dim and dtype (6).
     points = len(TUNED_POINT.findall((REPO / "kernel" / "tuned_points.inc").read_text()))
-    assert len(report.entries) == 102 + 11 * points
+    assert len(report.entries) == 152 + 11 * points
     assert sum("zero_words_kernel" in f.name for f in report.entries) == 1 + points
-    assert sum("combine_tail_kernel" in f.name for f in report.entries) == 10 + 2 * points
-    assert sum("attention_forward_wgmma_kernel" in f.name for f in report.entries) == 75 + 6 * points
+    assert sum("combine_tail_kernel" in f.name for f in report.entries) == 16 + 2 * points
+    assert sum("attention_forward_wgmma_kernel" in f.name for f in report.entries) == 115 + 6 * points
     tail = "ELb1ELb0EEEvNS_12KernelParamsENS_9TmaParamsE"  # kTail true, kLocal false: the last two template arguments
     assert sum("attention_forward_wgmma_kernel" in f.name and f.name.endswith(tail) for f in report.entries) == \
-        15 + 2 * points
+        23 + 2 * points
     assert sum("E4m3" in f.name for f in report.entries) == 15
     assert not any("transpose_v_fp8_kernel" in f.name for f in report.entries)
-    assert sum("combine_splits_kernel" in f.name for f in report.entries) == 6 + 2 * points
+    assert sum("combine_splits_kernel" in f.name for f in report.entries) == 10 + 2 * points
     assert {f.arch for f in report.entries} == {"sm_90a"}
     assert combine([c.status for c in checks]) is Status.PASS, [c for c in checks if c.status is not Status.PASS]
 

@@ -41,6 +41,11 @@ SHAPES = {
     "d64": (4, 16, 16, 8192, 8192, 64, False, "bf16"),
     "d256": (4, 16, 16, 8192, 8192, 256, False, "bf16"),
     "d256-causal": (4, 16, 16, 8192, 8192, 256, True, "bf16"),
+    # the head dims of their own kernels since they stopped running padded on 128 and 256 (FA3 runs both natively)
+    "d96": (4, 16, 16, 8192, 8192, 96, False, "bf16"),
+    "d96-causal": (4, 16, 16, 8192, 8192, 96, True, "bf16"),
+    "d192": (4, 16, 16, 8192, 8192, 192, False, "bf16"),
+    "d192-causal": (4, 16, 16, 8192, 8192, 192, True, "bf16"),
     "d128-fp16": (8, 16, 16, 4096, 4096, 128, False, "fp16"),
     "s1k-causal": (16, 16, 16, 1024, 1024, 128, True, "bf16"),
     "s2k": (16, 16, 16, 2048, 2048, 128, False, "bf16"),

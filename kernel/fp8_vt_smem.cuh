@@ -9,7 +9,8 @@
 // V^T stage: kBlockN / 128 chunks [kHeadDim rows][128 keys] (128-byte swizzle), then at most one [kHeadDim][64 keys]
 // (64-byte swizzle), as the consumers' descriptors read it (hopper_mainloop.h pv_issue). ldmatrix.trans hands the
 // transposing threads their keys in vt_key's order, so the permutation costs nothing. Keys past seqlen_k are zeros:
-// TMA fills rows outside the tensor with them (their P is 0, and 0 * NaN would not be).
+// TMA fills rows outside the tensor with them (their P is 0, and 0 * NaN would not be); a sequence's rows past its
+// keys inside the tensor (a cache's, the next packed sequence's) the consumers zero (consumer_mainloop.cuh scrub_vt).
 #pragma once
 #include <cstdint>
 

@@ -74,7 +74,9 @@ __device__ __forceinline__ void scrub_vt(uint8_t* v_stage, int first, int consum
                               : base + Cfg::kVtFull * kHeadDim * 128 + row * 64 + (((u % 4) ^ ((row >> 1) % 4)) << 4);
     uint32_t w[4] = {0, 0, 0, 0};
     if (u == u0 && part != 0) {
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(addr));
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "r"(addr));
 #pragma unroll
       for (int pos = 0; pos < 16; ++pos) {
         if (vt_key(pos) >= part) w[pos / 4] &= ~(0xffu << (8 * (pos % 4)));

@@ -62,8 +62,8 @@ __device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const 
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   // The paged producer walks the page table on the registers 2 consumer warpgroups leave it (kPagedProducer, 40);
   // beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh make_plan).
-  // FP8 takes no paged cache (validate.cu check_fp8): no paged copy.
-  if (Cfg::kConsumerWGs == 2 && !Cfg::kFp8 && p.page_table != nullptr) {
+  // FP8: the hdim-128 point with V transposed in shared memory only (kRunsPages, validate.cu check_fp8).
+  if (kRunsPages<Cfg> && p.page_table != nullptr) {
     setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
     grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
     if (threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // bad index values (kernel/seqlens.h)
@@ -73,9 +73,11 @@ __device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const 
         tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal, kGather>(
             p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
       } else {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem, v_smem,
-                                                                                    bars, tile_slots);
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem,
+                                                                   Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
       }
+    } else if (Cfg::kVtSmem && threadIdx.x >= 32) {
+      transpose_v_ring<Cfg>(v_raw, v_smem, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
     } else if constexpr (kGather) {
       if (p.page_gather && threadIdx.x >= 32) gather_kv<Cfg>(p, k_smem, v_smem, bars, threadIdx.x - 32);
     }

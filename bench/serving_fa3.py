@@ -179,7 +179,8 @@ def new_paths(fa3) -> None:  # type: ignore[no-untyped-def]
 
 
 def fp8_paths(fa3, cu: torch.Tensor, lens: list[int], lengths: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
-    """FP8 (E4M3, FA3's [B, Hkv] descales) on the packed batch and the per-sequence decode above (H32/8, D128)."""
+    """FP8 (E4M3, FA3's [B, Hkv] descales) on the packed batch and the per-sequence decode above (H32/8, D128), and
+    that decode from pages of 64 keys against FA3 on the contiguous cache (fa3-fwd has no paged KV)."""
     e4m3, total, batch = torch.float8_e4m3fn, sum(lens), lengths.shape[0]
     q, k, v = (torch.randn(total, h, 128, device="cuda").to(e4m3) for h in (32, 8, 8))
     ds = {name: torch.rand(len(lens), 8, device="cuda") + 0.5 for name in ("q_descale", "k_descale", "v_descale")}
@@ -192,6 +193,12 @@ def fp8_paths(fa3, cu: torch.Tensor, lens: list[int], lengths: torch.Tensor) -> 
     pair_or_alone(f"fp8 decode B{batch} per-seq 1K-8K H32/8 D128",
                   lambda: flashcore.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lengths, **dd),
                   lambda: fa3.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lengths, **dd))
+    k_pages, v_pages, table = to_pages(k_cache.view(torch.uint8), v_cache.view(torch.uint8), 64)  # bytes: index_put
+    k_pages, v_pages = k_pages.view(e4m3), v_pages.view(e4m3)
+    record(f"fp8 decode B{batch} paged 64 (fa3 contiguous)",
+           *paired(lambda: flashcore.flash_attn_with_kvcache(qd, k_pages, v_pages, cache_seqlens=lengths,
+                                                             page_table=table, **dd),
+                   lambda: fa3.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lengths, **dd)))
 
 
 def to_pages(k_cache: torch.Tensor, v_cache: torch.Tensor,

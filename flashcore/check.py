@@ -29,8 +29,10 @@ V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
 # Why each FA3 argument FlashCore does not take is refused (UnsupportedArgument names it with this reason).
 UNSUPPORTED = {
     "qv": "a second query operand (FA3's MLA path) is not supported",
-    "fp8 page_table": "paged caches with FP8 inputs are not supported (the kernel's page walk is compiled for 16-bit "
-                      "inputs only); use a contiguous cache [B_cache, S_cache, Hkv, D]",
+    "fp8 page_table": "paged caches with FP8 inputs run at head dim 128 with pages of a multiple of 16 keys only "
+                      "(smaller pages are gathered for 16-bit inputs only); use a contiguous cache otherwise",
+    "fp8 cache_leftpad": "a left-padded paged cache with FP8 inputs is not supported (left bounds are compiled for "
+                         "16-bit inputs only); use a contiguous cache",
     "fp8 window_size": "sliding windows with FP8 inputs are not supported; pass (-1, -1)",
     "fp8 softcap": "softcap with FP8 inputs is not supported; pass 0.0",
     "fp8 fallback": "fallback='sdpa' has no FP8 path: FP8 runs on the Hopper kernel only",
@@ -44,6 +46,15 @@ def refuse_fp8(window_size: Any, softcap: Any, attention_chunk: Any, fallback: A
     refuse({"fp8 window_size": window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
             "fp8 attention_chunk": chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
             "fp8 s_aux": s_aux is not None})
+
+
+def refuse_fp8_pages(q: object, k_cache: object, page_table: object, cache_leftpad: object) -> None:
+    """A paged cache with FP8 inputs: head dim 128, pages of a multiple of 16 keys, no left pad (by name)."""
+    if page_table is None:
+        return
+    shapes_ok = all(getattr(t, "dim", lambda: 0)() >= 3 for t in (q, k_cache))
+    runs = shapes_ok and q.shape[-1] == 128 and k_cache.shape[1] % 16 == 0  # type: ignore[attr-defined]
+    refuse({"fp8 page_table": shapes_ok and not runs, "fp8 cache_leftpad": cache_leftpad is not None})
 
 
 def no_descales(q: object, descales: Mapping[str, object]) -> None:

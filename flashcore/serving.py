@@ -27,13 +27,14 @@ s_aux (attention sinks: GPT-OSS, vLLM's FA3 fork; every layout): [Hq] logits, on
 column): out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sink_h}) over the keys row i sees, lse = log(sum_j e^{s_j} +
 e^{sink_h}); a row that sees no key gets out = 0, lse = sink_h. The sink is not masked, scaled or soft-capped.
 
-FP8 (float8_e4m3fn q, k, v; bf16 out): packed batches and contiguous caches (lengths, slots, left pad, appends
-copied byte for byte) with FA3's float32 descales q_descale, k_descale, v_descale [B, Hkv], B the call's sequences
-(packed: cu_seqlens_q's entries - 1; a cache: q's batch, not the cache's entries), None meaning 1. The kernel
-transposes V in shared memory for these layouts (the workspace copy of V^T is laid out per dense batch entry, and
-for a cache would transpose every entry's whole capacity on every call). Paged caches, windows, softcap, chunks,
-sinks, rotary and the fallback are refused with FP8 inputs (UnsupportedArgument naming them); the kernel reads FP8
-index values unchecked (debug_checks checks them on the host, as for 16-bit inputs).
+FP8 (float8_e4m3fn q, k, v; bf16 out): packed batches, contiguous caches (lengths, slots, left pad, appends copied
+byte for byte) and, at head dim 128, paged caches with pages of a multiple of 16 keys, with FA3's float32 descales
+q_descale, k_descale, v_descale [B, Hkv], B the call's sequences (packed: cu_seqlens_q's entries - 1; a cache: q's
+batch, not the cache's entries), None meaning 1. The kernel transposes V in shared memory for these layouts (the
+workspace copy of V^T is laid out per dense batch entry, and for a cache would transpose every entry's whole
+capacity on every call). Other paged caches, a left-padded paged cache, windows, softcap, chunks, sinks, rotary and
+the fallback are refused with FP8 inputs (UnsupportedArgument naming them); the kernel reads FP8 index values
+unchecked but on paged caches (debug_checks checks them on the host, as for 16-bit inputs).
 
 Host checks (flashcore/check_serving.py: shapes, dtypes, devices, strides, window and softcap values) raise
 FlashCoreError before anything runs; each entry here checks its arguments into one Call and computes it with
@@ -162,15 +163,15 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     entry or its pages (FA3's). cu_seqlens_q
     int32 [B + 1] with max_seqlen_q: q packed [total_q, Hq, D] (chunked prefill, speculative decoding), sequence b's
     queries rows [cu[b], cu[b + 1]); out [total_q, Hq, D], lse [Hq, total_q] (rows in no sequence not written).
-    out / lse: optional output buffers of those shapes. FP8 (module docstring): a contiguous cache, q_descale,
-    k_descale, v_descale float32 [B, Hkv]; k, v appended as they are (no rotary)."""
+    out / lse: optional output buffers of those shapes. FP8 (module docstring): q_descale, k_descale, v_descale
+    float32 [B, Hkv]; k, v appended as they are (no rotary)."""
     import torch
 
     debug = check_serving.debug_checks_on(debug_checks)
     key = None
     if is_fp8(q):
         check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)
-        check.refuse({"fp8 page_table": page_table is not None})
+        check.refuse_fp8_pages(q, k_cache, page_table, cache_leftpad)
         rotary.refuse_fp8(q, rotary_cos, rotary_sin)
     elif not debug and out is None and lse is None and s_aux is None:
         per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument

@@ -1,7 +1,8 @@
-"""FP8 on the serving layouts, the host side on the CPU: what runs (packed batches and contiguous caches build an FP8
-Call whose descales are [sequences, Hkv] and reach fc_params), what is refused by name (pages, windows, softcap,
-chunks, sinks, the fallback), descales with 16-bit inputs and descales of the wrong shape raise naming them, and FP8
-appends go to the 16-bit append kernel as byte pairs. The kernel side is tests/test_fp8_layouts_gpu.py."""
+"""FP8 on the serving layouts, the host side on the CPU: what runs (packed batches, contiguous caches and hdim-128
+paged caches build an FP8 Call whose descales are [sequences, Hkv] and reach fc_params), what is refused by name
+(other pages, a paged left pad, windows, softcap, chunks, sinks, the fallback), descales with 16-bit inputs and
+descales of the wrong shape raise naming them, and FP8 appends go to the 16-bit append kernel as byte pairs. The
+kernel side is tests/test_fp8_layouts_gpu.py."""
 
 from __future__ import annotations
 
@@ -100,9 +101,12 @@ def _varlen(**kw: Any) -> Any:
     return flashcore.flash_attn_varlen_func(q, k, v, i32(0, 10), i32(0, 12), 10, 12, **kw)
 
 
-def _kvcache(**kw: Any) -> Any:
-    q, k_cache, v_cache = rand(2, 1, 4, 128), rand(2, 64, 2, 128), rand(2, 64, 2, 128)
+def _kvcache(d: int = 128, page_size: int = 64, **kw: Any) -> Any:
+    q, k_cache, v_cache = rand(2, 1, 4, d), rand(4, page_size, 2, d), rand(4, page_size, 2, d)
     return flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=i32(3, 40), **kw)
+
+
+PAGES = {"page_table": i32(0, 1, 2, 3).view(2, 2)}
 
 
 @pytest.mark.parametrize(("entry", "kwargs", "name"), [
@@ -114,16 +118,27 @@ def _kvcache(**kw: Any) -> Any:
     (_kvcache, {"window_size": (8, 0)}, "fp8 window_size"),
     (_kvcache, {"softcap": 30.0}, "fp8 softcap"),
     (_kvcache, {"s_aux": torch.zeros(4)}, "fp8 s_aux"),
-    (_kvcache, {"page_table": i32(0, 1).view(2, 1)}, "fp8 page_table"),
+    (_kvcache, {"d": 64, **PAGES}, "fp8 page_table"),
+    (_kvcache, {"d": 256, **PAGES}, "fp8 page_table"),
+    (_kvcache, {"page_size": 8, **PAGES}, "fp8 page_table"),
+    (_kvcache, {"cache_leftpad": i32(0, 1), **PAGES}, "fp8 cache_leftpad"),
 ])
 def test_fp8_serving_refuses_by_name(entry: Any, kwargs: dict[str, Any], name: str) -> None:
     with pytest.raises(UnsupportedArgument, match=f"^{name}: "):
         entry(**kwargs)
 
 
-def test_fp8_paged_cache_refusal_names_the_contiguous_cache_instead() -> None:
-    with pytest.raises(UnsupportedArgument, match="use a contiguous cache"):
-        _kvcache(page_table=i32(0, 1).view(2, 1))
+def test_fp8_paged_cache_at_head_dim_128_with_pages_of_16_keys_checks_into_a_call() -> None:
+    q, k_pages, v_pages = rand(2, 1, 4, 128), rand(6, 16, 2, 128), rand(6, 16, 2, 128)
+    table = i32(5, 0, 3, 1, 2, 4).view(2, 3)
+    call = check_serving.kvcache(q, k_pages, v_pages, i32(3, 40), k_new=None, v_new=None, cache_batch_idx=None,
+                                 page_table=table, causal=False, softmax_scale=None, window_size=(-1, -1),
+                                 softcap=0.0, num_splits=None, sm_margin=0, out=None, lse=None, **SDPA)
+    call = serving.with_descales(call, torch.ones(2, 2), None, None)
+    p = launch.params(call, torch.empty(2, 1, 4, 128, dtype=torch.bfloat16), None)
+    assert p.dtype == _lib.FC_E4M3 and p.page_size == 16 and p.page_table == table.data_ptr()
+    with pytest.raises(UnsupportedArgument, match="^fp8 page_table: paged caches with FP8 inputs run at head dim 128"):
+        _kvcache(page_size=24, **PAGES)
 
 
 def test_fp8_appends_go_as_byte_pairs() -> None:

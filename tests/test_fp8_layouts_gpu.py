@@ -1,9 +1,9 @@
 """FP8 (E4M3) on the serving layouts, on the H100/H200, against FA3's FP8 accuracy rule as tests/test_fp8_gpu.py
 applies it: packed variable-length batches (ragged lengths with 1- and 0-length sequences, seqused_k, causal, GQA,
-split-KV) and contiguous KV caches (per-sequence lengths, slots, a left pad, FP8 appends). Each sequence is checked
-against a float32 reference on its dequantized inputs (its own [B, Hkv] descale row); key rows the call must not
-read hold E4M3 NaN (0x7f), so a stray 0 * NaN shows; out and lse are poisoned (NaN) first where the test passes
-them (flashcore.serving); fresh random inputs per case."""
+split-KV), contiguous KV caches (per-sequence lengths, slots, a left pad, FP8 appends) and hdim-128 paged caches.
+Each sequence is checked against a float32 reference on its dequantized inputs (its own [B, Hkv] descale row); key
+rows the call must not read hold E4M3 NaN (0x7f), so a stray 0 * NaN shows; out and lse are poisoned (NaN) first
+where the test passes them (flashcore.serving); fresh random inputs per case."""
 
 from __future__ import annotations
 
@@ -163,6 +163,38 @@ def test_fp8_kvcache_left_padded_reads_only_its_keys() -> None:
         k_descale=ds[1], v_descale=ds[2], return_softmax_lse=True)
     for b, (n, pad) in enumerate(zip(lengths, pads, strict=True)):
         check_sequence(out[b], lse[b], q[b], k_cache[b, pad:n], v_cache[b, pad:n], [s[b:b + 1] for s in ds], True)
+
+
+@pytest.mark.parametrize("append", [False, True])
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+def test_fp8_paged_decode_matches_each_sequences_reference(page_size: int, append: bool) -> None:
+    """Head dim 128 from shuffled pages; rows past each length, and the pages no sequence holds, are NaN."""
+    torch.manual_seed(page_size * 3 + append)
+    batch, hq, hkv, d, new = 4, 16, 4, 128, 3 if append else 0
+    lengths = (1, 300, 0, 1000)
+    per = -(-(max(lengths) + new) // page_size)
+    contiguous_k, contiguous_v = fp8(batch, per * page_size, hkv, d), fp8(batch, per * page_size, hkv, d)
+    for b, n in enumerate(lengths):
+        poison(contiguous_k[b, n:])
+        poison(contiguous_v[b, n:])
+    k_pages, v_pages = fp8(batch * per + 5, page_size, hkv, d), fp8(batch * per + 5, page_size, hkv, d)
+    poison(k_pages)
+    poison(v_pages)
+    table = torch.randperm(batch * per + 5, device="cuda")[:batch * per].to(torch.int32).view(batch, per)
+    for pages, rows in ((k_pages, contiguous_k), (v_pages, contiguous_v)):  # bytes: no FP8 index_put needed
+        pages.view(torch.uint8)[table.flatten().long()] = rows.view(torch.uint8).view(batch * per, page_size, hkv, d)
+    q, ds = fp8(batch, 1, hq, d), descales(batch, hkv)
+    k_new, v_new = (fp8(batch, new, hkv, d), fp8(batch, new, hkv, d)) if append else (None, None)
+    out, lse = flashcore.flash_attn_with_kvcache(
+        q, k_pages, v_pages, k_new, v_new, cache_seqlens=torch.tensor(lengths, dtype=torch.int32, device="cuda"),
+        page_table=table, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], return_softmax_lse=True)
+    for b, n in enumerate(lengths):
+        kb, vb = (t.view(E4M3) for t in reference.cached_keys(k_pages.view(torch.uint8), v_pages.view(torch.uint8), b,
+                                                               n + new, None, table))
+        if append:
+            assert torch.equal(kb[n:].view(torch.uint8), k_new[b].view(torch.uint8))
+            assert torch.equal(vb[n:].view(torch.uint8), v_new[b].view(torch.uint8))
+        check_sequence(out[b], lse[b], q[b], kb, vb, [s[b:b + 1] for s in ds], False)
 
 
 def test_fp8_kvcache_with_one_int_length_is_the_per_sequence_call() -> None:

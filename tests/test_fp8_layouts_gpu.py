@@ -224,3 +224,29 @@ def test_fp8_varlen_plan_transposes_v_in_shared_memory_and_the_copy_is_refused()
     assert info.fp8_v_transpose == check.V_TRANSPOSE["smem"]
     with pytest.raises(flashcore.FlashCoreError, match="transposes V in shared memory only"):
         forward.plan(replace(call, v_transpose=check.V_TRANSPOSE["pass"]))
+
+
+def test_fp8_paged_bad_page_id_makes_its_sequence_nan_and_is_named() -> None:
+    """As for 16-bit inputs (tests/test_index_errors_gpu.py): the paged FP8 producer checks page ids."""
+    from flashcore import device_errors
+
+    torch.manual_seed(9)
+    device_errors.words("cuda").zero_()
+    batch, page_size, per, hq, hkv, d = 3, 16, 16, 8, 2, 128
+    k_pages, v_pages = fp8(batch * per + 2, page_size, hkv, d), fp8(batch * per + 2, page_size, hkv, d)
+    table = torch.randperm(batch * per + 2, device="cuda")[:batch * per].to(torch.int32).view(batch, per)
+    bad = table.clone()
+    bad[1, 3] = batch * per + 9  # a page id past the cache's pages, within sequence 1's 200 keys
+    q, ds = fp8(batch, 1, hq, d), descales(batch, hkv)
+    lengths = torch.tensor([100, 200, 50], dtype=torch.int32, device="cuda")
+    out, lse = flashcore.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=lengths, page_table=bad,
+                                                 q_descale=ds[0], k_descale=ds[1], v_descale=ds[2],
+                                                 return_softmax_lse=True)
+    torch.cuda.synchronize()  # the context is alive: no illegal address
+    assert torch.isnan(out[1].float()).all() and torch.isnan(lse[1]).all()
+    with pytest.raises(flashcore.FlashCoreError, match="page_table"):
+        flashcore.check_errors()
+    for b in (0, 2):
+        kb, vb = (t.view(E4M3) for t in reference.cached_keys(k_pages.view(torch.uint8), v_pages.view(torch.uint8), b,
+                                                               int(lengths[b]), None, table))
+        check_sequence(out[b], lse[b], q[b], kb, vb, [s[b:b + 1] for s in ds], False)

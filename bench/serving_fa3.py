@@ -1,13 +1,14 @@
-"""The serving workloads side by side with FA3 (the fa3-fwd wheel), paired in one process on one GPU:
-dense prefill (the regression check of the serving changes), a sliding window (FlashCore only: fa3-fwd has no local
-attention), softcap, varlen prefill of 9 causal sequences of 1K-16K (65536 tokens), decode with per-sequence cache
-lengths 1K-8K (with and without cache_batch_idx), the same decode from a paged cache (pages of 1, 16, 64 and 256 keys;
-fa3-fwd has no paged KV, so the pair is FA3 on the contiguous cache), and head dims 96, 192 and 192 with a v of
-128 (FlashCore runs them on its 128 and 256 kernels), and the newer FA3 arguments on the kernel (`new_paths`: an
-append with rotary, a left-padded cache, packed queries into a cache, chunked attention; each against FA3's same
-call where fa3-fwd takes it, else FlashCore alone with the reason). Each figure is the median over 5 rounds of the
-median of 15 repetitions of the mean time of INNER (default 10) back-to-back calls, so a call's host time hides
-behind the GPU work as in a serving loop (INNER=1 exposes it). Ratio = FA3 time / FlashCore time.
+"""The serving workloads side by side with FA3 (the fa3-fwd wheel), paired in one process on one GPU: dense prefill
+(the regression check of the serving changes), a sliding window (FlashCore only: fa3-fwd has no local attention),
+softcap, varlen prefill of 9 causal sequences of 1K-16K (65536 tokens), decode with per-sequence cache lengths 1K-8K
+(with and without cache_batch_idx), the same decode from a paged cache (pages of 1, 16, 64 and 256 keys; fa3-fwd has
+no paged KV, so the pair is FA3 on the contiguous cache), and head dims 96, 192 and 192 with a v of 128 (FlashCore
+runs them on its 128 and 256 kernels), and the newer FA3 arguments on the kernel (`new_paths`: an append with
+rotary, a left-padded cache, packed queries into a cache, chunked attention; each against FA3's same call where
+fa3-fwd takes it, else FlashCore alone with the reason), and FP8 on the varlen batch and the decode. Each figure is
+the median over 5 rounds of the median of 15 repetitions of the mean time of INNER (default 10) back-to-back calls,
+so a call's host time hides behind the GPU work as in a serving loop (INNER=1 exposes it). Ratio = FA3 time /
+FlashCore time.
 
     PYTHONPATH=<fa3-fwd and nvtx wheels>:. python3 bench/serving_fa3.py        # writes $OUT/bench_serving.json
 
@@ -112,6 +113,7 @@ def main() -> None:
     for dim, dim_v in ((96, 96), (192, 192), (192, 128)):
         head_dims(fa3, dim, dim_v)
     new_paths(fa3)
+    fp8_paths(fa3, cu, lens, lengths)
     out = os.environ.get("OUT", ".")
     with open(f"{out}/bench_serving.json", "w") as f:
         json.dump(ROWS, f, indent=1)
@@ -174,6 +176,29 @@ def new_paths(fa3) -> None:  # type: ignore[no-untyped-def]
     pair_or_alone("prefill B2 S8K H32/8 causal attention_chunk 2048",
                   lambda: flashcore.flash_attn_func(q8, k8, v8, causal=True, attention_chunk=2048),
                   lambda: fa3.flash_attn_func(q8, k8, v8, causal=True, attention_chunk=2048))
+
+
+def fp8_paths(fa3, cu: torch.Tensor, lens: list[int], lengths: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
+    """FP8 (E4M3, FA3's [B, Hkv] descales) on the packed batch and the per-sequence decode above (H32/8, D128), and
+    that decode from pages of 64 keys against FA3 on the contiguous cache (fa3-fwd has no paged KV)."""
+    e4m3, total, batch = torch.float8_e4m3fn, sum(lens), lengths.shape[0]
+    q, k, v = (torch.randn(total, h, 128, device="cuda").to(e4m3) for h in (32, 8, 8))
+    ds = {name: torch.rand(len(lens), 8, device="cuda") + 0.5 for name in ("q_descale", "k_descale", "v_descale")}
+    pair_or_alone(f"fp8 varlen causal {len(lens)} seqs {total} tok H32/8 D128",
+                  lambda: flashcore.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, **ds),
+                  lambda: fa3.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, **ds))
+    k_cache, v_cache = (torch.randn(batch, 8192, 8, 128, device="cuda").to(e4m3) for _ in range(2))
+    qd = torch.randn(batch, 1, 32, 128, device="cuda").to(e4m3)
+    dd = {name: torch.rand(batch, 8, device="cuda") + 0.5 for name in ("q_descale", "k_descale", "v_descale")}
+    pair_or_alone(f"fp8 decode B{batch} per-seq 1K-8K H32/8 D128",
+                  lambda: flashcore.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lengths, **dd),
+                  lambda: fa3.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lengths, **dd))
+    k_pages, v_pages, table = to_pages(k_cache.view(torch.uint8), v_cache.view(torch.uint8), 64)  # bytes: index_put
+    k_pages, v_pages = k_pages.view(e4m3), v_pages.view(e4m3)
+    record(f"fp8 decode B{batch} paged 64 (fa3 contiguous)",
+           *paired(lambda: flashcore.flash_attn_with_kvcache(qd, k_pages, v_pages, cache_seqlens=lengths,
+                                                             page_table=table, **dd),
+                   lambda: fa3.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=lengths, **dd)))
 
 
 def to_pages(k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -29,15 +29,39 @@ V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
 # Why each FA3 argument FlashCore does not take is refused (UnsupportedArgument names it with this reason).
 UNSUPPORTED = {
     "qv": "a second query operand (FA3's MLA path) is not supported",
-    "q_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
-    "k_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
-    "v_descale": "FP8 inputs run through flash_attn_func on dense batches only (flashcore.attention_fp8)",
+    "fp8 page_table": "paged caches with FP8 inputs run at head dim 128 with pages of a multiple of 16 keys only "
+                      "(smaller pages are gathered for 16-bit inputs only); use a contiguous cache otherwise",
+    "fp8 cache_leftpad": "a left-padded paged cache with FP8 inputs is not supported (left bounds are compiled for "
+                         "16-bit inputs only); use a contiguous cache",
     "fp8 window_size": "sliding windows with FP8 inputs are not supported; pass (-1, -1)",
     "fp8 softcap": "softcap with FP8 inputs is not supported; pass 0.0",
     "fp8 fallback": "fallback='sdpa' has no FP8 path: FP8 runs on the Hopper kernel only",
     "fp8 attention_chunk": "chunked attention with FP8 inputs is not supported; pass 0",
     "fp8 s_aux": "attention sinks with FP8 inputs are not supported; pass None",
 }
+
+
+def refuse_fp8(window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any) -> None:
+    """The score modifiers and the fallback FP8 inputs do not take, refused by name (every FA3 entry point)."""
+    refuse({"fp8 window_size": window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
+            "fp8 attention_chunk": chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
+            "fp8 s_aux": s_aux is not None})
+
+
+def refuse_fp8_pages(q: object, k_cache: object, page_table: object, cache_leftpad: object) -> None:
+    """A paged cache with FP8 inputs: head dim 128, pages of a multiple of 16 keys, no left pad (by name)."""
+    if page_table is None:
+        return
+    shapes_ok = all(getattr(t, "dim", lambda: 0)() >= 3 for t in (q, k_cache))
+    runs = shapes_ok and q.shape[-1] == 128 and k_cache.shape[1] % 16 == 0  # type: ignore[attr-defined]
+    refuse({"fp8 page_table": shapes_ok and not runs, "fp8 cache_leftpad": cache_leftpad is not None})
+
+
+def no_descales(q: object, descales: Mapping[str, object]) -> None:
+    """Descales given with inputs that are not FP8 raise: they scale float8_e4m3fn inputs only."""
+    if names := [name for name, t in descales.items() if t is not None]:
+        raise FlashCoreError(f"{names[0]} is given but q is {getattr(q, 'dtype', type(q).__name__)}: descale "
+                             "factors apply to float8_e4m3fn inputs only")
 
 
 def refuse(given: Mapping[str, bool]) -> None:
@@ -144,8 +168,10 @@ def v_transpose_name(code: int) -> str:
 
 
 def descale(name: str, t: object, batch: int, heads_kv: int, device: torch.device) -> torch.Tensor | None:
-    """None, or a float32 tensor [batch, heads_kv] on q's device (any non-negative strides: expanded views too).
-    Its values are not read on the host (a copy would synchronize); a NaN or Inf factor gives NaN/Inf output."""
+    """None, or a float32 tensor [batch, heads_kv] on q's device (any non-negative strides: expanded views too);
+    batch counts the call's sequences (packed: cu_seqlens_q's entries - 1; a cache: q's batch, not the cache's
+    entries), as FA3. Its values are not read on the host (a copy would synchronize); a NaN or Inf factor gives
+    NaN/Inf output."""
     import torch
 
     if t is None:
@@ -156,7 +182,7 @@ def descale(name: str, t: object, batch: int, heads_kv: int, device: torch.devic
         raise FlashCoreError(f"{name}.dtype is {t.dtype}: descale factors are torch.float32")
     if tuple(t.shape) != (batch, heads_kv):
         raise FlashCoreError(f"{name} has shape {tuple(t.shape)}: expected [B, Hkv] = {(batch, heads_kv)} (one "
-                             "factor per batch entry and K/V head, as FA3)")
+                             "factor per sequence and K/V head, as FA3)")
     if t.device != device:
         raise FlashCoreError(f"{name} is on {t.device} but q is on {device}: all tensors must be on one device")
     if t.layout != torch.strided or any(s < 0 for s in t.stride()):

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from flashcore import check, validate
-from flashcore.call import Call, out_shape
+from flashcore.call import Call, is_fp8, out_dtype, out_shape
 from flashcore.errors import FlashCoreError
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seq
     # The 4-D checks of a batch of one: dtypes, head dims, GQA, layouts, grad.
     call = check.dense(as4(q), as4(k), as4(v), causal=causal, softmax_scale=softmax_scale,
                        deterministic=deterministic, fallback=fallback, num_splits=num_splits, sm_margin=sm_margin,
-                       device_type=device_type)
+                       device_type=device_type, fp8=is_fp8(q))
     window, cap = check.window(window_size), check.softcap(softcap)
     batch = validate.count("cu_seqlens_q.shape[0] - 1 (batch)", _offsets_length(cu_seqlens_q, "cu_seqlens_q") - 1, 0,
                            validate.MAX_GRID_YZ)
@@ -153,7 +153,8 @@ def kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, *, k_new: An
     # the layouts of the whole tensors are checked after.
     one = slice(0, 1) if slots is not None or table is not None or cu_q is not None else slice(None)
     call = check.dense(q4[one], k_cache[one], v_cache[one], causal=causal, softmax_scale=softmax_scale,
-                       fallback=fallback, num_splits=num_splits, sm_margin=sm_margin, device_type=device_type)
+                       fallback=fallback, num_splits=num_splits, sm_margin=sm_margin, device_type=device_type,
+                       fp8=is_fp8(q))
     if one != slice(None) and q4[one].numel() and k_cache.shape[1]:
         for name, t in (("q", q4), ("k_cache", k_cache), ("v_cache", v_cache)):
             validate.layout(name, t)
@@ -230,7 +231,7 @@ def outputs(out: Any, lse: Any, q: torch.Tensor, v: torch.Tensor, lse_shape: tup
         if tuple(out.shape) != out_shape(q, v):
             raise FlashCoreError(f"out has shape {tuple(out.shape)}: expected {out_shape(q, v)} (q's, with v's "
                                  "head dim)")
-        validate.same("out", "dtype", out.dtype, q.dtype, "out must have q's dtype")
+        validate.same("out", "dtype", out.dtype, out_dtype(q), "out must have q's dtype (bf16 for FP8 inputs)")
         validate.self_overlap("out", out)
         validate.not_aliased("out", out, inputs)
         if out.numel():

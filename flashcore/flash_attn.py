@@ -6,9 +6,9 @@
 
 Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths, cache_batch_idx and paged
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
-runs through flash_attn_func on dense batches (flashcore.attention_fp8). flash_attn_with_kvcache appends k and v
-(packed too: cu_seqlens_k_new) with FA3's rotary embedding on the library's append kernel (flashcore/append.py). An
-argument FlashCore does not support (descales with packed sequences or a KV cache, ...)
+runs on dense batches (flashcore.attention_fp8), packed batches and contiguous KV caches (flashcore/serving.py).
+flash_attn_with_kvcache appends k and v (packed too: cu_seqlens_k_new) with FA3's rotary embedding on the library's
+append kernel (flashcore/append.py). An argument FlashCore does not support (a paged cache with FP8 inputs, ...)
 raises
 UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa;
 scheduler_metadata, checked against the call's shapes: flashcore/scheduler.py) are accepted. FlashCore is
@@ -69,16 +69,11 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     check.refuse({"qv": qv is not None})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if is_fp8(q):
-        check.refuse({"fp8 window_size": check.window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
-                      "fp8 attention_chunk": check.chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
-                      "fp8 s_aux": s_aux is not None})
+        check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)
         out, lse = fp8.attention_fp8(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
                                  num_splits=_splits(num_splits), sm_margin=sm_margin, **descales)
         return (out, lse) if return_attn_probs else out
-    given = [name for name, d in descales.items() if d is not None]
-    if given:
-        raise FlashCoreError(f"{given[0]} is given but q is {getattr(q, 'dtype', type(q).__name__)}: descale "
-                             "factors apply to float8_e4m3fn inputs only")
+    check.no_descales(q, descales)
     out, lse = _dense(q, k, v, window_size, softcap, attention_chunk, s_aux, causal=causal,
                       softmax_scale=softmax_scale, deterministic=deterministic, num_splits=_splits(num_splits),
                       sm_margin=sm_margin, fallback=fallback)
@@ -101,14 +96,13 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     with return_attn_probs=True; the rows of out and softmax_lse past seqused_q[b] are not written (as in FA3:
     never read them). num_splits as flash_attn_func's: packed queries split the keys too.
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
-    check.refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-                  "v_descale": v_descale is not None})
+    check.refuse({"qv": qv is not None})
     out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
                               seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                               attention_chunk=attention_chunk, deterministic=deterministic, fallback=fallback,
                               debug_checks=debug_checks, num_splits=_splits(num_splits), sm_margin=sm_margin,
-                              s_aux=s_aux)
+                              s_aux=s_aux, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return (out, lse) if return_attn_probs else out
 
 
@@ -154,8 +148,7 @@ def flash_attn_with_kvcache(
     debug_checks (extension): check the lengths, slots and pages on the host and raise at once for a bad index
     value found by the append (device syncs; see flashcore.serving). rotary_seqlens without rotary_cos is ignored,
     as FA3 ignores it."""
-    check.refuse({"qv": qv is not None, "q_descale": q_descale is not None, "k_descale": k_descale is not None,
-                  "v_descale": v_descale is not None})
+    check.refuse({"qv": qv is not None})
     rotary.refuse_fp8(q, rotary_cos, rotary_sin)
     import torch
 
@@ -163,7 +156,8 @@ def flash_attn_with_kvcache(
     window_size = check.window(window_size)  # before the append writes into the caches
     per_sequence = (cache_seqlens, cache_batch_idx, page_table, cache_leftpad, cu_seqlens_q, rotary_cos, rotary_sin,
                     cu_seqlens_k_new if k is not None else None)
-    if isinstance(cache_seqlens, torch.Tensor) or any(t is not None for t in per_sequence[1:]):
+    # FP8 takes the serving path for one length too (its descales; the dense FP8 call would slice the cache).
+    if is_fp8(q) or isinstance(cache_seqlens, torch.Tensor) or any(t is not None for t in per_sequence[1:]):
         out, lse = serving.kvcache(q, k_cache, v_cache, cache_seqlens, k=k, v=v, cache_batch_idx=cache_batch_idx,
                                    page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
                                    max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None, causal=causal,
@@ -172,9 +166,10 @@ def flash_attn_with_kvcache(
                                    sm_margin=sm_margin, fallback=fallback, debug_checks=debug_checks,
                                    cu_seqlens_k_new=cu_seqlens_k_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                    rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved,
-                                   s_aux=s_aux)
+                                   s_aux=s_aux, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
         return (out, lse) if return_softmax_lse else out
     # one length for every sequence: the dense kernel on a slice of the cache
+    check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
     check_serving.caches(k_cache, v_cache)
     length = check_serving.cache_length(cache_seqlens, k_cache.shape[1], appending=k is not None)
     end = append.at(k_cache, v_cache, k, v, length) if k is not None or v is not None else length

@@ -46,8 +46,8 @@ def q_per_row(causal: bool, window: tuple[int, int], attention_chunk: int, seqle
 
 
 def refuse_fp8(q: Any, rotary_cos: Any, rotary_sin: Any) -> None:
-    """Rotary embedding with FP8 inputs is refused by name, before any dtype check (FP8 reaches dense batches only,
-    and a cache's append is where the rotation happens)."""
+    """Rotary embedding with FP8 inputs is refused by name, before any dtype check (a cache's append is where the
+    rotation happens, and it copies FP8 rows unconverted)."""
     if (rotary_cos is not None or rotary_sin is not None) and is_fp8(q):
         raise UnsupportedArgument("rotary_cos: rotary embedding with FP8 inputs is not supported; rotate q and k "
                                   "before quantizing them")

@@ -27,6 +27,15 @@ s_aux (attention sinks: GPT-OSS, vLLM's FA3 fork; every layout): [Hq] logits, on
 column): out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sink_h}) over the keys row i sees, lse = log(sum_j e^{s_j} +
 e^{sink_h}); a row that sees no key gets out = 0, lse = sink_h. The sink is not masked, scaled or soft-capped.
 
+FP8 (float8_e4m3fn q, k, v; bf16 out): packed batches, contiguous caches (lengths, slots, left pad, appends copied
+byte for byte) and, at head dim 128, paged caches with pages of a multiple of 16 keys, with FA3's float32 descales
+q_descale, k_descale, v_descale [B, Hkv], B the call's sequences (packed: cu_seqlens_q's entries - 1; a cache: q's
+batch, not the cache's entries), None meaning 1. The kernel transposes V in shared memory for these layouts (the
+workspace copy of V^T is laid out per dense batch entry, and for a cache would transpose every entry's whole
+capacity on every call). Other paged caches, a left-padded paged cache, windows, softcap, chunks, sinks, rotary and
+the fallback are refused with FP8 inputs (UnsupportedArgument naming them); the kernel reads FP8 index values
+unchecked but on paged caches (debug_checks checks them on the host, as for 16-bit inputs).
+
 Host checks (flashcore/check_serving.py: shapes, dtypes, devices, strides, window and softcap values) raise
 FlashCoreError before anything runs; each entry here checks its arguments into one Call and computes it with
 flashcore.forward.forward.
@@ -49,7 +58,8 @@ from typing import TYPE_CHECKING, Any
 
 from flashcore import append, check, check_serving, device_errors, fastpath, launch, rotary
 from flashcore.api import attention
-from flashcore.call import Call, lse_shape
+from flashcore.call import Call, is_fp8, lse_shape
+from flashcore.errors import FlashCoreError
 from flashcore.forward import forward
 
 if TYPE_CHECKING:
@@ -91,13 +101,16 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
            softcap: Any = 0.0, attention_chunk: Any = 0, deterministic: bool = False, fallback: str = "error",
            debug_checks: bool | None = None, out: torch.Tensor | None = None,
            lse: torch.Tensor | None = None, num_splits: int | None = None, sm_margin: int = 0,
-           s_aux: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+           s_aux: Any = None, q_descale: Any = None, k_descale: Any = None,
+           v_descale: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed variable-length sequences (module docstring): (out [total_q, Hq, D], lse [Hq, total_q] float32).
     out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
-    left as they were)."""
+    left as they were). FP8 (module docstring): q_descale, k_descale, v_descale float32 [B, Hkv]."""
     key = None
     debug = check_serving.debug_checks_on(debug_checks)
-    if not debug and out is None and lse is None and s_aux is None:
+    if is_fp8(q):
+        check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)
+    elif not debug and out is None and lse is None and s_aux is None:
         arrays = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_q": seqused_q,
                   "seqused_k": seqused_k}
         key = fastpath.serving_signature("varlen", (q, k, v, *arrays.values()),
@@ -113,9 +126,22 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
                                 num_splits=num_splits, sm_margin=sm_margin)
     call = replace(call, attention_chunk=check.chunk(attention_chunk),
                    sinks=check.sinks(s_aux, call.q.shape[-2], call.q.device))
+    call = with_descales(call, q_descale, k_descale, v_descale)
     if debug:
         check_serving.values(call)
     return checked(forward(call, key), call.q, debug)
+
+
+def with_descales(call: Call, q_descale: Any, k_descale: Any, v_descale: Any) -> Call:
+    """An FP8 call with its descales, float32 [B, Hkv] (B: the call's sequences, not a cache's entries, as FA3);
+    descales with 16-bit inputs raise."""
+    if not call.fp8:
+        check.no_descales(call.q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
+        return call
+    batch, heads_kv, device = call.batch, call.k.shape[-2], call.q.device
+    return replace(call, q_descale=check.descale("q_descale", q_descale, batch, heads_kv, device),
+                   k_descale=check.descale("k_descale", k_descale, batch, heads_kv, device),
+                   v_descale=check.descale("v_descale", v_descale, batch, heads_kv, device))
 
 
 def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Any, *, k: Any = None,
@@ -126,7 +152,8 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
             debug_checks: bool | None = None, out: torch.Tensor | None = None,
             lse: torch.Tensor | None = None, cu_seqlens_k_new: Any = None, rotary_cos: Any = None,
             rotary_sin: Any = None, rotary_seqlens: Any = None,
-            rotary_interleaved: bool = True, s_aux: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+            rotary_interleaved: bool = True, s_aux: Any = None, q_descale: Any = None, k_descale: Any = None,
+            v_descale: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A KV cache with a length (and optionally a slot) per sequence, or a paged cache (module docstring): (out,
     lse [B, Hq, Sq]). cache_seqlens: int32 [B] (or FA3's int / None: one length for all). k, v [B, Snew, Hkv, D]
     (or packed [total_new, Hkv, D] with cu_seqlens_k_new int32 [B + 1]): appended in place at each sequence's length
@@ -136,12 +163,17 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     entry or its pages (FA3's). cu_seqlens_q
     int32 [B + 1] with max_seqlen_q: q packed [total_q, Hq, D] (chunked prefill, speculative decoding), sequence b's
     queries rows [cu[b], cu[b + 1]); out [total_q, Hq, D], lse [Hq, total_q] (rows in no sequence not written).
-    out / lse: optional output buffers of those shapes."""
+    out / lse: optional output buffers of those shapes. FP8 (module docstring): q_descale, k_descale, v_descale
+    float32 [B, Hkv]; k, v appended as they are (no rotary)."""
     import torch
 
     debug = check_serving.debug_checks_on(debug_checks)
     key = None
-    if not debug and out is None and lse is None and s_aux is None:
+    if is_fp8(q):
+        check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)
+        check.refuse_fp8_pages(q, k_cache, page_table, cache_leftpad)
+        rotary.refuse_fp8(q, rotary_cos, rotary_sin)
+    elif not debug and out is None and lse is None and s_aux is None:
         per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument
         tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v,
                    cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_seqlens)
@@ -181,6 +213,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                                  num_splits=num_splits, sm_margin=sm_margin, fallback=fallback, out=out, lse=lse)
     call = replace(call, attention_chunk=check.chunk(attention_chunk),
                    sinks=check.sinks(s_aux, call.q.shape[-2], call.q.device))
+    call = with_descales(call, q_descale, k_descale, v_descale)  # before the append writes into the caches
     if k is not None or v is not None or rotary_cos is not None or rotary_sin is not None:
         call = appended(call, k, v, cache_seqlens, cu_seqlens_k_new if packed_new else None, rotary_cos, rotary_sin,
                         rotary_seqlens, rotary_interleaved, debug)
@@ -212,9 +245,24 @@ def appended(call: Call, k: Any, v: Any, cache_seqlens: Any, cu_seqlens_k_new: A
                          appending=k is not None, batch=call.batch, head_dim=call.q.shape[-1], per_row=per_row)
     if k is None:
         return call
-    lengths, q = append.run(call.k, call.v, k, v, call.cache_seqlens, call.cache_batch_idx, call.page_table,
+    k_cache, v_cache = call.k, call.v
+    if call.fp8:  # no rotary (refused): the append copies elements unconverted, so FP8 rows go as 16-bit byte pairs
+        k_cache, v_cache, k, v = (byte_pairs(name, t) for name, t in
+                                  (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)))
+    lengths, q = append.run(k_cache, v_cache, k, v, call.cache_seqlens, call.cache_batch_idx, call.page_table,
                             cu_new=cu_new, rotary=rot, q=call.q, cu_q=call.cu_seqlens_q, debug=debug)
     return replace(call, cache_seqlens=lengths, q=call.q if q is None else q)
+
+
+def byte_pairs(name: str, t: torch.Tensor) -> torch.Tensor:
+    """An FP8 tensor viewed as float16 (two E4M3 elements each) for the append kernel's 16-bit copy."""
+    import torch
+
+    try:
+        return t.view(torch.float16)
+    except RuntimeError:
+        raise FlashCoreError(f"{name} has stride {t.stride()}: FP8 appends need a contiguous last dim and even "
+                             "strides") from None
 
 
 def fast_entries() -> int:

@@ -52,10 +52,10 @@ def rank(name: str, t: torch.Tensor, expected: int, layout: str) -> None:
 def dtype16(name: str, t: torch.Tensor) -> None:
     import torch
 
-    if t.dtype is torch.float8_e4m3fn:  # a layout FP8 does not reach yet: say so by name, not as a bad dtype
-        raise UnsupportedArgument(f"{name}.dtype is {t.dtype}: FP8 inputs run on dense batches only (flash_attn_func "
-                                  "with q_descale/k_descale/v_descale, or flashcore.attention_fp8); this call takes "
-                                  "torch.float16 and torch.bfloat16")
+    if t.dtype is torch.float8_e4m3fn:  # an entry point FP8 does not take: say so by name, not as a bad dtype
+        raise UnsupportedArgument(f"{name}.dtype is {t.dtype}: FP8 inputs run through flashcore.attention_fp8 and "
+                                  "FA3's names with q_descale/k_descale/v_descale (dense, packed and contiguous KV "
+                                  "cache calls); this call takes torch.float16 and torch.bfloat16")
     if t.dtype not in (torch.float16, torch.bfloat16):
         raise FlashCoreError(f"{name}.dtype is {t.dtype}: FlashCore supports torch.float16 and torch.bfloat16")
 

@@ -60,6 +60,36 @@ __device__ __forceinline__ void scrub_v(uint8_t* v_stage, int first, int consume
   named_barrier_sync_unaligned(kBarrierScrub, Cfg::kConsumerThreads);
 }
 
+// scrub_v for FP8 V transposed in shared memory (kernel/fp8_vt_smem.cuh's V^T stage): keys [first, kBlockN) of every
+// d row read as zero. A 16-byte unit holds keys 0-15 or 16-31 of a 32-key group (kernel/fp8_vt.cuh vt_key), so the
+// units past `first` are zeroed whole and the one holding it byte by byte; the swizzle is the transposing stores'.
+template <typename Cfg>
+__device__ __forceinline__ void scrub_vt(uint8_t* v_stage, int first, int consumer_thread) {
+  constexpr int kHeadDim = Cfg::kRowBytes;  // one byte per element
+  const int u0 = first / 16, part = first % 16;
+  const uint32_t base = smem_addr(v_stage);
+  for (int t = consumer_thread; t < (Cfg::kBlockN / 16 - u0) * kHeadDim; t += Cfg::kConsumerThreads) {
+    const int u = u0 + t / kHeadDim, row = t % kHeadDim, chunk = u / 8;
+    const uint32_t addr = chunk < Cfg::kVtFull
+                              ? base + (chunk * kHeadDim + row) * 128 + (((u % 8) ^ (row % 8)) << 4)
+                              : base + Cfg::kVtFull * kHeadDim * 128 + row * 64 + (((u % 4) ^ ((row >> 1) % 4)) << 4);
+    uint32_t w[4] = {0, 0, 0, 0};
+    if (u == u0 && part != 0) {
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "r"(addr));
+#pragma unroll
+      for (int pos = 0; pos < 16; ++pos) {
+        if (vt_key(pos) >= part) w[pos / 4] &= ~(0xffu << (8 * (pos % 4)));
+      }
+    }
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  }
+  fence_proxy_async_shared();
+  named_barrier_sync_unaligned(kBarrierScrub, Cfg::kConsumerThreads);
+}
+
 // n counts the tile's blocks from 0; its keys start at block kv.n_begin + n, its ring slot is block + n.
 // Blocks [kv.um_begin, kv.um_end) need no mask; the rest run the masked copy of the loop (no mask code in the
 // hot one). Soft-capping comes first: a masked score must stay -inf (tanh would make it -1).
@@ -205,11 +235,18 @@ __device__ __forceinline__ void consumer_mainloop(const KernelParams& p, Consume
   stamp(4);
   auto last_pv = [&](auto keys) {
     wait(Slots::kVFull, block + n_blocks - 1);
-    // FP8: V^T's keys past seqlen_k are zeros (TMA fills the raw blocks' rows past the tensor with them).
-    const int scrub = Cfg::kFp8 ? Cfg::kBlockN : scrub_rows<Cfg::kBlockN>(kv, seq.k_len);
+    // FP8's keys past seqlen_k are zeros in a dense batch: TMA fills the raw blocks' rows past the tensor with them
+    // (the V^T copy serves dense batches only). V transposed in shared memory from packed keys or a cache holds the
+    // raw rows, which past a sequence's keys are the next sequence's or the cache's.
+    const bool dense_fp8 = Cfg::kFp8 && (!Cfg::kVtSmem || (p.seqused_k == nullptr && p.cu_seqlens_k == nullptr));
+    const int scrub = dense_fp8 ? Cfg::kBlockN : scrub_rows<Cfg::kBlockN>(kv, seq.k_len);
     if (scrub < Cfg::kBlockN) {
-      scrub_v<Cfg>(v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes, scrub,
-                   consumer_wg * 128 + thread);
+      uint8_t* stage = v_smem + ((block + n_blocks - 1) % Cfg::kStages) * Cfg::kKVBytes;
+      if constexpr (Cfg::kFp8) {
+        scrub_vt<Cfg>(stage, scrub, consumer_wg * 128 + thread);
+      } else {
+        scrub_v<Cfg>(stage, scrub, consumer_wg * 128 + thread);
+      }
     }
     wgmma_fence();
     issue_begin();

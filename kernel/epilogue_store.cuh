@@ -6,6 +6,7 @@
 #include "barriers.h"
 #include "epilogue.h"
 #include "fp8_descales.h"
+#include "fp8_vt_smem.cuh"
 #include "hopper_config.h"
 #include "params.h"
 #include "softmax.h"
@@ -54,7 +55,8 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const T
       }
     }
   }
-  if (!Cfg::kFp8 && again.k_len < 0) {  // bad index data (kernel/seqlens.h): the rows and LSE are NaN
+  // Bad index data (kernel/seqlens.h; FP8 reads it unchecked but on paged caches): the rows and LSE are NaN.
+  if ((!Cfg::kFp8 || kRunsPages<Cfg>) && again.k_len < 0) {
     inv_l[0] = inv_l[1] = lse[0] = lse[1] = __int_as_float(0x7fc00000);
     if (thread == 0 && consumer_wg == 0) report_tile_page(p, again.k_len);
   }

@@ -159,9 +159,13 @@ int with_fp8_point(const fc_params* in, F&& f) {
                         static_cast<unsigned>(kPass), static_cast<unsigned>(kSmem), static_cast<unsigned>(in->point),
                         in->block_n);
   }
+  // Sequences with rows of their own (packed, per-sequence lengths, cache slots) take the shared-memory transpose:
+  // the copy is laid out per dense batch entry, seqlen_k keys each (kernel/fp8_vt_fused.cuh), and for a cache it
+  // would transpose every entry's whole capacity on every call.
+  const bool per_sequence = rows_per_sequence(in);
   bool smem = in->point != 0 ? in->point == kSmem
-                             : use_fp8_vt_smem<kHeadDim>(in->seqlen_q, in->seqlen_k, in->heads_q / in->heads_kv,
-                                                         in->causal != 0);
+                             : per_sequence || use_fp8_vt_smem<kHeadDim>(in->seqlen_q, in->seqlen_k,
+                                                                          in->heads_q / in->heads_kv, in->causal != 0);
   if (in->fp8_v_transpose != FC_FP8_VT_AUTO) {
     const bool asked = in->fp8_v_transpose == FC_FP8_VT_SMEM;
     if (in->point != 0 && asked != smem) {
@@ -170,6 +174,12 @@ int with_fp8_point(const fc_params* in, F&& f) {
                           asked ? "shared memory (FC_FP8_VT_SMEM)" : "a copy (FC_FP8_VT_PASS)");
     }
     smem = asked;
+  }
+  if (per_sequence && !smem) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 with packed rows or a KV cache transposes V in shared memory "
+                        "only (the V^T copy is laid out per dense batch entry): leave point 0 and fp8_v_transpose "
+                        "FC_FP8_VT_AUTO or FC_FP8_VT_SMEM (got point 0x%x, fp8_v_transpose %d)",
+                        static_cast<unsigned>(in->point), in->fp8_v_transpose);
   }
   if (smem) return f(std::integral_constant<int, kSmem>{});
   return f(std::integral_constant<int, kPass>{});

@@ -9,7 +9,8 @@
 // V^T stage: kBlockN / 128 chunks [kHeadDim rows][128 keys] (128-byte swizzle), then at most one [kHeadDim][64 keys]
 // (64-byte swizzle), as the consumers' descriptors read it (hopper_mainloop.h pv_issue). ldmatrix.trans hands the
 // transposing threads their keys in vt_key's order, so the permutation costs nothing. Keys past seqlen_k are zeros:
-// TMA fills rows outside the tensor with them (their P is 0, and 0 * NaN would not be).
+// TMA fills rows outside the tensor with them (their P is 0, and 0 * NaN would not be); a sequence's rows past its
+// keys inside the tensor (a cache's, the next packed sequence's) the consumers zero (consumer_mainloop.cuh scrub_vt).
 #pragma once
 #include <cstdint>
 
@@ -22,6 +23,13 @@ namespace flashcore {
 constexpr int kVtWarps = 3;    // warps 1..3 of the producer warpgroup (warp 0's thread 0 issues the TMA loads)
 constexpr int kVtStop = -1;    // the producer's word for "no more blocks"; otherwise its O-over-V wait word
                                // (o_empty_wait below; set for the tile's first block only)
+
+// Whether a point runs paged caches: the 16-bit 2-consumer points (hopper_config.h kPagedCapable) and the FP8 ones
+// with V transposed here whose producer warpgroup keeps 40 registers for the page walk beside 2 consumers (hdim
+// 128; hdim 256's 24-register one spilled 108-188 B with it). The transposing warps read the raw ring either way.
+template <typename Cfg>
+inline constexpr bool kRunsPages =
+    Cfg::kPagedCapable || (Cfg::kVtSmem && Cfg::kConsumerWGs == 2 && Cfg::Registers::kPagedProducer >= 40);
 
 // The O-over-V wait word that the producer thread computes for a tile's V(0) and V(1) (hopper_mainloop.h): bit w
 // (w < 3), wait for consumer warpgroup w's kOEmpty + w phase, whose parity is bit 3. The producer thread waits on it

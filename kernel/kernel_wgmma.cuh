@@ -62,8 +62,8 @@ __device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const 
   using Cfg = HopperTileConfig<kHeadDim, kPoint, Element::kBytes>;
   // The paged producer walks the page table on the registers 1 or 2 consumer warpgroups leave it (kPagedProducer,
   // 40 or more); beside 3 it has 32 and spills, so a paged cache never runs on a 3-consumer point (run_tiles.cuh
-  // make_plan). FP8 takes dense batches only (validate.cu check_fp8): no paged copy.
-  if (Cfg::kPagedCapable && p.page_table != nullptr) {
+  // make_plan). FP8: the hdim-128 point with V transposed in shared memory only (kRunsPages, validate.cu check_fp8).
+  if (kRunsPages<Cfg> && p.page_table != nullptr) {
     setmaxnreg_dec<Cfg::Registers::kPagedProducer>();
     grid_dependency_wait();  // the tile counter (kernel/zero_words.cuh)
     if (threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // bad index values (kernel/seqlens.h)
@@ -73,16 +73,18 @@ __device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const 
         tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal, kGather>(
             p, tma, q_smem, k_smem, v_smem, bars, tile_slots);
       } else {
-        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem, v_smem,
-                                                                                    bars, tile_slots);
+        tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, true, kTail, kLocal>(p, tma, q_smem, k_smem,
+                                                                   Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
       }
+    } else if (Cfg::kVtSmem && threadIdx.x >= 32) {
+      transpose_v_ring<Cfg>(v_raw, v_smem, bars, threadIdx.x / 32 - 1, threadIdx.x % 32);
     } else if constexpr (kGather) {
       if (p.page_gather && threadIdx.x >= 32) gather_kv<Cfg>(p, k_smem, v_smem, bars, threadIdx.x - 32);
     }
   } else {
     setmaxnreg_dec<Cfg::Registers::kProducer>();
     grid_dependency_wait();  // the tile counter and the V^T flags (kernel/zero_words.cuh)
-    if (!Cfg::kFp8 && threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // FP8: no index arrays
+    if (!Cfg::kFp8 && threadIdx.x >= 32) report_seq_values(p, threadIdx.x - 32);  // FP8: unchecked
     if (threadIdx.x == 0) {
       tma_producer<kHeadDim, kPoint, Element::kBytes, kSplit, false, kTail, kLocal>(p, tma, q_smem, k_smem,
                                                                    Cfg::kVtSmem ? v_raw : v_smem, bars, tile_slots);
@@ -112,7 +114,7 @@ __device__ __forceinline__ void producer_warpgroup(const KernelParams& p, const 
 // Element E4m3: FP8 inputs, the per-(batch, K/V head) descale factors folded into the tile's softmax scale and O's
 // normalization, P offset by 2^8 (softmax.h), V read transposed (a copy in the workspace that warps 1-3 of the
 // producer warpgroup write during the call, kernel/fp8_vt_fused.cuh, or transposed in shared memory at kPointVtSmem
-// points, kernel/fp8_vt_smem.cuh), bf16 output; dense batches only.
+// points, kernel/fp8_vt_smem.cuh, the only way for packed rows and caches), bf16 output; no pages.
 template <int kHeadDim, int kPoint, typename Element, bool kSplit, bool kSoftcap, bool kTail = false,
           bool kLocal = false>
 __global__ void __launch_bounds__(HopperTileConfig<kHeadDim, kPoint, Element::kBytes>::kThreads, 1)

@@ -22,6 +22,10 @@ void convert_serving(const fc_params* in, KernelParams* out);
 // soft-capping, head dims 96/192 or a v head dim of its own), which only the Hopper kernel implements.
 bool uses_serving(const fc_params* in);
 
+// Whether a call's sequences have rows of their own (packed rows, used counts, cache lengths, slots, a left pad,
+// pages) rather than one dense [batch, seqlen] block: FP8 runs those on V transposed in shared memory only.
+bool rows_per_sequence(const fc_params* in);
+
 // The kernel head dim a call launches: kernel_head_dim, but a paged cache at head dims up to 96 runs on the 128 kernel
 // (the 64 kernel's 3 consumer warpgroups leave its producer 32 registers, too few for the page walk; the 96 kernel's
 // 64-byte spans have no small-page gather, kernel/paged_gather.cuh; decode reads the same bytes either way: TMA

@@ -124,9 +124,10 @@ __device__ __forceinline__ void report_seq_values(const KernelParams& p, int t) 
   for (int b = t; b < p.batch; b += 96) report_seq(p, b);
 }
 
-// The sequence's rows as read, unchecked: for FP8 kernels only, which run dense batches (validate.cu check_fp8: every
-// array NULL). Their 24-32-register producers' allocation is fragile: the checks cost them 8 B more spill, and
-// reading no array at all moved hdim 256's from 40 to 104 B, so they keep these reads as they were.
+// The sequence's rows as read, unchecked: for FP8 kernels only, but their paged producer (packed rows and contiguous
+// caches: their index values are checked on the host with debug_checks only, as in FA3). Their 24-32-register producers' allocation is
+// fragile: the checks cost them 8 B more spill, and reading no array at all moved hdim 256's from 40 to 104 B, so
+// they keep these reads as they were.
 __device__ __forceinline__ SeqLens seq_lens_unchecked(const KernelParams& p, int batch) {
   SeqLens s{0, p.seqlen_q, 0, p.seqlen_k, batch};
   if (p.cu_seqlens_q != nullptr) {

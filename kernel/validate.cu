@@ -71,8 +71,8 @@ int check_strides(const char* name, const int64_t (&stride)[3], int elems = kChu
   return FC_OK;
 }
 
-// FP8: head dims 64/128/256, dense batches, descale arrays 4-byte aligned with non-negative strides, a known
-// fp8_v_transpose; 16-bit: no descales, fp8_v_transpose 0.
+// FP8: head dims 64/128/256, pages at head dim 128 only, no window, softcap or chunks, descale arrays 4-byte aligned
+// with non-negative strides, a known fp8_v_transpose; 16-bit: no descales, fp8_v_transpose 0.
 int check_fp8(const fc_params* in) {
   const float* ptrs[3] = {in->q_descale, in->k_descale, in->v_descale};
   const int64_t* strides[3] = {in->q_descale_stride, in->k_descale_stride, in->v_descale_stride};
@@ -102,9 +102,24 @@ int check_fp8(const fc_params* in) {
   if (in->sinks != nullptr) {  // the FP8 epilogue's LSE carries P's offset: the sink is not joined there
     return report_error(FC_ERR_INVALID_ARGUMENT, "sinks (attention sinks) with FP8 inputs: sinks need 16-bit inputs");
   }
-  if (uses_serving(in)) {
-    return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 inputs take dense batches only: packed rows, per-sequence keys, "
-                        "cache slots, pages, window, softcap and a head_dim_v of its own need 16-bit inputs");
+  // Packed rows, used counts and a contiguous cache (lengths, slots, a left pad) are run-time properties of the FP8
+  // kernels (kernel/seqlens.h). A paged cache takes the hdim-128 point's page walk (kernel_wgmma.cuh kRunsPages) in
+  // boxes of at least 16 rows (smaller pages are gathered for 16-bit inputs only). The rest is compiled for 16-bit
+  // inputs only (kLocal: windows, chunks, a paged left pad; kSoftcap) or joins no FP8 epilogue (one head dim).
+  const bool paged = in->page_table != nullptr;
+  const char* refused = paged && in->head_dim != 128        ? "page_table (a paged cache) at a head dim other than 128"
+                        : paged && in->page_size % 16 != 0  ? "page_table (a paged cache) with pages of other than a "
+                                                              "multiple of 16 keys"
+                        : paged && in->leftpad_k != nullptr ? "cache_leftpad with a paged cache"
+                        : in->window != 0                   ? "window"
+                        : in->softcap != 0.f                ? "softcap"
+                        : in->attention_chunk != 0          ? "attention_chunk"
+                        : in->head_dim_v != 0 && in->head_dim_v != in->head_dim ? "head_dim_v (a v head dim of its own)"
+                                                                                : nullptr;
+  if (refused != nullptr) {
+    return report_error(FC_ERR_INVALID_ARGUMENT, "%s with FP8 inputs: FP8 runs dense batches, packed rows (cu_seqlens, "
+                        "seqused), contiguous KV caches (per-sequence lengths, slots, left pad) and, at head dim 128, "
+                        "paged caches with pages of a multiple of 16 keys; that needs 16-bit inputs", refused);
   }
   for (int i = 0; i < 3; ++i) {
     if (ptrs[i] != nullptr && (reinterpret_cast<uintptr_t>(ptrs[i]) % 4 != 0 || strides[i][0] < 0 ||

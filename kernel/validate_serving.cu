@@ -95,6 +95,12 @@ bool uses_serving(const fc_params* in) {
          kernel_head_dim(in->head_dim) != in->head_dim || (in->head_dim_v != 0 && in->head_dim_v != in->head_dim);
 }
 
+bool rows_per_sequence(const fc_params* in) {
+  return in->cu_seqlens_q != nullptr || in->cu_seqlens_k != nullptr || in->seqused_q != nullptr ||
+         in->seqused_k != nullptr || in->leftpad_k != nullptr || in->kv_batch_idx != nullptr ||
+         (in->kv_batch != 0 && in->kv_batch != in->batch) || in->page_table != nullptr;
+}
+
 void convert_serving(const fc_params* in, KernelParams* out) {
   // Packed layouts have no batch stride (flashcore.h: unused): the kernel steps by batch * stride[0] there, which
   // must not move a caller's pointer (a C caller's packed [total, H, D] stride[0] made the register epilogue write

@@ -162,8 +162,14 @@ def _kvcache(dtype: Any = torch.bfloat16, **kw: Any) -> Any:
     return flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=_i32(5, 9), fallback="sdpa", **kw)
 
 
-def _descales() -> torch.Tensor:
-    return torch.ones(2, 2)
+def _varlen_fp8(**kw: Any) -> Any:
+    q, k, v = (x.to(torch.float8_e4m3fn) for x in (_t(10, 4, 64), _t(12, 2, 64), _t(12, 2, 64)))
+    return flashcore.flash_attn_varlen_func(q, k, v, _i32(0, 4, 10), _i32(0, 5, 12), 6, 7, **kw)
+
+
+def _kvcache_fp8(**kw: Any) -> Any:
+    q, k_cache, v_cache = (x.to(torch.float8_e4m3fn) for x in (_t(2, 3, 4, 64), _t(2, 32, 2, 64), _t(2, 32, 2, 64)))
+    return flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=_i32(5, 9), **kw)
 
 
 _FP8 = torch.float8_e4m3fn
@@ -176,13 +182,22 @@ REFUSALS: dict[tuple[str, str, str], Callable[[], Any]] = {
     ("flash_attn_func", "s_aux", "fp8 s_aux"): lambda: _func_fp8(s_aux=torch.zeros(4)),
     ("flash_attn_func", "fallback", "fp8 fallback"): lambda: _func_fp8(fallback="sdpa"),
     ("flash_attn_varlen_func", "qv", "qv"): lambda: _varlen(qv=_t(10, 4, 64)),
-    ("flash_attn_varlen_func", "q_descale", "q_descale"): lambda: _varlen(q_descale=_descales()),
-    ("flash_attn_varlen_func", "k_descale", "k_descale"): lambda: _varlen(k_descale=_descales()),
-    ("flash_attn_varlen_func", "v_descale", "v_descale"): lambda: _varlen(v_descale=_descales()),
+    ("flash_attn_varlen_func", "window_size", "fp8 window_size"): lambda: _varlen_fp8(window_size=(2, 0)),
+    ("flash_attn_varlen_func", "attention_chunk", "fp8 attention_chunk"): lambda: _varlen_fp8(attention_chunk=4),
+    ("flash_attn_varlen_func", "softcap", "fp8 softcap"): lambda: _varlen_fp8(softcap=5.0),
+    ("flash_attn_varlen_func", "s_aux", "fp8 s_aux"): lambda: _varlen_fp8(s_aux=torch.zeros(4)),
+    ("flash_attn_varlen_func", "fallback", "fp8 fallback"): lambda: _varlen_fp8(fallback="sdpa"),
     ("flash_attn_with_kvcache", "qv", "qv"): lambda: _kvcache(qv=_t(2, 3, 4, 64)),
-    ("flash_attn_with_kvcache", "q_descale", "q_descale"): lambda: _kvcache(q_descale=_descales()),
-    ("flash_attn_with_kvcache", "k_descale", "k_descale"): lambda: _kvcache(k_descale=_descales()),
-    ("flash_attn_with_kvcache", "v_descale", "v_descale"): lambda: _kvcache(v_descale=_descales()),
+    ("flash_attn_with_kvcache", "window_size", "fp8 window_size"): lambda: _kvcache_fp8(window_size=(2, 0)),
+    ("flash_attn_with_kvcache", "attention_chunk", "fp8 attention_chunk"): lambda: _kvcache_fp8(attention_chunk=4),
+    ("flash_attn_with_kvcache", "softcap", "fp8 softcap"): lambda: _kvcache_fp8(softcap=5.0),
+    ("flash_attn_with_kvcache", "s_aux", "fp8 s_aux"): lambda: _kvcache_fp8(s_aux=torch.zeros(4)),
+    ("flash_attn_with_kvcache", "fallback", "fp8 fallback"): lambda: _kvcache_fp8(fallback="sdpa"),
+    ("flash_attn_with_kvcache", "page_table", "fp8 page_table"): lambda: _kvcache_fp8(
+        page_table=_i32(0, 1).view(2, 1)),
+    ("flash_attn_with_kvcache", "cache_leftpad", "fp8 cache_leftpad"): lambda: flashcore.flash_attn_with_kvcache(
+        *(_t(*shape).to(torch.float8_e4m3fn) for shape in ((2, 1, 4, 128), (4, 16, 2, 128), (4, 16, 2, 128))),
+        cache_seqlens=_i32(5, 9), page_table=_i32(0, 1, 2, 3).view(2, 2), cache_leftpad=_i32(1, 2)),
     ("flash_attn_with_kvcache", "rotary_cos", "rotary_cos"): lambda: _kvcache(
         _FP8, k=_t(2, 1, 2, 64).to(_FP8), v=_t(2, 1, 2, 64).to(_FP8), rotary_cos=_t(64, 16), rotary_sin=_t(64, 16)),
 }
@@ -261,10 +276,8 @@ def test_num_splits_up_to_fa3s_256_runs_and_257_is_named(call: Callable[..., Any
         call(num_splits=257)
 
 
-def test_fp8_inputs_to_a_packed_batch_or_a_cache_are_refused_by_name() -> None:
-    f8 = torch.float8_e4m3fn
-    with pytest.raises(UnsupportedArgument, match="FP8 inputs run on dense batches only"):
-        flashcore.flash_attn_varlen_func(_t(10, 4, 64).to(f8), _t(12, 2, 64).to(f8), _t(12, 2, 64).to(f8),
-                                         _i32(0, 4, 10), _i32(0, 5, 12), 6, 7, fallback="sdpa")
-    with pytest.raises(UnsupportedArgument, match="FP8 inputs run on dense batches only"):
-        _kvcache(dtype=f8)
+def test_descales_with_16_bit_packed_or_cache_inputs_raise_naming_them() -> None:
+    for call in (_varlen, _kvcache):
+        for name in ("q_descale", "k_descale", "v_descale"):
+            with pytest.raises(FlashCoreError, match=f"{name} is given but q is torch.bfloat16"):
+                call(**{name: torch.ones(2, 2)})

@@ -170,10 +170,10 @@ def test_func_refuses_descales_on_16_bit_inputs() -> None:
         flash_attn_func(q, k, v, k_descale=torch.ones(2, 2), fallback="sdpa")
 
 
-def test_varlen_still_refuses_descales_by_name() -> None:
+def test_varlen_descales_with_16_bit_inputs_raise_naming_them() -> None:
     q, k, v = _qkv()
     cu = torch.tensor([0, 37, 74], dtype=torch.int32)
-    with pytest.raises(UnsupportedArgument, match="^q_descale: FP8 inputs run through flash_attn_func on dense"):
+    with pytest.raises(flashcore.FlashCoreError, match="^q_descale is given but q is torch.bfloat16: descale factors"):
         flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu, 37, 37,
                                q_descale=torch.ones(2, 2), fallback="sdpa")
 

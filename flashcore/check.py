@@ -29,6 +29,9 @@ V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
 # Why each FA3 argument FlashCore does not take is refused (UnsupportedArgument names it with this reason).
 UNSUPPORTED = {
     "qv": "a second query operand (FA3's MLA path) is not supported",
+    "fp8 graph capture": "FP8 inputs on packed rows or a contiguous cache have their index values checked on the "
+                         "host, a device sync that a CUDA graph cannot capture; capture a paged cache (checked on "
+                         "the device) or 16-bit inputs, or run the call outside the capture",
     "fp8 page_table": "paged caches with FP8 inputs run at head dim 128 with pages of a multiple of 16 keys only "
                       "(smaller pages are gathered for 16-bit inputs only); use a contiguous cache otherwise",
     "fp8 cache_leftpad": "a left-padded paged cache with FP8 inputs is not supported (left bounds are compiled for "

@@ -30,6 +30,20 @@ def debug_checks_on(flag: bool | None) -> bool:
     return validate.flag("debug_checks", flag)
 
 
+def host_checks(flag: bool | None, q: Any, page_table: Any = None) -> bool:
+    """Whether a serving call checks its index values on the host (check_serving.values, then check_errors after the
+    call): with debug checks on, and always for FP8 inputs on packed rows or a contiguous cache. The FP8 kernels read
+    those values unchecked (their 24-40-register producers spilled with the device checks), and an offset, length or
+    slot out of range must never read or write outside its tensor; a paged FP8 cache is checked on the device. Such a
+    check is a device sync: under CUDA graph capture the call is refused by name."""
+    import torch
+
+    if not (is_fp8(q) and page_table is None):
+        return debug_checks_on(flag)
+    check.refuse({"fp8 graph capture": torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()})
+    return True
+
+
 def index(name: str, t: Any, length: int, device: torch.device) -> torch.Tensor:
     """A contiguous int32 vector of `length` on `device`."""
     import torch

@@ -33,18 +33,20 @@ q_descale, k_descale, v_descale [B, Hkv], B the call's sequences (packed: cu_seq
 batch, not the cache's entries), None meaning 1. The kernel transposes V in shared memory for these layouts (the
 workspace copy of V^T is laid out per dense batch entry, and for a cache would transpose every entry's whole
 capacity on every call). Other paged caches, a left-padded paged cache, windows, softcap, chunks, sinks, rotary and
-the fallback are refused with FP8 inputs (UnsupportedArgument naming them); the kernel reads FP8 index values
-unchecked but on paged caches (debug_checks checks them on the host, as for 16-bit inputs).
+the fallback are refused with FP8 inputs (UnsupportedArgument naming them). The FP8 kernels check the index values
+of paged caches on the device; those of packed rows and contiguous caches are checked on the host on every FP8 call
+(a device sync; such a call is refused under CUDA graph capture).
 
 Host checks (flashcore/check_serving.py: shapes, dtypes, devices, strides, window and softcap values) raise
 FlashCoreError before anything runs; each entry here checks its arguments into one Call and computes it with
 flashcore.forward.forward.
-The values inside the index tensors (offsets, lengths, slots) live on the GPU: reading them costs a device sync, so
-they are checked only with debug_checks=True (or FLASHCORE_DEBUG_CHECKS=1): cu_seqlens start at 0, never decrease
-and end within the tensor; no sequence is longer than max_seqlen; seqused_q, seqused_k and cache_seqlens fit; slots and
-pages exist. Without the checks, a wrong offset, length or slot gives wrong rows or an illegal address, as in FA3;
-a wrong page id reads zeros (the kernel's loads are bounded by the cache's page count). Cache rows past a
-sequence's length are never read into the result, even when they hold NaN or Inf (unlike FA3).
+The values inside the index tensors (offsets, lengths, slots, page ids) live on the GPU, where the kernels check
+each one they read (16-bit inputs, and FP8 on paged caches): a value out of range never reads or writes outside its
+tensor, the rows it touches are NaN and flashcore.check_errors() names it (flashcore/device_errors.py), with no host
+sync. debug_checks=True (or FLASHCORE_DEBUG_CHECKS=1) checks them on the host before the launch as well (a sync:
+cu_seqlens start at 0, never decrease and end within the tensor; no sequence is longer than max_seqlen; seqused_q,
+seqused_k and cache_seqlens fit; slots and pages exist) and raises at once. Cache rows past a sequence's length are
+never read into the result, even when they hold NaN or Inf (unlike FA3).
 Query rows of a packed q outside every sequence (past cu_seqlens_q[-1]) or past a sequence's seqused_q are not
 written, by the kernel or the fallback: out keeps what it held (uninitialized memory where FlashCore allocates it)
 and lse -inf where FlashCore allocates it.
@@ -107,7 +109,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
     out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
     left as they were). FP8 (module docstring): q_descale, k_descale, v_descale float32 [B, Hkv]."""
     key = None
-    debug = check_serving.debug_checks_on(debug_checks)
+    debug = check_serving.host_checks(debug_checks, q)
     if is_fp8(q):
         check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)
     elif not debug and out is None and lse is None and s_aux is None:
@@ -167,7 +169,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     float32 [B, Hkv]; k, v appended as they are (no rotary)."""
     import torch
 
-    debug = check_serving.debug_checks_on(debug_checks)
+    debug = check_serving.host_checks(debug_checks, q, page_table)
     key = None
     if is_fp8(q):
         check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)

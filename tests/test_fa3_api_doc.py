@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -173,6 +174,17 @@ def _kvcache_fp8(**kw: Any) -> Any:
 
 
 _FP8 = torch.float8_e4m3fn
+
+
+def _captured(call: Callable[[], Any]) -> Callable[[], Any]:
+    """`call` as if a CUDA graph were being captured on the current stream."""
+    def run() -> Any:
+        with mock.patch.object(torch.cuda, "is_available", lambda: True), \
+                mock.patch.object(torch.cuda, "is_current_stream_capturing", lambda: True):
+            return call()
+    return run
+
+
 # (function, row, refused name) -> a call that sets it
 REFUSALS: dict[tuple[str, str, str], Callable[[], Any]] = {
     ("flash_attn_func", "qv", "qv"): lambda: _func(qv=_t(2, 8, 4, 64)),
@@ -198,6 +210,8 @@ REFUSALS: dict[tuple[str, str, str], Callable[[], Any]] = {
     ("flash_attn_with_kvcache", "cache_leftpad", "fp8 cache_leftpad"): lambda: flashcore.flash_attn_with_kvcache(
         *(_t(*shape).to(torch.float8_e4m3fn) for shape in ((2, 1, 4, 128), (4, 16, 2, 128), (4, 16, 2, 128))),
         cache_seqlens=_i32(5, 9), page_table=_i32(0, 1, 2, 3).view(2, 2), cache_leftpad=_i32(1, 2)),
+    ("flash_attn_varlen_func", "debug_checks", "fp8 graph capture"): _captured(_varlen_fp8),
+    ("flash_attn_with_kvcache", "debug_checks", "fp8 graph capture"): _captured(_kvcache_fp8),
     ("flash_attn_with_kvcache", "rotary_cos", "rotary_cos"): lambda: _kvcache(
         _FP8, k=_t(2, 1, 2, 64).to(_FP8), v=_t(2, 1, 2, 64).to(_FP8), rotary_cos=_t(64, 16), rotary_sin=_t(64, 16)),
 }

@@ -146,15 +146,19 @@ def _counts(run: RunResult) -> str:
     return ", ".join(f"{n} {s.value.replace('_', ' ')}" for s, n in counts.items() if n)
 
 
-def render_block(run: RunResult, shown_path: str, gate_names: Iterable[str]) -> str:
-    """The Markdown between the markers: where the numbers come from, then the table."""
+def render_block(run: RunResult, shown_path: str, gate_names: Iterable[str], phase_gates: int = 0) -> str:
+    """The Markdown between the markers: where the numbers come from, then the table. `phase_gates`: how many gates
+    the whole phase run has; a stored run of fewer (the perf gates alone, `--only`) says so."""
     names = list(gate_names)
     gates = [g for g in run.gates if g.name in names]
     commit = str(run.environment.get("git_commit") or "unknown")[:7]
     if run.environment.get("git_dirty"):
         commit += " (dirty tree)"
     day = run.started_at[:10] or "undated"
-    header = (f"`make gate-phase{run.phase}` at {commit} on {_gpu(run, gates)}, {day}: {run.status.value} "
+    source = f"`make gate-phase{run.phase}`"
+    if 0 < len(run.gates) < phase_gates:
+        source = f"{len(run.gates)} of the {phase_gates} gates of {source} (`--only`)"
+    header = (f"{source} at {commit} on {_gpu(run, gates)}, {day}: {run.status.value} "
               f"({_counts(run)}; `{shown_path}`). FlashCore's speed / the baseline's, paired per workload:")
     lines = [*textwrap.wrap(header, WIDTH, break_long_words=False, break_on_hyphens=False), "",
              "| gate | against | workloads | geomean | worst | best | bar | verdict |",
@@ -187,7 +191,7 @@ def current_block(evidence_dir: Path, gates_dir: Path, shown_root: Path | None =
     phase, names = perf_gates(gates_dir)
     path, run = latest_run(evidence_dir, phase, names)
     shown = path.resolve().relative_to(shown_root.resolve()) if shown_root else path
-    return render_block(run, shown.as_posix(), names)
+    return render_block(run, shown.as_posix(), names, len(load_config(gates_dir).gates_through(phase)))
 
 
 def main(argv: list[str]) -> int:

@@ -104,6 +104,14 @@ def test_the_block_names_commit_gpu_verdict_and_file() -> None:
         in block
 
 
+def test_a_run_of_only_some_gates_says_how_many_of_the_phase_it_ran() -> None:
+    run = _run("2026-03-01T12:00:00Z", [_fa3(a=0.95, b=1.04)], commit="2222222aaaa")
+    partial = numbers.render_block(run, "x.json.xz", ["perf-fa3"], phase_gates=25)
+    assert partial.startswith("1 of the 25 gates of `make gate-phase7` (`--only`) at 2222222")
+    whole = numbers.render_block(run, "x.json.xz", ["perf-fa3"], phase_gates=1)
+    assert whole.startswith("`make gate-phase7` at 2222222")
+
+
 def test_replace_block_needs_both_markers_and_keeps_the_rest() -> None:
     text = f"intro\n{numbers.BEGIN}\nold table\n{numbers.END}\noutro\n"
     new = numbers.replace_block(text, "new table")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.gates.structure import verdict_structure
+from harness.gates.structure import opcode_summary, verdict_structure
 from harness.results import Status, combine
 from harness.support.disasm import has_instruction, ptx_instructions, sass_opcodes
 
@@ -33,6 +33,14 @@ def test_sass_parser_reads_opcodes_per_kernel() -> None:
     assert combine([c.status for c in checks]) is Status.PASS
     checks = verdict_structure(kernels, "attention_forward_kernel", ("HGMMA",), ("HMMA",), "SASS")
     assert combine([c.status for c in checks]) is Status.FAIL
+
+
+def test_the_log_holds_each_kernels_opcodes_not_the_listing() -> None:
+    text = opcode_summary(sass_opcodes(SASS), "build/libflashcore.so")
+    lines = text.splitlines()
+    assert lines[0].startswith("# SASS opcodes per kernel of build/libflashcore.so") and len(lines) == 3
+    wgmma = next(line for line in lines if "wgmma" in line)
+    assert wgmma.endswith(": HGMMA LDC UTMALDG") and "HMMA.16816" not in text and "/*0000*/" not in text
 
 
 def test_no_matching_kernel_is_an_error() -> None:

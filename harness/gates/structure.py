@@ -19,7 +19,15 @@ from harness.results import Check, GateResult, Status
 from harness.schema import param
 from harness.support.disasm import has_instruction, ptx_instructions, sass_opcodes
 
-LOG = "logs/disassembly.txt"
+# What the gate judged, per kernel: its SASS opcodes. The whole listing is 200 MB and more at 150 kernels (it was
+# written twice per run, once per structure gate); `cuobjdump --dump-sass build/libflashcore.so` prints it again.
+LOG = "logs/sass-opcodes.txt"
+
+
+def opcode_summary(opcodes: dict[str, set[str]], library: str) -> str:
+    """One line per kernel (sass_opcodes of a `cuobjdump --dump-sass` listing): its mangled name, its opcodes sorted."""
+    head = f"# SASS opcodes per kernel of {library} (the full listing: cuobjdump --dump-sass {library})\n"
+    return head + "".join(f"{name}: {' '.join(sorted(ops))}\n" for name, ops in sorted(opcodes.items()))
 
 
 @dataclass(frozen=True)
@@ -82,10 +90,11 @@ class StructureGate(Gate):
             ctx.step("cuobjdump --dump-sass")
             proc = subprocess.run([cuobjdump, "--dump-sass", str(library)], capture_output=True, text=True,
                                   timeout=p.timeout_s)
-            log.write_text(proc.stdout + proc.stderr)
+            opcodes = sass_opcodes(proc.stdout)
+            log.write_text(opcode_summary(opcodes, p.library) + proc.stderr)
             if proc.returncode != 0:
                 return ctx.verdict_only(Status.ERROR, f"cuobjdump --dump-sass failed (exit {proc.returncode})")
-            checks = verdict_structure(sass_opcodes(proc.stdout), p.kernel_pattern, p.sass_required,
+            checks = verdict_structure(opcodes, p.kernel_pattern, p.sass_required,
                                        p.sass_forbidden, "SASS")
             return ctx.result(checks, logs=(LOG,))
         ctx.step("make ptx (no cuobjdump: PTX fallback)")

@@ -53,11 +53,18 @@ class Row:
 
 def perf_gates(gates_dir: Path) -> tuple[int, tuple[str, ...]]:
     """(the last phase, the gates through it that judge FlashCore's speed against another implementation)."""
+    last, names, _ = _phase_gates(gates_dir)
+    return last, names
+
+
+def _phase_gates(gates_dir: Path) -> tuple[int, tuple[str, ...], int]:
+    """perf_gates, and how many gates the last phase's run has in all (one read of the YAML)."""
     config = load_config(gates_dir)
     last = max(p.number for p in config.phases)
-    names = tuple(g.name for g in config.gates_through(last)
+    gates = config.gates_through(last)
+    names = tuple(g.name for g in gates
                   if any(not b.startswith(OWN_BACKEND_PREFIX) for b in getattr(g.params, "gated", ()) or ()))
-    return last, names
+    return last, names, len(gates)
 
 
 def _started(run: RunResult) -> datetime:
@@ -188,10 +195,10 @@ def replace_block(text: str, block: str, where: str = "README.md") -> str:
 
 def current_block(evidence_dir: Path, gates_dir: Path, shown_root: Path | None = None) -> str:
     """The block for the newest evidence; paths shown relative to `shown_root` when given."""
-    phase, names = perf_gates(gates_dir)
+    phase, names, phase_gates = _phase_gates(gates_dir)
     path, run = latest_run(evidence_dir, phase, names)
     shown = path.resolve().relative_to(shown_root.resolve()) if shown_root else path
-    return render_block(run, shown.as_posix(), names, len(load_config(gates_dir).gates_through(phase)))
+    return render_block(run, shown.as_posix(), names, phase_gates)
 
 
 def main(argv: list[str]) -> int:

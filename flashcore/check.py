@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from flashcore import faults, head_dims, split_combine, tuning, validate
@@ -191,6 +192,14 @@ def descale(name: str, t: object, batch: int, heads_kv: int, device: torch.devic
     if t.layout != torch.strided or any(s < 0 for s in t.stride()):
         raise FlashCoreError(f"{name} has stride {t.stride()}: a dense tensor with non-negative strides is needed")
     return t
+
+
+def with_descales(call: Call, q_descale: object, k_descale: object, v_descale: object) -> Call:
+    """An FP8 call with its three descales checked (descale): [B, Hkv], B the call's sequences (Call.batch)."""
+    batch, heads_kv, device = call.batch, call.k.shape[-2], call.q.device
+    return replace(call, q_descale=descale("q_descale", q_descale, batch, heads_kv, device),
+                   k_descale=descale("k_descale", k_descale, batch, heads_kv, device),
+                   v_descale=descale("v_descale", v_descale, batch, heads_kv, device))
 
 
 def head_dim_v(head_dim: int, value: int) -> None:

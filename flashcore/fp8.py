@@ -47,10 +47,5 @@ def attention_fp8(
     call = check.dense(q, k, v, causal=causal, softmax_scale=softmax_scale, out=out, lse=lse,
                        deterministic=deterministic, debug_fault=debug_fault, num_splits=num_splits,
                        sm_margin=sm_margin, fp8=True)
-    batch, heads_kv = call.q.shape[0], call.k.shape[2]
-    vt_code = check.v_transpose(v_transpose)
-    device = call.q.device
-    return forward(replace(call, v_transpose=vt_code,
-                           q_descale=check.descale("q_descale", q_descale, batch, heads_kv, device),
-                           k_descale=check.descale("k_descale", k_descale, batch, heads_kv, device),
-                           v_descale=check.descale("v_descale", v_descale, batch, heads_kv, device)))
+    call = replace(call, v_transpose=check.v_transpose(v_transpose))
+    return forward(check.with_descales(call, q_descale, k_descale, v_descale))

@@ -140,10 +140,7 @@ def with_descales(call: Call, q_descale: Any, k_descale: Any, v_descale: Any) ->
     if not call.fp8:
         check.no_descales(call.q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         return call
-    batch, heads_kv, device = call.batch, call.k.shape[-2], call.q.device
-    return replace(call, q_descale=check.descale("q_descale", q_descale, batch, heads_kv, device),
-                   k_descale=check.descale("k_descale", k_descale, batch, heads_kv, device),
-                   v_descale=check.descale("v_descale", v_descale, batch, heads_kv, device))
+    return check.with_descales(call, q_descale, k_descale, v_descale)
 
 
 def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Any, *, k: Any = None,

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "element.h"
+#include "grid_dependency.h"
 #include "params.h"
 #include "softmax.h"
 
@@ -81,6 +82,7 @@ __device__ __forceinline__ float combine_row(int parts, LseOf lse_of, OOf o_of, 
 // sequence's queries (seqlen_q is the longest) were never computed: no write.
 template <int kHeadDim, typename Element>
 __global__ void __launch_bounds__(32 * kCombineWarps) combine_splits_kernel(const __grid_constant__ KernelParams p) {
+  grid_dependency_wait();  // the partials of the attention kernel this launch follows (kernel/grid_dependency.h)
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
   if (row >= p.accum_rows) return;

@@ -103,9 +103,10 @@ enum NamedBarrier : int {
 //   kProducerRegs: 32 (see RegisterSplit).
 // BLOCK_N is chosen per call among the values of kernel/tile_choice.h.
 // decode_point(): calls whose every tile holds at most 64 query rows (packed GQA decode, short queries;
-// tile_choice.h use_one_wg_point) run one consumer warpgroup, BLOCK_M 64, as FA3's use_one_mma_wg: a second (or
-// third) warpgroup would run every GEMM and softmax of each K/V block on rows that hold nothing, doubling the tensor
-// work that sits beside the block's DRAM time. No ping-pong (a ring of one has no partner); the short BLOCK_N, so a
+// tile_choice.h use_one_wg_point) run one consumer warpgroup, BLOCK_M 64, as vLLM's FA3 fork does (use_one_mma_wg;
+// upstream FA3, the baseline we time, runs 128 x 176 on two): a second (or third) warpgroup would run every GEMM
+// and softmax of each K/V block on rows that hold nothing, doubling the tensor work that sits beside the block's DRAM
+// time. No ping-pong (a ring of one has no partner); the short BLOCK_N, so a
 // paged cache keeps its page boxes (gcd(page_size, BLOCK_N) rows); 3 stages at hdim 128 and 4 at hdim 64 (what the
 // smaller Q leaves room for: more K/V loads in flight); FA3's 56-register producer (the consumer gets 256).
 // Up to hdim 128 (FA3's rule); the larger head dims' decode keeps the default points.

@@ -88,9 +88,7 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "point 0x%x has %d consumer warpgroups: a paged cache runs on points "
                         "with 1 or 2 (leave point 0)", static_cast<unsigned>(kPoint), Cfg::kConsumerWGs);
   }
-  // GQA with short queries (decode): all query heads of a K/V head fit in one tile, so pack them and read
-  // each K/V head once instead of once per query head.
-  plan->pack_gqa = p.group > 1 && static_cast<int64_t>(p.seqlen_q) * p.group <= Cfg::kBlockM;
+  plan->pack_gqa = packs_gqa(p.seqlen_q, p.group, Cfg::kBlockM);  // the rule the point choice uses (tile_choice.h)
   plan->m_tiles = plan->pack_gqa ? 1 : ceil_div(p.seqlen_q, Cfg::kBlockM);
   plan->grid_heads = plan->pack_gqa ? p.heads_kv : p.heads_q;
   const int64_t tiles = static_cast<int64_t>(plan->m_tiles) * plan->grid_heads * p.batch;
@@ -241,9 +239,19 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
     err = cudaGetLastError();
   }
   if (err != cudaSuccess || plan.num_splits == 1) return err;
-  const auto blocks = static_cast<unsigned>((p.accum_rows + kCombineWarps - 1) / kCombineWarps);
-  combine_splits_kernel<kHeadDim, typename Element::Out><<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
-  return cudaGetLastError();
+  // A programmatic dependent launch: the combine's launch overlaps the attention grid's end (its blocks wait for the
+  // grid's completion before reading the partials, kernel/grid_dependency.h); decode calls are ~0.3 ms, where a launch
+  // gap of a few microseconds shows.
+  cudaLaunchAttribute follow{};
+  follow.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  follow.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t combine{};
+  combine.gridDim = dim3(static_cast<unsigned>((p.accum_rows + kCombineWarps - 1) / kCombineWarps));
+  combine.blockDim = dim3(32 * kCombineWarps);
+  combine.stream = stream;
+  combine.attrs = &follow;
+  combine.numAttrs = 1;
+  return cudaLaunchKernelEx(&combine, combine_splits_kernel<kHeadDim, typename Element::Out>, p);
 }
 
 template <int kHeadDim, int kPoint, typename Element>

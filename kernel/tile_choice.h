@@ -138,11 +138,18 @@ inline bool use_short_block_n(bool causal, int64_t seqlen_k) { return causal || 
 // Whether a call runs its head dim's one-warpgroup decode point (hopper_config.h HeadDimTraits::decode_point): every
 // tile of the default points' plan holds at most 64 query rows. That plan packs a GQA group's rows into one tile when
 // they fit its `block_m` (run_tiles.cuh make_plan), so a tile holds seqlen_q x group rows packed, else up to
-// seqlen_q (the longest sequence's, with packed queries). FA3's use_one_mma_wg: seqlen_q x group <= 64 packed.
+// seqlen_q (the longest sequence's, with packed queries). vLLM's FA3 fork (use_one_mma_wg): seqlen_q x group <= 64
+// packed.
 constexpr int64_t kOneWgRows = 64;
+
+// GQA with short queries (decode): all query heads of a K/V head fit in one tile of `block_m` rows, so make_plan
+// packs them and reads each K/V head once instead of once per query head.
+constexpr bool packs_gqa(int64_t seqlen_q, int64_t group, int64_t block_m) {
+  return group > 1 && seqlen_q * group <= block_m;
+}
+
 constexpr bool use_one_wg_point(int64_t seqlen_q, int64_t group, int64_t block_m) {
-  const bool packed = group > 1 && seqlen_q * group <= block_m;
-  return (packed ? seqlen_q * group : seqlen_q) <= kOneWgRows;
+  return (packs_gqa(seqlen_q, group, block_m) ? seqlen_q * group : seqlen_q) <= kOneWgRows;
 }
 
 // FP8: the share of the L2 that the K and V^T of one section of the dynamic order's (batch, head) pairs may take when

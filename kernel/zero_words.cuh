@@ -6,6 +6,8 @@
 // dependent launch early: a trigger at its start cost those calls 11-14 us.
 #pragma once
 
+#include "grid_dependency.h"
+
 namespace flashcore {
 
 constexpr int kZeroThreads = 256;
@@ -17,9 +19,5 @@ static __global__ void __launch_bounds__(kZeroThreads) zero_words_kernel(int* wo
     words[i] = 0;
   }
 }
-
-// Waits until the grid this launch depends on programmatically (zero_words_kernel) has completed and its writes are
-// visible; returns at once in a launch without such a dependency.
-__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 }  // namespace flashcore

@@ -171,3 +171,22 @@ def test_repository_watches_cover_every_judged_ratio() -> None:
     assert limits[(("long-128k", "flashcore"), ("sweep-s4096", "flashcore"), True)] == 0.04  # scaling, per cycle
     assert (("decode", "flashcore"), ("decode", "fa2"), False) not in limits  # shown, judged by no check
     assert (("long-128k", "flashcore"), ("long-128k", "cudnn"), False) not in limits  # not timed in a gate run
+
+
+def test_replay_of_a_fixed_budget_run_counts_extensions_and_failures() -> None:
+    from harness.bench.record import Run
+    from harness.bench.replay import replay
+
+    quiet = [1.0] * 50
+    late = [1.0] * 20 + [1.06] * 5 + [1.0] * 25  # a 6 % burst in rounds 20-24: the base's last group, 1 of 5 later
+    loud = [1.0] * 15 + [1.1] * 35  # 10 % slower from round 15 on: noisy however many rounds
+    ms = [_paired(w, b, t) for w, b, t in (("a", "flashcore", quiet), ("a", "fa2", late), ("b", "flashcore", quiet),
+                                            ("b", "fa2", quiet), ("c", "flashcore", quiet), ("c", "fa2", loud))]
+    ms = [dataclasses.replace(m, pairing=m.workload) for m in ms]
+    run = Run("synthetic", {}, {(m.workload, m.backend): m for m in ms})
+    watches = [extend.Watch((w, "flashcore"), (w, "fa2"), 0.02) for w in "abc"]
+    row = replay(run, watches, 0.5, 0.6, 20)
+    assert (row.ratios, row.extended, row.workloads) == (3, 2, ("a", "c"))
+    assert (row.fail_all, row.fail_base, row.fail_rule) == (1, 2, 1)  # c fails as before; a is saved by its rounds
+    # GPU time: rounds x the medians (c's FA2 call 1.1 ms): the base is half; a's and c's last 25 rounds extend
+    assert row.base_s == pytest.approx(row.all_s / 2) and row.extension_s == pytest.approx(25 * 4.1 / 1000)

@@ -103,6 +103,11 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     ("anchors", ("fa3: 625}", "fa3: 625, fa4: 1}"), "anchors.b4-s8k-d128.fa4"),
 ])
 def test_bad_bench_yaml_names_file_and_key(gates_dir: Path, section: str, edit: tuple[str, str], key: str) -> None:
+    refused(gates_dir, edit, key)
+
+
+def refused(gates_dir: Path, edit: tuple[str, str], key: str) -> ConfigError:
+    """bench.yaml with one edit: the error it raises, which names the file and `key`."""
     path = gates_dir / "bench.yaml"
     text = path.read_text()
     assert edit[0] in text
@@ -110,6 +115,7 @@ def test_bad_bench_yaml_names_file_and_key(gates_dir: Path, section: str, edit: 
     with pytest.raises(ConfigError) as e:
         load_bench_settings(load_config(gates_dir))
     assert e.value.file.endswith("bench.yaml") and e.value.key == key, str(e.value)
+    return e.value
 
 
 @pytest.mark.parametrize(("edit", "key", "value"), [
@@ -126,14 +132,7 @@ def test_bad_bench_yaml_names_file_and_key(gates_dir: Path, section: str, edit: 
 ])
 def test_bad_sequential_rounds_settings_are_refused(gates_dir: Path, edit: tuple[str, str], key: str,
                                                     value: str) -> None:
-    path = gates_dir / "bench.yaml"
-    text = path.read_text()
-    assert edit[0] in text
-    path.write_text(text.replace(edit[0], edit[1], 1))
-    with pytest.raises(ConfigError) as e:
-        load_bench_settings(load_config(gates_dir))
-    assert e.value.file.endswith("bench.yaml") and e.value.key == key, str(e.value)
-    assert f"{key} = {value}:" in str(e.value)
+    assert f"{key} = {value}:" in str(refused(gates_dir, edit, key))
 
 
 def test_selftest_plants_a_slow_path_and_noise_for_the_perf_gate() -> None:

@@ -16,6 +16,7 @@ from harness.bench import extend, paired, report, runner, selection, timing
 from harness.bench.record import Measurement
 from harness.bench.settings import JudgedParams, TimingParams, load_bench_settings
 from harness.config import load_config
+from harness.gates.perf import measurement_line
 from harness.results import Status
 from harness.support import perf_verdict as pv
 
@@ -97,6 +98,8 @@ def test_one_noisy_ratio_extends_only_its_workload(gpu: SimulatedGpu, monkeypatc
     table = report.workload_table(B, [b_fc, b_fa2])
     assert (table["rounds"], table["base_rounds"], table["extended"]) == (CAP_B, BASE, True)
     assert pv.verdict_ratio_spread("b", b_fc, b_fa2, 0.02, JUDGED).status is Status.PASS
+    assert f"over {CAP_B} rounds ({BASE} base, the rest extension rounds) of a+b" in measurement_line(b_fc)
+    assert f"over {BASE} rounds of a+b" in measurement_line(a_fc)  # the gate's log says which got more
 
 
 def test_extension_rounds_keep_the_interleaving_rule(gpu: SimulatedGpu, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,7 +70,8 @@ class L2Flusher:
 
 
 class Noise:
-    """Test-only: side-stream matmul bursts overlapping FlashCore's calls in the second half of the rounds."""
+    """Test-only: side-stream matmul bursts overlapping FlashCore's calls from the middle of the base rounds on,
+    extension rounds included (`rounds` is the base's count)."""
 
     BURST_MATMUL_MS = 1.4  # about one 8192^3 bf16 product on an H100
 

@@ -145,8 +145,9 @@ def measurement_line(m: Measurement) -> str:
     if s is None:
         return f"{m.workload} {m.backend}: not available: {m.why}"
     clock = f", SM clock {min(m.clock_mhz):.0f}-{max(m.clock_mhz):.0f} MHz (probe)" if m.clock_mhz else ""
+    more = f" ({m.base_rounds} base, the rest extension rounds)" if m.extended else ""
     return (f"{m.workload} {m.backend}: median {s.median_ms:.4g} ms, {m.throughput:.4g} {m.unit}, absolute rel std "
-            f"{100 * s.rel_std:.2f} % over {s.reps} rounds of {m.pairing or 'its own'}{clock}; NVML start "
+            f"{100 * s.rel_std:.2f} % over {s.reps} rounds{more} of {m.pairing or 'its own'}{clock}; NVML start "
             f"{dict(m.clocks_start)}, end {dict(m.clocks)}")
 
 

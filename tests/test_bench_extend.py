@@ -193,3 +193,20 @@ def test_replay_of_a_fixed_budget_run_counts_extensions_and_failures() -> None:
     assert (row.fail_all, row.fail_base, row.fail_rule) == (1, 2, 1)  # c fails as before; a is saved by its rounds
     # GPU time: rounds x the medians (c's FA2 call 1.1 ms): the base is half; a's and c's last 25 rounds extend
     assert row.base_s == pytest.approx(row.all_s / 2) and row.extension_s == pytest.approx(25 * 4.1 / 1000)
+
+
+def test_the_report_says_which_workloads_got_extension_rounds() -> None:
+    from harness.render import render_html
+    from harness.render.stored import read_run as read_results
+
+    run = read_results(Path(__file__).resolve().parents[1] / "reports/evidence/perf-gates-h200-bd6a76f.json.xz")
+    gate = run.gates[0]  # perf-fa2, timed before sequential rounds: no extension keys, rendered as then
+    assert "then extended" not in render_html(run) and "warm-up calls each (then at least" in render_html(run)
+    details = dict(gate.details)
+    t = {**details["timing"], "warmup_ms": 100.0, "min_reps": 20, "max_reps": 50, "target_ms": 500.0,
+         "extend_above": 0.6, "extend_target_ms": 1000.0, "extend_min_reps": 40, "extend_max_reps": 150}
+    first = {**details["workloads"][0], "rounds": 150, "base_rounds": 22, "extended": True}
+    details.update(timing=t, workloads=[first, *details["workloads"][1:]])
+    html = render_html(dataclasses.replace(run, gates=(dataclasses.replace(gate, details=details), *run.gates[1:])))
+    assert "150 rounds (22 base, then extended: a judged ratio spread too much)" in html
+    assert "then 100.0 ms of untimed rounds" in html and "spreads above 0.6 × its limit" in html

@@ -20,7 +20,8 @@ from harness.bench.settings import TimingParams
 from harness.bench.stats import summarize_ratios, theil_sen_slope
 
 TIMING = TimingParams(warmup=5, warmup_ms=300.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=1000.0,
-                      flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0, record_kernels=True, mirrored=False)
+                      flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0, record_kernels=True, mirrored=False,
+                      extend_above=0.6, extend_target_ms=1000.0, extend_min_reps=20, extend_max_reps=100)
 # prefill-d128 on the lent H100 (device run 19): time at the max clock, ms
 PREFILL_MS = {"flashcore": 3.50, "fa2": 6.00, "cudnn": 3.23, "fa3": 2.97}
 
@@ -94,7 +95,8 @@ def test_rounds_never_add_repetitions_or_gpu_time() -> None:
     assert TIMING.rounds_for([25.0]) == TIMING.reps_for(25.0) == 41
     assert TIMING.rounds_for([1.0, 60.0]) == 21  # a fast and a slow call: never below min_reps
     assert TIMING.rounds_for([100.0, 100.0]) == 20
-    assert paired.warmup_calls(3.0, 5, 300.0) == 95 and paired.warmup_calls(400.0, 5, 300.0) == 0
+    # warm-up rounds: 300 ms with the 50 us probes, at least one round
+    assert TIMING.warmup_rounds([3.0]) == 99 and TIMING.warmup_rounds([400.0]) == 1
 
 
 # ---- drift and interference ------------------------------------------------------------------------------------

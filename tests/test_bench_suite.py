@@ -52,7 +52,12 @@ def test_suite_selection_options() -> None:
 def test_repository_bench_settings(gates_dir: Path) -> None:
     config = load_config(gates_dir)
     s = load_bench_settings(config)
-    assert (s.timing.flush_mib, s.timing.min_reps) == (256, 40)  # > 5x the 50 MB L2; a spread needs reps
+    assert (s.timing.flush_mib, s.timing.min_reps) == (256, 20)  # > 5x the 50 MB L2; a spread needs reps
+    # sequential rounds: half the former budget first, the former budget (or more) as the cap
+    t = s.timing
+    assert (t.target_ms, t.max_reps) == (500, 50)
+    assert (t.extend_target_ms, t.extend_min_reps, t.extend_max_reps) == (1000, 40, 150)
+    assert 0 < t.extend_above < 1 and t.min_reps >= s.judged.min_rounds
     assert [w.batch * w.seqlen_q for w in s.sweep_workloads] == [max(s.sweep.tokens, w.seqlen_q)
                                                                for w in s.sweep_workloads]
     assert [w.batch for w in s.sweep_workloads if w.seqlen_q > s.sweep.tokens] == [1, 1, 1, 1]  # 64K, 128K x 2
@@ -84,7 +89,7 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
 
 @pytest.mark.parametrize(("section", "edit", "key"), [
     ("timing", ("warmup: 5", "warmup: 0"), "timing.warmup"),
-    ("timing", ("max_reps: 100", "max_reps: 10"), "timing.max_reps"),
+    ("timing", ("max_reps: 50", "max_reps: 10"), "timing.max_reps"),
     ("suite", ("backends: [flashcore,", "backends: [flashcor,"), "suite.backends[0]"),
     ("stored_run", ("reference_backend: fa2", "reference_backend: flashcore"), "stored_run.reference_backend"),
     ("timing", ("clock_probe_us: 300", "clock_probe_us: -1"), "timing.clock_probe_us"),
@@ -98,6 +103,11 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     ("anchors", ("fa3: 625}", "fa3: 625, fa4: 1}"), "anchors.b4-s8k-d128.fa4"),
 ])
 def test_bad_bench_yaml_names_file_and_key(gates_dir: Path, section: str, edit: tuple[str, str], key: str) -> None:
+    refused(gates_dir, edit, key)
+
+
+def refused(gates_dir: Path, edit: tuple[str, str], key: str) -> ConfigError:
+    """bench.yaml with one edit: the error it raises, which names the file and `key`."""
     path = gates_dir / "bench.yaml"
     text = path.read_text()
     assert edit[0] in text
@@ -105,6 +115,24 @@ def test_bad_bench_yaml_names_file_and_key(gates_dir: Path, section: str, edit: 
     with pytest.raises(ConfigError) as e:
         load_bench_settings(load_config(gates_dir))
     assert e.value.file.endswith("bench.yaml") and e.value.key == key, str(e.value)
+    return e.value
+
+
+@pytest.mark.parametrize(("edit", "key", "value"), [
+    (("extend_above: 0.6", "extend_above: 0"), "timing.extend_above", "0.0"),  # every ratio would extend
+    (("extend_above: 0.6", "extend_above: 1.5"), "timing.extend_above", "1.5"),  # above the limit: never extends
+    (("extend_above: 0.6", "extend_above: lots"), "timing.extend_above", "'lots'"),
+    (("extend_above: 0.6", "extend_abov: 0.6"), "timing.extend_abov", "0.6"),
+    (("  extend_above: 0.6\n", ""), "timing.extend_above", "(missing)"),
+    (("extend_min_reps: 40", "extend_min_reps: 10"), "timing.extend_min_reps", "10"),  # a cap below the base
+    (("extend_max_reps: 150", "extend_max_reps: 30"), "timing.extend_max_reps", "30"),
+    (("extend_target_ms: 1000", "extend_target_ms: 200"), "timing.extend_target_ms", "200.0"),
+    (("extend_min_reps: 40", "extend_min_reps: 160"), "timing.extend_max_reps", "150"),  # below extend_min_reps
+    (("extend_min_reps: 40", "extend_min_reps: 4.5"), "timing.extend_min_reps", "4.5"),
+])
+def test_bad_sequential_rounds_settings_are_refused(gates_dir: Path, edit: tuple[str, str], key: str,
+                                                    value: str) -> None:
+    assert f"{key} = {value}:" in str(refused(gates_dir, edit, key))
 
 
 def test_selftest_plants_a_slow_path_and_noise_for_the_perf_gate() -> None:

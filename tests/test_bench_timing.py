@@ -1,11 +1,9 @@
 """The interleaved timing loop (harness/bench/timing.py time_rounds) and the Measurer (runner.py) on the CPU,
-against a SIMULATED GPU: CUDA events, torch.cuda._sleep and synchronize are replaced by a timeline whose SM
-clock steps between 1980 and 1600 MHz every 40 ms; a call takes its time at 1980 MHz x 1980 / clock; the
-backends are simulated kernels. Nothing here ran on a GPU."""
+against a SIMULATED GPU (tests/bench_sim.py: a timeline whose SM clock steps between 1980 and 1600 MHz every
+40 ms). Nothing here ran on a GPU."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import statistics
 import typing
@@ -13,62 +11,22 @@ from collections import Counter
 from typing import Any
 
 import pytest
-import torch
+from bench_sim import SimulatedGpu, simulate, simulated_backends
 from conftest import workload
 
-from harness.bench import backends, paired, runner, timing
+from harness.bench import paired, runner, timing
 from harness.bench.record import CRASHED
 from harness.bench.settings import TimingParams
 from harness.bench.stats import summarize, summarize_ratios
-from harness.schema import Workload
-from harness.support import gpu as gpu_mod
 
 P = TimingParams(warmup=5, warmup_ms=30.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=100.0, flush_mib=0,
-                 head_start_ms=2.0, clock_probe_us=50.0, record_kernels=False, mirrored=False)
-
-
-class SimulatedGpu:
-    """A timeline in ms; the clock steps every `step_ms` between 1980 and 1600 MHz."""
-
-    def __init__(self, step_ms: float = 40.0) -> None:
-        self.now = 0.0
-        self.step_ms = step_ms
-        self.calls: list[str] = []
-
-    def mhz(self) -> float:
-        return 1980.0 if int(self.now // self.step_ms) % 2 == 0 else 1600.0
-
-    def spin(self, cycles: int) -> None:
-        self.now += cycles / (self.mhz() * 1000)
-
-    def kernel(self, name: str, ms_at_max: float) -> Any:
-        def run() -> None:
-            self.calls.append(name)
-            self.now += ms_at_max * 1980.0 / self.mhz()
-        return run
+                 head_start_ms=2.0, clock_probe_us=50.0, record_kernels=False, mirrored=False,
+                 extend_above=0.6, extend_target_ms=100.0, extend_min_reps=20, extend_max_reps=100)
 
 
 @pytest.fixture
 def gpu(monkeypatch: pytest.MonkeyPatch) -> SimulatedGpu:
-    sim = SimulatedGpu()
-
-    class Event:
-        def __init__(self, enable_timing: bool = False) -> None:
-            self.t: float | None = None
-
-        def record(self) -> None:
-            self.t = sim.now
-
-        def elapsed_time(self, end: Event) -> float:
-            assert self.t is not None and end.t is not None
-            return end.t - self.t
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "_sleep", sim.spin)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(timing, "read_clocks", lambda: {"sm_mhz": round(sim.mhz()), "source": "simulated"})
-    monkeypatch.setattr(timing, "max_sm_clock_mhz", lambda: 1980)
-    return sim
+    return simulate(monkeypatch)
 
 
 def test_rounds_pair_the_calls_under_a_stepping_clock(gpu: SimulatedGpu) -> None:
@@ -88,9 +46,9 @@ def test_rounds_pair_the_calls_under_a_stepping_clock(gpu: SimulatedGpu) -> None
     assert paired_ratio.median == pytest.approx(6.0 / 3.5) and paired_ratio.rel_std < 0.02
     assert summarize(fc, 5).rel_std > 0.05  # what judging absolute times would have seen
     assert set(round(c) for c in got.clock_mhz[("w", "fa2")]) == {1980, 1600}  # the probe reads the clock
-    # warm-up: 5 timed calls each, then untimed ones up to 30 ms each, then one call per round
-    assert Counter(gpu.calls) == {"fc": 5 + paired.warmup_calls(est[0], 5, 30.0) + 23,
-                                  "fa2": 5 + paired.warmup_calls(est[1], 5, 30.0) + 23}
+    # warm-up: 5 timed calls each, then untimed rounds for 30 ms (4 of 9.6 ms with the probes), then the rounds
+    assert P.warmup_rounds(est) == 4
+    assert Counter(gpu.calls) == {"fc": 5 + 4 + 23, "fa2": 5 + 4 + 23}
     tail = gpu.calls[-2 * 23:]
     assert tail[0:2] == ["fc", "fa2"] and tail[2:4] == ["fa2", "fc"]  # the starting backend rotates
     assert got.clocks_start["source"] == "simulated" and not got.crashed
@@ -125,7 +83,8 @@ def _ramp_ratios(gpu: SimulatedGpu, mirrored: bool) -> list[float]:
     calls = [timing.Call(("w", "flashcore"), ramp.kernel("fc", 50.0)),
              timing.Call(("w", "fa3"), ramp.kernel("fa3", 48.0)),
              timing.Call(("w", "fa2"), ramp.kernel("fa2", 115.0))]
-    got = timing.time_rounds(calls, dataclasses.replace(P, mirrored=mirrored, min_reps=40), timing.L2Flusher(0))
+    got = timing.time_rounds(calls, dataclasses.replace(P, mirrored=mirrored, min_reps=40,
+                                                                  extend_min_reps=40), timing.L2Flusher(0))
     assert len(got.times_ms[("w", "flashcore")]) == 40
     ours, base = (paired.round_times(got.round_index[("w", b)], got.times_ms[("w", b)]) for b in ("flashcore", "fa2"))
     return [base[r][0] / ours[r][0] for r in ours]
@@ -187,23 +146,8 @@ def test_time_gpu_is_one_call_timed_alone(gpu: SimulatedGpu) -> None:
 
 @pytest.fixture
 def measurer(gpu: SimulatedGpu, monkeypatch: pytest.MonkeyPatch) -> runner.Measurer:
-    speeds = {"flashcore": 3.5, "fa2": 6.0, "cudnn": 3.2}
     gpu.step_ms = 300.0  # rounds of ~30 ms: a step falls inside a pair now and then
-
-    def prepare(backend: str, wl: Workload, q: object, k: object, v: object, fault: int = 0) -> backends.Prepared:
-        if backend == "fa3":
-            raise backends.Unavailable("FA3 not importable: simulated")
-        ms = speeds[backend] * (1 + wl.seqlen_q / 8192) * (1.3 if fault else 1.0)
-        return backends.Prepared(gpu.kernel(f"{wl.name}/{backend}", ms), implementation=f"simulated {backend}",
-                                 planted="kernel debug_fault 4" if fault else "")
-
-    monkeypatch.setattr(backends, "prepare", prepare)
-    monkeypatch.setattr(backends, "probe", lambda p: None)
-    monkeypatch.setattr(gpu_mod, "make_inputs", lambda wl, seed, device: (None, None, None))
-    monkeypatch.setattr(gpu_mod, "free_memory", lambda: None)
-    monkeypatch.setattr(gpu_mod, "nvtx_range", lambda name: contextlib.nullcontext())
-    monkeypatch.setattr(timing, "nvtx_span", lambda: lambda name: contextlib.nullcontext())
-    monkeypatch.setattr(timing, "kernel_names", lambda fn, limit=6: ("simulated_kernel",))
+    simulated_backends(monkeypatch, gpu, {"flashcore": 3.5, "fa2": 6.0, "cudnn": 3.2})
     return runner.Measurer(runner.Options(dataclasses.replace(P, record_kernels=True), base_seed=1, device="cpu"))
 
 

@@ -284,7 +284,7 @@ def test_shipped_workload_seconds_are_the_evidence_run_less_the_untimed_pairs(
 def test_a_perf_part_reads_the_clocks_of_its_own_gpu(monkeypatch: pytest.MonkeyPatch, device: str,
                                                      expected: tuple[str, object]) -> None:
     """NVML numbers GPUs physically: the part on GPU 1 must not record GPU 0's clocks and power."""
-    from harness.bench import timing
+    from harness.bench import clocks
 
     class FakeNvml:
         def nvmlDeviceGetHandleByIndex(self, i: int) -> tuple[str, object]:  # noqa: N802 - NVML's name
@@ -294,7 +294,7 @@ def test_a_perf_part_reads_the_clocks_of_its_own_gpu(monkeypatch: pytest.MonkeyP
             return ("uuid", u)
 
     monkeypatch.setenv(shard.GPU_INDEX_ENV, device)
-    assert timing._handle(FakeNvml()) == expected
+    assert clocks._handle(FakeNvml()) == expected
 
 
 def test_perf_fp8_parts_keep_every_workloads_ceiling_fraction(config: Config, tmp_path: Path) -> None:  # noqa: F811

@@ -90,11 +90,12 @@ def test_planted_slow_kernel_turns_autotune_gain_red_beside_a_green_control(
 
 def test_the_timed_cases_run_the_gates_fewest_rounds(tmp_path: Path) -> None:
     config = load_config(REPO / "gates")
-    gates_min = bench_settings(config, {}, tmp_path / "own").timing.min_reps
+    own = bench_settings(config, {}, tmp_path / "own").timing
     cfg = timed_config(config, SETTINGS.bench, tmp_path)
     settings = cfg.once("bench.yaml", lambda _: pytest.fail("the self-test's settings are already in place"))
-    # a clean control judged on fewer rounds than a gate is red by noise more often than the gate it controls
-    assert settings.timing.min_reps == settings.timing.max_reps == gates_min
+    # a clean control judged on fewer rounds than a gate is red by noise more often than the gate it controls: its
+    # base is the rounds a gate's extended workload reaches at least (and its noisy ratios are extended as a gate's)
+    assert settings.timing.min_reps == settings.timing.max_reps == own.extend_min_reps >= own.min_reps
     assert settings.timing.min_reps >= settings.judged.min_rounds
     assert settings.timing.min_reps >= settings.judged.stored_min_rounds  # the stored run made here is judged too
     assert [w.seqlen_q for w in settings.sweep_workloads] == [2048, 4096, 8192, 32768]

@@ -64,11 +64,6 @@ def round_order(r: int, layout: Sequence[Sequence[K]], mirrored: bool = False) -
     return order
 
 
-def warmup_calls(estimate_ms: float, warmup: int, warmup_ms: float) -> int:
-    """Untimed calls after the `warmup` timed ones, so that one call's warm-up runs `warmup_ms` of GPU time."""
-    return max(0, math.ceil(warmup_ms / max(estimate_ms, 1e-3)) - warmup)
-
-
 # ---- pairs -----------------------------------------------------------------------------------------------
 
 

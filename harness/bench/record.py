@@ -60,6 +60,8 @@ class Measurement:
     pairing: str = ""  # id of the interleaved rounds it was timed in: equal ids (in one file) = same rounds
     clock_mhz: tuple[float, ...] = ()  # SM clock right before each repetition (fixed-cycle spin); () = not probed
     clocks_start: Mapping[str, Any] = field(default_factory=dict)  # NVML clocks and power read before the rounds
+    base_rounds: int = 0  # the rounds every call of its pairing ran; its rounds from this index on are extension
+    # rounds (harness/bench/extend.py); 0: not known (an older record)
 
     def __post_init__(self) -> None:
         if self.rounds and len(self.rounds) != len(self.times_ms):
@@ -71,6 +73,11 @@ class Measurement:
     def paired(self) -> bool:
         """Timed in interleaved rounds (a round index per repetition)."""
         return self.available and bool(self.rounds) and bool(self.pairing)
+
+    @property
+    def extended(self) -> bool:
+        """It got extension rounds after the base ones."""
+        return bool(self.base_rounds) and any(r >= self.base_rounds for r in self.rounds)
 
     @property
     def summary(self) -> Summary | None:
@@ -123,6 +130,7 @@ class Measurement:
             "rounds": list(self.rounds),
             "clock_mhz": [round(c, 1) for c in self.clock_mhz],
             "clocks_start": dict(self.clocks_start),
+            "base_rounds": self.base_rounds,
             # derived, for a person reading the JSON; recomputed from times_ms on read
             "summary": s.to_dict() if s else None,
             "throughput": self.throughput,
@@ -147,7 +155,7 @@ class Measurement:
                        kernels=tuple(d.get("kernels") or ()), planted=str(d.get("planted") or ""),
                        spread_groups=int(d.get("spread_groups") or 1), rounds=rounds,
                        pairing=str(d.get("pairing") or ""), clock_mhz=clock,
-                       clocks_start=dict(d.get("clocks_start") or {}))
+                       clocks_start=dict(d.get("clocks_start") or {}), base_rounds=int(d.get("base_rounds") or 0))
         except (KeyError, TypeError, ValueError) as e:
             raise RecordError(f"malformed measurement {dict(d).get('workload')!r}/{dict(d).get('backend')!r}: "
                               f"{type(e).__name__}: {e}") from None

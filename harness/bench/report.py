@@ -87,6 +87,10 @@ def workload_table(wl: Workload, ms: Sequence[Measurement], anchor: Anchor | Non
     pairing = next((m.pairing for m in ms if m.paired), "")
     return {"name": wl.name, "shape": wl.label, "kind": wl.kind, "unit": unit, "pairing": pairing,
             "rounds": next((m.summary.reps for m in ms if m.paired and m.summary), None),
+            # sequential rounds (harness/bench/extend.py): the base every call ran, and whether this workload's
+            # judged ratios spread enough after it to get extension rounds
+            "base_rounds": next((m.base_rounds for m in ms if m.paired and m.base_rounds), None),
+            "extended": any(m.extended for m in ms),
             "clocks": clock_range(ms), "rows": [row(m, ours, anchor, m.backend in judged) for m in ms]}
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bench import backends, timing
+from harness.bench import backends, extend, timing
 from harness.bench.record import CRASHED, Measurement, not_available
 from harness.bench.selection import UNTIMED
 from harness.bench.settings import TimingParams
@@ -36,6 +36,10 @@ class Options:
     device: str = "cuda"
     # (workload, backend) pairs left untimed, each "not available" with selection.UNTIMED (harness/bench/selection.py)
     untimed: frozenset[tuple[str, str]] = frozenset()
+    # the judged ratios that decide which workloads get extension rounds (harness/bench/extend.py; from every gate
+    # of the configuration: selection.watches); None: no check named (make bench, a stored run), every workload
+    # gets the cap's rounds
+    watches: tuple[extend.Watch, ...] | None = None
 
 
 def pairing_id(group: Sequence[Workload]) -> str:
@@ -136,8 +140,21 @@ class Measurer:
                 with gpu.nvtx_range(label), prepared.context():
                     kernels[(wl.name, b)] = timing.kernel_names(prepared.fn)
             calls.append(timing.Call((wl.name, b), prepared.fn, prepared.context, label))
+        decide: timing.Decide | None = None
+        if opts.watches is not None:
+            watched = extend.relevant(opts.watches, {(wl.name, b) for wl, b, _ in ready})
+
+            def decide(base: timing.Rounds) -> set[str]:
+                now = self._measurements(group, ready, base, kernels, noise)
+                return extend.noisy(now, watched, opts.timing.extend_above)
+
         with gpu.nvtx_range(f"bench/rounds/{pairing_id(group)}"):
-            got = timing.time_rounds(calls, opts.timing, self._flush, before, timing.nvtx_span())
+            got = timing.time_rounds(calls, opts.timing, self._flush, before, timing.nvtx_span(), decide)
+        return self._measurements(group, ready, got, kernels, noise)
+
+    def _measurements(self, group: Sequence[Workload], ready: list[tuple[Workload, str, backends.Prepared]],
+                      got: timing.Rounds, kernels: dict[Key, tuple[str, ...]], noise: str) -> dict[Key, Measurement]:
+        """The Measurement of each prepared call from the rounds so far (a call that raised: why)."""
         out: dict[Key, Measurement] = {}
         for wl, b, prepared in ready:
             key = (wl.name, b)
@@ -148,8 +165,9 @@ class Measurer:
             out[key] = Measurement(
                 wl.name, b, wl, available=True, times_ms=tuple(got.times_ms[key]), seed=self.seed(wl),
                 clocks=got.clocks_end, implementation=prepared.implementation, kernels=kernels.get(key, ()),
-                planted=planted, spread_groups=opts.timing.spread_groups, rounds=tuple(got.round_index[key]),
-                pairing=pairing_id(group), clock_mhz=tuple(got.clock_mhz[key]), clocks_start=got.clocks_start)
+                planted=planted, spread_groups=self.options.timing.spread_groups, rounds=tuple(got.round_index[key]),
+                pairing=pairing_id(group), clock_mhz=tuple(got.clock_mhz[key]), clocks_start=got.clocks_start,
+                base_rounds=got.base_rounds)
         return out
 
     def _drop_inputs(self) -> None:

@@ -1,5 +1,6 @@
 """Which (workload, backend) pairs a gate run leaves untimed: on the workloads gates/bench.yaml `skip_unread` names,
-every baseline that no check of gates/phases.yaml reads there (pure; no torch).
+every baseline that no check of gates/phases.yaml reads there; and which paired ratios the checks judge, with
+their spread limits, so the rounds can be extended where one is noisy (harness/bench/extend.py) (pure; no torch).
 
 Why: the scaling sweep's batch-1 points (64K and 128K tokens, 50-410 ms a call) cost most of the perf group's GPU
 time, and on them the cuDNN and FA3 columns are shown, never judged (perf-cudnn and perf-fa3 list them in
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from harness.bench.extend import Watch, strictest
 from harness.bench.settings import BASELINES
 
 if TYPE_CHECKING:
@@ -25,6 +27,21 @@ UNTIMED = "not timed in a gate run: no check reads it on this workload (gates/be
 
 class ReadsPairs(Protocol):
     def reads(self, config: Config, settings: BenchSettings) -> set[tuple[str, str]]: ...
+
+
+class WatchesRatios(Protocol):
+    def watches(self, config: Config, settings: BenchSettings) -> list[Watch]: ...
+
+
+def watches(config: Config, settings: BenchSettings) -> tuple[Watch, ...]:
+    """The paired ratios some check of some gate of the configuration judges (gates whose params declare
+    `watches`), each at the strictest limit: every run extends by the same rule, whichever gate times a group first."""
+    out: list[Watch] = []
+    for spec in (g for p in config.phases for g in p.gates):
+        judged = getattr(spec.params, "watches", None)
+        if callable(judged):
+            out += judged(config, settings)
+    return strictest(out)
 
 
 def read_pairs(config: Config, settings: BenchSettings) -> set[tuple[str, str]]:

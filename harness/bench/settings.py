@@ -8,6 +8,7 @@ timed the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -36,7 +37,7 @@ UNITS = ("tflops", "tbps")
 @dataclass(frozen=True)
 class TimingParams:
     warmup: int = param(ge=1)  # calls before the timed ones (module load, cuDNN plans); their median sizes the loop
-    warmup_ms: float = param(ge=0)  # then more calls until this much GPU time has run: clocks and power settle
+    warmup_ms: float = param(ge=0)  # then untimed rounds (the timed rounds' own calls and order) for this much GPU time
     min_reps: int = param(ge=3)
     spread_groups: int = param(ge=1)  # judged spread = rel. std of the medians of this many consecutive groups
     max_reps: int = param(ge=3)
@@ -46,6 +47,13 @@ class TimingParams:
     clock_probe_us: float = param(ge=0)  # fixed-cycle spin before each call: the SM clock of that call (0: off)
     record_kernels: bool = param()  # name the GPU kernels each backend launched (torch profiler, one call)
     mirrored: bool = param()  # each round runs a workload's calls twice, A B C then C B A (paired.round_order)
+    # Sequential rounds (harness/bench/extend.py): a workload whose judged paired ratio spreads more than
+    # extend_above x its limit after the rounds above gets more rounds, up to what extend_target_ms,
+    # extend_min_reps and extend_max_reps give it alone (the cap)
+    extend_above: float = param(gt=0, le=1)
+    extend_target_ms: float = param(gt=0)
+    extend_min_reps: int = param(ge=3)
+    extend_max_reps: int = param(ge=3)
 
     @property
     def calls_per_round(self) -> int:
@@ -53,21 +61,39 @@ class TimingParams:
 
     def reps_for(self, estimate_ms: float) -> int:
         """Repetitions for a call of about `estimate_ms`: target_ms of GPU time, within [min_reps, max_reps]."""
-        want = int(self.target_ms / estimate_ms) + 1 if estimate_ms > 0 else self.max_reps
-        return max(self.min_reps, min(self.max_reps, want))
+        return _reps(estimate_ms, self.target_ms, self.min_reps, self.max_reps)
 
     def rounds_for(self, estimates_ms: Sequence[float]) -> int:
         """Rounds for calls timed together (`calls_per_round` calls of each per round): the GPU time they would
         get one after another (reps_for each) divided by the time of one round, so that each call runs within
         [min_reps, max_reps] times in all (rounded up to whole rounds). Never more repetitions in all, nor more
         GPU time, than timing them one after another (but for that rounding)."""
+        return self._rounds(estimates_ms, self.target_ms, self.min_reps, self.max_reps)
+
+    def cap_rounds_for(self, estimates_ms: Sequence[float]) -> int:
+        """The rounds an extended workload reaches in all (base and extension): rounds_for at the extend_ values."""
+        return self._rounds(estimates_ms, self.extend_target_ms, self.extend_min_reps, self.extend_max_reps)
+
+    def warmup_rounds(self, estimates_ms: Sequence[float]) -> int:
+        """Untimed rounds before the timed ones: warmup_ms of GPU time (calls and clock probes), at least one."""
+        per_round = self.calls_per_round * sum(e + self.clock_probe_us / 1000 for e in estimates_ms)
+        if self.warmup_ms <= 0 or not estimates_ms:
+            return 0
+        return max(1, math.ceil(self.warmup_ms / max(per_round, 1e-3)))
+
+    def _rounds(self, estimates_ms: Sequence[float], target_ms: float, min_reps: int, max_reps: int) -> int:
         k = self.calls_per_round
-        lo, hi = -(-self.min_reps // k), -(-self.max_reps // k)
+        lo, hi = -(-min_reps // k), -(-max_reps // k)
         per_round = k * sum(estimates_ms)
         if per_round <= 0:
             return hi
-        budget = sum(self.reps_for(e) * e for e in estimates_ms)
+        budget = sum(_reps(e, target_ms, min_reps, max_reps) * e for e in estimates_ms)
         return max(lo, min(hi, int(budget / per_round + 1e-9)))
+
+
+def _reps(estimate_ms: float, target_ms: float, min_reps: int, max_reps: int) -> int:
+    want = int(target_ms / estimate_ms) + 1 if estimate_ms > 0 else max_reps
+    return max(min_reps, min(max_reps, want))
 
 
 @dataclass(frozen=True)
@@ -240,6 +266,13 @@ def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettin
                           f"must be >= 2 x spread_groups ({timing.spread_groups}) for a median per group")
     if timing.max_reps < timing.min_reps:
         raise ConfigError(file, "timing.max_reps", timing.max_reps, f"must be >= min_reps ({timing.min_reps})")
+    for key in ("target_ms", "min_reps", "max_reps"):  # the cap: never fewer rounds than the base
+        if getattr(timing, f"extend_{key}") < getattr(timing, key):
+            raise ConfigError(file, f"timing.extend_{key}", getattr(timing, f"extend_{key}"),
+                              f"must be >= timing.{key} ({getattr(timing, key)}): the cap is below the base")
+    if timing.extend_max_reps < timing.extend_min_reps:
+        raise ConfigError(file, "timing.extend_max_reps", timing.extend_max_reps,
+                          f"must be >= extend_min_reps ({timing.extend_min_reps})")
     suite = parse_dataclass(SuiteParams, data["suite"], file, "suite")
     check_backends(file, "suite.backends", suite.backends, tuple(BACKENDS))
     sweep = parse_dataclass(SweepParams, data["sweep"], file, "sweep")

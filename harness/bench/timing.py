@@ -3,16 +3,22 @@
 One paired measurement (`time_rounds`) of several calls (the backends of a workload, or of every point of one
 scaling sweep; harness/bench/paired.py says why):
 1. Warm-up, per call: `warmup` calls, each after an L2 flush, timed with events (module load and cuDNN plan
-   building stay out of the numbers; their median is the call's estimate); then untimed calls, interleaved
-   across all the calls, until each has run `warmup_ms` of GPU time: clocks and power settle under the same
-   mix of kernels the rounds will run.
-2. NVML clocks and power are read (the start reading), then a GPU spin (`head_start_ms`) lets the host's
-   launches get ahead of the GPU: no repetition then waits on the host's launch overhead.
-3. `rounds` rounds (TimingParams.rounds_for: the GPU time the calls would get one after another), queued
-   without any host synchronization. Round r runs each call once (twice when `mirrored`: forward, then
-   backward), in `paired.round_order(r)`; each call is
+   building stay out of the numbers; their median is the call's estimate).
+2. A GPU spin (`head_start_ms`) lets the host's launches get ahead of the GPU, so no repetition waits on the
+   host's launch overhead; then untimed rounds (the timed rounds' own calls, order, flushes and clock probes) for
+   `warmup_ms` of GPU time. They end in the state the timed rounds run in: after warm-up calls run back to back
+   without probes, the first 30-60 ms of timed rounds ran 5-10 % off the later clock on both GPUs
+   (docs/perf-notes.md, "Sequential rounds").
+3. The base rounds (TimingParams.rounds_for), queued without any host synchronization. Round r runs each call once
+   (twice when `mirrored`: forward, then backward), in `paired.round_order(r)`; each call is
    flush (write a `flush_mib` buffer, far above the 50 MB L2 of an H100) -> event -> clock probe (a fixed-cycle
-   spin, `clock_probe_us`) -> event -> the call -> event. One synchronize at the end, then NVML again.
+   spin, `clock_probe_us`) -> event -> the call -> event. One synchronize at the end; NVML clocks and power are
+   read while the warm-up rounds run and after the rounds.
+4. With a `decide` function (the perf gates: harness/bench/extend.py), it reads the base rounds and names the
+   workloads whose judged ratios spread too much: their calls alone get more rounds (head start and warm-up
+   rounds again, then rounds numbered on from the base's, the same rotation), up to the cap
+   (TimingParams.cap_rounds_for over those calls). Without one (make bench, make tune, a stored run: no check
+   named), every call gets the cap's rounds at once.
 Per-repetition times are the events around the call, in milliseconds, GPU clock only; the probe's time gives the
 SM clock right before the call (cycles / time). Each repetition keeps its round index, so pairs can be rebuilt
 (paired.round_times sums a call's runs of one round).
@@ -22,26 +28,28 @@ Every benchmarked workload runs for milliseconds, so launch gaps are hidden by t
 reported with why; the others go on.
 
 Test-only: `Noise` launches a matrix-product burst on a side stream alongside FlashCore's calls from the middle
-of the rounds on (a neighbour's job that starts mid-measurement and contends with one backend's kernels): the
-paired ratio's spread must catch it.
+of the base rounds on, extension rounds included (a neighbour's job that starts mid-measurement and contends with
+one backend's kernels): the paired ratio's spread must catch it, however many rounds it gets.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.bench import paired
+from harness.bench.clocks import kernel_names, max_sm_clock_mhz, nvtx_span, read_clocks
 from harness.bench.settings import OURS, TimingParams
-from harness.shard_plan import GPU_INDEX_ENV
 
 if TYPE_CHECKING:
     import torch
+
+__all__ = ["Call", "L2Flusher", "Noise", "Rounds", "kernel_names", "max_sm_clock_mhz", "nvtx_span", "read_clocks",
+           "sleep_cycles", "time_gpu", "time_rounds"]
 
 DEFAULT_SM_MHZ = 1980  # H100 SXM max SM clock: converts milliseconds to torch.cuda._sleep cycles
 
@@ -62,7 +70,8 @@ class L2Flusher:
 
 
 class Noise:
-    """Test-only: side-stream matmul bursts overlapping FlashCore's calls in the second half of the rounds."""
+    """Test-only: side-stream matmul bursts overlapping FlashCore's calls from the middle of the base rounds on,
+    extension rounds included (`rounds` is the base's count)."""
 
     BURST_MATMUL_MS = 1.4  # about one 8192^3 bf16 product on an H100
 
@@ -114,11 +123,11 @@ class Call:
     label: str = ""  # NVTX range name around each call
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rounds:
     """What `time_rounds` measured, per call key."""
 
-    rounds: int  # rounds queued
+    rounds: int  # rounds queued, extension included
     times_ms: dict[Key, list[float]]
     round_index: dict[Key, list[int]]
     clock_mhz: dict[Key, list[float]]  # empty lists when the probe is off
@@ -126,178 +135,151 @@ class Rounds:
     crashed: dict[Key, str]  # calls that raised (warm-up or a round): why; their times are dropped
     clocks_start: dict[str, Any]
     clocks_end: dict[str, Any]
+    base_rounds: int = 0  # rounds every call ran; rounds from this index on are extension rounds
+    extended: frozenset[str] = field(default_factory=frozenset)  # workloads whose calls got extension rounds
 
 
-Before = Callable[[int, int, Key, float], None]  # (round, rounds, key, estimate_ms): test-only noise
+Before = Callable[[int, int, Key, float], None]  # (round, base rounds, key, estimate_ms): test-only noise
+Decide = Callable[[Rounds], Collection[str]]  # the base rounds -> the workloads that get extension rounds
+
+
+class _Session:
+    """The calls of one paired measurement on the GPU: estimates, calls that raised, queued events."""
+
+    def __init__(self, calls: Sequence[Call], p: TimingParams, flush: L2Flusher, before_call: Before | None,
+                 nvtx: Callable[[str], AbstractContextManager[Any]] | None) -> None:
+        self.calls, self.p, self.flush, self.before_call = list(calls), p, flush, before_call
+        self.span = nvtx or (lambda name: contextlib.nullcontext())
+        self.cycles_per_ms = 1000 * (max_sm_clock_mhz() or DEFAULT_SM_MHZ)  # torch.cuda._sleep counts SM cycles
+        self.probe = int(self.cycles_per_ms * p.clock_probe_us / 1000)
+        self.crashed: dict[Key, str] = {}
+        self.estimates: dict[Key, float] = {}
+        self.queued: dict[Key, list[tuple[int, Any, Any, Any]]] = {}
+        self.clocks_start: dict[str, Any] = {}
+        self.base = 0
+
+    def warm_up(self) -> None:
+        """`warmup` timed calls of each, one after another: the estimates (a call that raises is dropped)."""
+        import torch
+
+        for c in self.calls:
+            starts, ends = _events(self.p.warmup), _events(self.p.warmup)
+            try:
+                with self.span(c.label), c.context():
+                    for s, e in zip(starts, ends, strict=True):
+                        self.flush()
+                        s.record()
+                        c.fn()
+                        e.record()
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 - this call fails; the others are still timed
+                self.crashed[c.key] = _why(e)
+                continue
+            self.estimates[c.key] = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+        self.queued = {c.key: [] for c in self.live()}
+
+    def live(self, workloads: Collection[str] | None = None) -> list[Call]:
+        return [c for c in self.calls if c.key not in self.crashed and (workloads is None or c.key[0] in workloads)]
+
+    def layout(self, calls: Sequence[Call]) -> list[list[Call]]:
+        by_workload: dict[str, list[Call]] = {}
+        for c in calls:
+            by_workload.setdefault(c.key[0], []).append(c)
+        return list(by_workload.values())
+
+    def queue(self, calls: Sequence[Call], first: int, n: int) -> None:
+        """Head start, untimed warm-up rounds, then timed rounds first..first+n-1 of `calls` (no synchronize)."""
+        import torch
+
+        if not calls or n <= 0:
+            return
+        layout = self.layout(calls)
+        if self.p.head_start_ms:
+            torch.cuda._sleep(int(self.cycles_per_ms * self.p.head_start_ms))
+        warm = self.p.warmup_rounds([self.estimates[c.key] for c in calls])
+        for r in range(first - warm, first):
+            self._round(r, layout, timed=False)
+        if not self.clocks_start:
+            self.clocks_start = read_clocks()  # while the warm-up rounds run: the settled state
+        for r in range(first, first + n):
+            self._round(r, layout, timed=True)
+
+    def _round(self, r: int, layout: Sequence[Sequence[Call]], timed: bool) -> None:
+        import torch
+
+        for c in paired.round_order(r, layout, self.p.mirrored):
+            if c.key in self.crashed:
+                continue
+            self.flush()
+            if timed and self.before_call is not None:
+                self.before_call(r, self.base, c.key, self.estimates[c.key])
+            e0, e1, e2 = _events(3) if timed else (None, None, None)
+            try:
+                with self.span(c.label), c.context():
+                    if self.probe:
+                        _record(e0)
+                        torch.cuda._sleep(self.probe)
+                    _record(e1)
+                    c.fn()
+                    _record(e2)
+            except Exception as e:  # noqa: BLE001
+                self.crashed[c.key] = _why(e)
+                continue
+            if timed:
+                self.queued[c.key].append((r, e0 if self.probe else None, e1, e2))
+
+    def collect(self, rounds: int, extended: Collection[str] = ()) -> Rounds:
+        """Wait for the GPU, then every live call's times, rounds and clocks so far."""
+        import torch
+
+        torch.cuda.synchronize()
+        times: dict[Key, list[float]] = {}
+        index: dict[Key, list[int]] = {}
+        clock: dict[Key, list[float]] = {}
+        for key, items in self.queued.items():
+            if key in self.crashed:
+                continue
+            times[key] = [e1.elapsed_time(e2) for _, _, e1, e2 in items]
+            index[key] = [r for r, _, _, _ in items]
+            # MHz = cycles per microsecond of the fixed-cycle spin
+            clock[key] = [self.probe / (e0.elapsed_time(e1) * 1000) for _, e0, e1, _ in items] if self.probe else []
+        return Rounds(rounds, times, index, clock, dict(self.estimates), dict(self.crashed),
+                      self.clocks_start or read_clocks(), read_clocks(), self.base, frozenset(extended))
+
+
+def _record(event: Any) -> None:
+    if event is not None:
+        event.record()
 
 
 def time_rounds(calls: Sequence[Call], p: TimingParams, flush: L2Flusher, before_call: Before | None = None,
-                nvtx: Callable[[str], AbstractContextManager[Any]] | None = None) -> Rounds:
-    """Warm-up, then interleaved rounds of `calls` (see the module docstring)."""
-    import torch
-
-    span = nvtx or (lambda name: contextlib.nullcontext())
-    cycles_per_ms = 1000 * (max_sm_clock_mhz() or DEFAULT_SM_MHZ)  # torch.cuda._sleep counts SM cycles
-    crashed: dict[Key, str] = {}
-    estimates: dict[Key, float] = {}
-    for c in calls:  # 1. warm-up, timed: the estimate of each call
-        starts, ends = _events(p.warmup), _events(p.warmup)
-        try:
-            with span(c.label), c.context():
-                for s, e in zip(starts, ends, strict=True):
-                    flush()
-                    s.record()
-                    c.fn()
-                    e.record()
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - this call fails; the others are still timed
-            crashed[c.key] = _why(e)
-            continue
-        estimates[c.key] = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
-    live = [c for c in calls if c.key not in crashed]
-    extra = {c.key: paired.warmup_calls(estimates[c.key], p.warmup, p.warmup_ms) for c in live}
-    for i in range(max(extra.values(), default=0)):  # ... then untimed and interleaved: clocks settle
-        for c in live:
-            if i < extra[c.key] and c.key not in crashed:
-                try:
-                    with c.context():
-                        flush()
-                        c.fn()
-                except Exception as e:  # noqa: BLE001
-                    crashed[c.key] = _why(e)
-    live = [c for c in live if c.key not in crashed]
-    by_workload: dict[str, list[Call]] = {}
-    for c in live:
-        by_workload.setdefault(c.key[0], []).append(c)
-    layout = list(by_workload.values())
-    n_rounds = p.rounds_for([estimates[c.key] for c in live]) if live else 0
-    probe = int(cycles_per_ms * p.clock_probe_us / 1000)
-    queued: dict[Key, list[tuple[int, Any, Any, Any]]] = {c.key: [] for c in live}
-    clocks_start = read_clocks()  # 2. while the warm-up still runs: the settled state
-    if p.head_start_ms and live:
-        torch.cuda._sleep(int(cycles_per_ms * p.head_start_ms))
-    for r in range(n_rounds):  # 3. the rounds, queued without a host synchronization
-        for c in paired.round_order(r, layout, p.mirrored):
-            if c.key in crashed:
-                continue
-            flush()
-            if before_call is not None:
-                before_call(r, n_rounds, c.key, estimates[c.key])
-            e0, e1, e2 = _events(3)
-            try:
-                with span(c.label), c.context():
-                    if probe:
-                        e0.record()
-                        torch.cuda._sleep(probe)
-                    e1.record()
-                    c.fn()
-                    e2.record()
-            except Exception as e:  # noqa: BLE001
-                crashed[c.key] = _why(e)
-                continue
-            queued[c.key].append((r, e0 if probe else None, e1, e2))
-    torch.cuda.synchronize()
-    clocks_end = read_clocks()
-    times: dict[Key, list[float]] = {}
-    index: dict[Key, list[int]] = {}
-    clock: dict[Key, list[float]] = {}
-    for key, items in queued.items():
-        if key in crashed:
-            continue
-        times[key] = [e1.elapsed_time(e2) for _, _, e1, e2 in items]
-        index[key] = [r for r, _, _, _ in items]
-        # MHz = cycles per microsecond of the fixed-cycle spin
-        clock[key] = [probe / (e0.elapsed_time(e1) * 1000) for _, e0, e1, _ in items] if probe else []
-    return Rounds(n_rounds, times, index, clock, estimates, crashed, clocks_start, clocks_end)
-
-
-def nvtx_span() -> Callable[[str], AbstractContextManager[Any]]:
-    """A per-call NVTX range, chosen once (the rounds open one per call): nvtx's annotate in the flashcore
-    domain, else torch's range, else nothing (a CPU-only torch)."""
-    try:
-        import nvtx
-
-        return lambda name: nvtx.annotate(name, domain="flashcore")
-    except ImportError:
-        import torch
-
-        return torch.cuda.nvtx.range if torch.cuda.is_available() else (lambda name: contextlib.nullcontext())
+                nvtx: Callable[[str], AbstractContextManager[Any]] | None = None,
+                decide: Decide | None = None) -> Rounds:
+    """Warm-up, then interleaved rounds of `calls`; with `decide`, base rounds and extension rounds for the
+    workloads it names (see the module docstring)."""
+    s = _Session(calls, p, flush, before_call, nvtx)
+    s.warm_up()
+    live = s.live()
+    estimates = [s.estimates[c.key] for c in live]
+    if decide is None:  # no check named: every call gets the cap at once
+        s.base = p.cap_rounds_for(estimates) if live else 0
+        s.queue(live, 0, s.base)
+        return s.collect(s.base)
+    s.base = p.rounds_for(estimates) if live else 0
+    s.queue(live, 0, s.base)
+    got = s.collect(s.base)
+    more = s.live(set(decide(got)))
+    extra = p.cap_rounds_for([s.estimates[c.key] for c in more]) - s.base if more else 0
+    if extra <= 0:
+        return got
+    s.queue(more, s.base, extra)
+    return replace(s.collect(s.base + extra, {c.key[0] for c in more}), clocks_start=got.clocks_start)
 
 
 def time_gpu(fn: Callable[[], object], p: TimingParams, flush: L2Flusher) -> tuple[list[float], float]:
-    """Per-repetition GPU times (ms) of `fn` timed alone (one call per round), and its warm-up estimate."""
+    """Per-repetition GPU times (ms) of `fn` timed alone (one call per round, the cap's rounds), and its warm-up
+    estimate."""
     got = time_rounds([Call(("", ""), fn)], p, flush)
     if ("", "") in got.crashed:
         raise RuntimeError(got.crashed[("", "")])
     return got.times_ms[("", "")], got.estimates_ms[("", "")]
-
-
-# ---- clocks and kernels ------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _nvml() -> Iterator[Any]:
-    import importlib
-
-    pynvml: Any = importlib.import_module("pynvml")  # nvidia-ml-py (the harness extra); else nvidia-smi
-    pynvml.nvmlInit()
-    try:
-        yield pynvml
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _handle(nv: Any) -> Any:
-    """The NVML handle of this process's GPU. NVML numbers GPUs physically, whatever CUDA_VISIBLE_DEVICES says: a
-    worker of a run over several GPUs names its own (FLASHCORE_GPU_INDEX, an index or a UUID), so a perf part on
-    GPU 1 records GPU 1's clocks and power, not GPU 0's; else the first GPU."""
-    device = os.environ.get(GPU_INDEX_ENV, "")
-    if device.isdigit():
-        return nv.nvmlDeviceGetHandleByIndex(int(device))
-    return nv.nvmlDeviceGetHandleByUUID(device) if device else nv.nvmlDeviceGetHandleByIndex(0)
-
-
-def read_clocks() -> dict[str, Any]:
-    """SM and memory clocks (MHz), temperature and power of this process's GPU, read now; from NVML, else
-    nvidia-smi."""
-    try:
-        with _nvml() as nv:
-            h = _handle(nv)
-            return {
-                "sm_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                "mem_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
-                "sm_max_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
-                "temp_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
-                "power_w": round(nv.nvmlDeviceGetPowerUsage(h) / 1000, 1),
-                "source": "nvml",
-            }
-    except Exception:  # noqa: BLE001 - NVML missing or refused: fall back to nvidia-smi
-        from harness.env import nvidia_smi
-
-        smi = nvidia_smi()
-        return {"sm_mhz": smi["sm_clock_mhz"], "mem_mhz": smi["mem_clock_mhz"],
-                "sm_max_mhz": smi["sm_clock_max_mhz"], "source": "nvidia-smi" if smi["driver"] else "none"}
-
-
-def max_sm_clock_mhz() -> int | None:
-    try:
-        with _nvml() as nv:
-            return int(nv.nvmlDeviceGetMaxClockInfo(_handle(nv), nv.NVML_CLOCK_SM))
-    except Exception:  # noqa: BLE001 - best effort
-        return None
-
-
-def kernel_names(fn: Callable[[], object], limit: int = 6) -> tuple[str, ...]:
-    """Names of the GPU kernels one call of `fn` launches (torch profiler); () when the profiler fails."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    except Exception:  # noqa: BLE001 - evidence only; never fails a measurement
-        return ()
-    unique = list(dict.fromkeys(n for n in names if n))
-    return tuple(n if len(n) <= 160 else n[:157] + "..." for n in unique[:limit])

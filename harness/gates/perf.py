@@ -34,6 +34,7 @@ from harness import shard_perf
 from harness.bench import report, selection
 from harness.bench import stored as per_gpu
 from harness.bench.ceiling import KINDS as CEILINGS
+from harness.bench.extend import Watch
 from harness.bench.record import CRASHED, Measurement, Run, not_available, run_dict
 from harness.bench.settings import (
     BASELINES,
@@ -100,12 +101,20 @@ class PerfParams:
         return {(w.name, b) for w in self.judged_and_shown(config, settings)[0]
                 for b in (OURS, *self.gated, *((settings.stored_run.reference_for(w),) if self.regression else ()))}
 
+    def watches(self, config: Config, settings: BenchSettings) -> list[Watch]:
+        """The ratios whose spread a check judges: FlashCore against each pair `reads` names but its own, at this
+        workload's spread limit (harness/bench/extend.py: a noisy one gets its workload more rounds)."""
+        workloads = {w.name: w for w in self.judged_and_shown(config, settings)[0]}
+        return [Watch((w, OURS), (w, b), self.spread_limit(workloads[w]))
+                for w, b in self.reads(config, settings) if b != OURS]
+
 
 def measure_options(ctx: GateContext, settings: BenchSettings, noisy: bool = False) -> Options:
     """The same for every gate of a run (so they share one Measurer): the pairs no check reads left untimed."""
     from harness.bench.runner import Options
 
-    return Options(settings.timing, ctx.seed, ctx.fault, noisy, untimed=selection.untimed(ctx.config, settings))
+    return Options(settings.timing, ctx.seed, ctx.fault, noisy, untimed=selection.untimed(ctx.config, settings),
+                   watches=selection.watches(ctx.config, settings))
 
 
 def measure_all(ctx: GateContext, measurer: Measurer, settings: BenchSettings, workloads: Sequence[Workload],
@@ -136,8 +145,9 @@ def measurement_line(m: Measurement) -> str:
     if s is None:
         return f"{m.workload} {m.backend}: not available: {m.why}"
     clock = f", SM clock {min(m.clock_mhz):.0f}-{max(m.clock_mhz):.0f} MHz (probe)" if m.clock_mhz else ""
+    more = f" ({m.base_rounds} base, the rest extension rounds)" if m.extended else ""
     return (f"{m.workload} {m.backend}: median {s.median_ms:.4g} ms, {m.throughput:.4g} {m.unit}, absolute rel std "
-            f"{100 * s.rel_std:.2f} % over {s.reps} rounds of {m.pairing or 'its own'}{clock}; NVML start "
+            f"{100 * s.rel_std:.2f} % over {s.reps} rounds{more} of {m.pairing or 'its own'}{clock}; NVML start "
             f"{dict(m.clocks_start)}, end {dict(m.clocks)}")
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.bench import report
+from harness.bench.extend import Watch
 from harness.bench.settings import BASELINES, BENCH_FILE, OURS, check_backends, load_bench_settings, timing_dict
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.perf import measure_all, write_measurements
@@ -61,6 +62,15 @@ class ScalingParams:
     def reads(self, config: Config, settings: BenchSettings) -> set[tuple[str, str]]:
         """FlashCore at every point (judged against itself); the baselines are drawn, never read by a check."""
         return {(w.name, OURS) for w in settings.sweep_workloads}
+
+    def watches(self, config: Config, settings: BenchSettings) -> list[Watch]:
+        """Each judged length against each peak length, per causal mode (which peak is judged shows only after the
+        rounds): FlashCore's paired ratios whose spread a check judges (harness/bench/extend.py)."""
+        points = {(w.seqlen_q, w.causal): w for w in settings.sweep_workloads}
+        return [Watch((points[s, c].name, OURS), (points[peak, c].name, OURS),
+                      pv.spread_limit(points[s, c], self.max_rel_std, self.long_context_max_rel_std), self.per_clock)
+                for c in settings.sweep.causal for s in self.judged_seqlens for peak in self.peak_seqlens
+                if (s, c) in points and (peak, c) in points]
 
 
 def mode(causal: bool) -> str:

@@ -93,6 +93,7 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     ("suite", ("backends: [flashcore,", "backends: [flashcor,"), "suite.backends[0]"),
     ("stored_run", ("reference_backend: fa2", "reference_backend: flashcore"), "stored_run.reference_backend"),
     ("timing", ("clock_probe_us: 300", "clock_probe_us: -1"), "timing.clock_probe_us"),
+    ("timing", ("clock_probe_after_ms: 20", "clock_probe_after_ms: -5"), "timing.clock_probe_after_ms"),
     ("suite", ("workloads: [perf,", "workloads: [nope,"), "suite.workloads[0]"),
     ("stored_run", ("files: gates/baselines/bench-*.json", "files: gates/baselines/bench-h100.json"),
      "stored_run.files"),

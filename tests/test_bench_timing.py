@@ -20,7 +20,7 @@ from harness.bench.settings import TimingParams
 from harness.bench.stats import summarize, summarize_ratios
 
 P = TimingParams(warmup=5, warmup_ms=30.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=100.0, flush_mib=0,
-                 head_start_ms=2.0, clock_probe_us=50.0, record_kernels=False, mirrored=False,
+                 head_start_ms=2.0, clock_probe_us=50.0, clock_probe_after_ms=0.0, record_kernels=False, mirrored=False,
                  extend_above=0.6, extend_target_ms=100.0, extend_min_reps=20, extend_max_reps=100)
 
 

@@ -75,7 +75,7 @@ def paired(a: Measurement, b: Measurement) -> bool:
 def round_times(rounds: Sequence[int], times_ms: Sequence[float],
                 clock_mhz: Sequence[float] = ()) -> dict[int, tuple[float, float | None]]:
     """Per round, in round order: (the call's time, summed over its runs in that round; its SM clock, the
-    time-weighted mean of the clocks probed before those runs, or None when a reading is missing)."""
+    time-weighted mean of those runs' clocks (Measurement.call_clock_mhz), or None when a reading is missing)."""
     acc: dict[int, list[float]] = {}
     clocked = len(clock_mhz) == len(times_ms)
     for i, r in enumerate(rounds):
@@ -91,8 +91,8 @@ def pairs(a: Measurement, b: Measurement) -> list[tuple[tuple[float, float | Non
     """Per round both ran in, in a's round order: (a's round time and clock, b's); None when not paired."""
     if not paired(a, b):
         return None
-    ra = round_times(a.rounds, a.times_ms, a.clock_mhz)
-    rb = round_times(b.rounds, b.times_ms, b.clock_mhz)
+    ra = round_times(a.rounds, a.times_ms, a.call_clock_mhz())
+    rb = round_times(b.rounds, b.times_ms, b.call_clock_mhz())
     return [(ra[r], rb[r]) for r in ra if r in rb]
 
 

@@ -62,12 +62,22 @@ class Measurement:
     clocks_start: Mapping[str, Any] = field(default_factory=dict)  # NVML clocks and power read before the rounds
     base_rounds: int = 0  # the rounds every call of its pairing ran; its rounds from this index on are extension
     # rounds (harness/bench/extend.py); 0: not known (an older record)
+    clock_after_mhz: tuple[float, ...] = ()  # SM clock right after each repetition (calls long enough for the
+    # clock to move within them, gates/bench.yaml clock_probe_after_ms); () = not probed after
+
+    def call_clock_mhz(self) -> tuple[float, ...]:
+        """Each repetition's SM clock: the probe before it, or the mean of the probes before and after it."""
+        if self.clock_after_mhz and self.clock_mhz:
+            return tuple((b + a) / 2 for b, a in zip(self.clock_mhz, self.clock_after_mhz, strict=True))
+        return self.clock_mhz
 
     def __post_init__(self) -> None:
         if self.rounds and len(self.rounds) != len(self.times_ms):
             raise ValueError(f"{len(self.rounds)} round indices for {len(self.times_ms)} repetitions")
         if self.clock_mhz and len(self.clock_mhz) != len(self.times_ms):
             raise ValueError(f"{len(self.clock_mhz)} clock readings for {len(self.times_ms)} repetitions")
+        if self.clock_after_mhz and len(self.clock_after_mhz) != len(self.clock_mhz):
+            raise ValueError(f"{len(self.clock_after_mhz)} clock readings after for {len(self.clock_mhz)} before")
 
     @property
     def paired(self) -> bool:
@@ -131,6 +141,7 @@ class Measurement:
             "clock_mhz": [round(c, 1) for c in self.clock_mhz],
             "clocks_start": dict(self.clocks_start),
             "base_rounds": self.base_rounds,
+            "clock_after_mhz": [round(c, 1) for c in self.clock_after_mhz],
             # derived, for a person reading the JSON; recomputed from times_ms on read
             "summary": s.to_dict() if s else None,
             "throughput": self.throughput,
@@ -148,6 +159,7 @@ class Measurement:
                 raise ValueError("non-finite time")
             rounds = tuple(int(r) for r in d.get("rounds") or ())
             clock = tuple(float(c) for c in d.get("clock_mhz") or ())
+            clock_after = tuple(float(c) for c in d.get("clock_after_mhz") or ())
             return cls(workload=str(d["workload"]), backend=str(d["backend"]), spec=spec,
                        available=bool(d["available"]), why=str(d.get("why") or ""), times_ms=times,
                        seed=d.get("seed"), clocks=dict(d.get("clocks") or {}),
@@ -155,7 +167,8 @@ class Measurement:
                        kernels=tuple(d.get("kernels") or ()), planted=str(d.get("planted") or ""),
                        spread_groups=int(d.get("spread_groups") or 1), rounds=rounds,
                        pairing=str(d.get("pairing") or ""), clock_mhz=clock,
-                       clocks_start=dict(d.get("clocks_start") or {}), base_rounds=int(d.get("base_rounds") or 0))
+                       clocks_start=dict(d.get("clocks_start") or {}), base_rounds=int(d.get("base_rounds") or 0),
+                       clock_after_mhz=clock_after)
         except (KeyError, TypeError, ValueError) as e:
             raise RecordError(f"malformed measurement {dict(d).get('workload')!r}/{dict(d).get('backend')!r}: "
                               f"{type(e).__name__}: {e}") from None

@@ -36,7 +36,8 @@ def cut(m: Measurement, rounds: int) -> Measurement:
     """`m` as if only its rounds below `rounds` had run."""
     keep = [i for i, r in enumerate(m.rounds) if r < rounds]
     return dataclasses.replace(m, times_ms=tuple(m.times_ms[i] for i in keep), rounds=tuple(m.rounds[i] for i in keep),
-                               clock_mhz=tuple(m.clock_mhz[i] for i in keep) if m.clock_mhz else ())
+                               clock_mhz=tuple(m.clock_mhz[i] for i in keep) if m.clock_mhz else (),
+                               clock_after_mhz=tuple(m.clock_after_mhz[i] for i in keep) if m.clock_after_mhz else ())
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ own spread and the clocks, as information."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -74,6 +75,8 @@ def row(m: Measurement, ours: Measurement | None, anchor: Anchor | None = None, 
         "vs_anchor": _r(m.throughput / ref - 1, 3) if ref and m.throughput is not None else None,
         "sm_mhz": _r(probe[len(probe) // 2]) if probe else m.clocks.get("sm_mhz"),
         "sm_mhz_range": [_r(probe[0]), _r(probe[-1])] if probe else None,
+        # the median probe after the call (long calls only): how far the clock fell within it
+        "sm_mhz_after": _r(statistics.median(m.clock_after_mhz)) if m.clock_after_mhz else None,
         "implementation": m.implementation,
         "kernels": list(m.kernels),
         "planted": m.planted,

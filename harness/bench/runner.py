@@ -167,7 +167,7 @@ class Measurer:
                 clocks=got.clocks_end, implementation=prepared.implementation, kernels=kernels.get(key, ()),
                 planted=planted, spread_groups=self.options.timing.spread_groups, rounds=tuple(got.round_index[key]),
                 pairing=pairing_id(group), clock_mhz=tuple(got.clock_mhz[key]), clocks_start=got.clocks_start,
-                base_rounds=got.base_rounds)
+                base_rounds=got.base_rounds, clock_after_mhz=tuple(got.clock_after_mhz.get(key, ())))
         return out
 
     def _drop_inputs(self) -> None:

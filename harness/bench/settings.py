@@ -45,6 +45,9 @@ class TimingParams:
     flush_mib: int = param(ge=0)  # L2 flush buffer written before every repetition (H100 L2: 50 MB)
     head_start_ms: float = param(ge=0)  # GPU spin before the timed rounds, so host launches run ahead
     clock_probe_us: float = param(ge=0)  # fixed-cycle spin before each call: the SM clock of that call (0: off)
+    # calls estimated at least this long get the spin after them too; their clock is the mean of both readings
+    # (a power-capped clock falls within a call of 0.1-0.2 s; 0: never)
+    clock_probe_after_ms: float = param(ge=0)
     record_kernels: bool = param()  # name the GPU kernels each backend launched (torch profiler, one call)
     mirrored: bool = param()  # each round runs a workload's calls twice, A B C then C B A (paired.round_order)
     # Sequential rounds (harness/bench/extend.py): a workload whose judged paired ratio spreads more than

@@ -137,6 +137,8 @@ class Rounds:
     clocks_end: dict[str, Any]
     base_rounds: int = 0  # rounds every call ran; rounds from this index on are extension rounds
     extended: frozenset[str] = field(default_factory=frozenset)  # workloads whose calls got extension rounds
+    # the probe after each run of calls estimated at least clock_probe_after_ms; keys of other calls are absent
+    clock_after_mhz: dict[Key, list[float]] = field(default_factory=dict)
 
 
 Before = Callable[[int, int, Key, float], None]  # (round, base rounds, key, estimate_ms): test-only noise
@@ -154,7 +156,7 @@ class _Session:
         self.probe = int(self.cycles_per_ms * p.clock_probe_us / 1000)
         self.crashed: dict[Key, str] = {}
         self.estimates: dict[Key, float] = {}
-        self.queued: dict[Key, list[tuple[int, Any, Any, Any]]] = {}
+        self.queued: dict[Key, list[tuple[int, Any, Any, Any, Any]]] = {}
         self.clocks_start: dict[str, Any] = {}
         self.base = 0
 
@@ -213,7 +215,8 @@ class _Session:
             self.flush()
             if timed and self.before_call is not None:
                 self.before_call(r, self.base, c.key, self.estimates[c.key])
-            e0, e1, e2 = _events(3) if timed else (None, None, None)
+            after = self.probe_after(c.key)
+            e0, e1, e2, e3 = _events(4) if timed else (None, None, None, None)
             try:
                 with self.span(c.label), c.context():
                     if self.probe:
@@ -222,11 +225,19 @@ class _Session:
                     _record(e1)
                     c.fn()
                     _record(e2)
+                    if after:
+                        torch.cuda._sleep(self.probe)
+                        _record(e3)
             except Exception as e:  # noqa: BLE001
                 self.crashed[c.key] = _why(e)
                 continue
             if timed:
-                self.queued[c.key].append((r, e0 if self.probe else None, e1, e2))
+                self.queued[c.key].append((r, e0 if self.probe else None, e1, e2, e3 if after else None))
+
+    def probe_after(self, key: Key) -> bool:
+        """Whether this call's clock is also probed after it: a call long enough for the clock to move within it."""
+        after_ms = self.p.clock_probe_after_ms
+        return bool(self.probe) and after_ms > 0 and self.estimates.get(key, 0.0) >= after_ms
 
     def collect(self, rounds: int, extended: Collection[str] = ()) -> Rounds:
         """Wait for the GPU, then every live call's times, rounds and clocks so far."""
@@ -236,15 +247,18 @@ class _Session:
         times: dict[Key, list[float]] = {}
         index: dict[Key, list[int]] = {}
         clock: dict[Key, list[float]] = {}
+        clock_after: dict[Key, list[float]] = {}
         for key, items in self.queued.items():
             if key in self.crashed:
                 continue
-            times[key] = [e1.elapsed_time(e2) for _, _, e1, e2 in items]
-            index[key] = [r for r, _, _, _ in items]
+            times[key] = [e1.elapsed_time(e2) for _, _, e1, e2, _ in items]
+            index[key] = [r for r, _, _, _, _ in items]
             # MHz = cycles per microsecond of the fixed-cycle spin
-            clock[key] = [self.probe / (e0.elapsed_time(e1) * 1000) for _, e0, e1, _ in items] if self.probe else []
+            clock[key] = [self.probe / (e0.elapsed_time(e1) * 1000) for _, e0, e1, _, _ in items] if self.probe else []
+            if items and all(e3 is not None for *_, e3 in items):
+                clock_after[key] = [self.probe / (e2.elapsed_time(e3) * 1000) for _, _, _, e2, e3 in items]
         return Rounds(rounds, times, index, clock, dict(self.estimates), dict(self.crashed),
-                      self.clocks_start or read_clocks(), read_clocks(), self.base, frozenset(extended))
+                      self.clocks_start or read_clocks(), read_clocks(), self.base, frozenset(extended), clock_after)
 
 
 def _record(event: Any) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import replace
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from conftest import make_context
@@ -15,13 +17,16 @@ from test_ncu_stalls import params as stall_params
 from test_ncu_stalls import stalls_csv
 
 from harness.config import load_config
+from harness.engine import run_phase
 from harness.gates import ncu as ncu_gate
+from harness.gates import registry
 from harness.gates.base import Gate, GateContext
 from harness.gates.ncu_stalls import NcuStallsGate
 from harness.ncu import shared
-from harness.results import GateResult, RunResult, Status
+from harness.results import Check, GateResult, RunResult, Status
 from harness.run_files import compress_logs
-from harness.schema import GateSpec
+from harness.schema import Config, GateSpec, PhaseSpec
+from harness.watchdog import WatchdogSettings
 
 GATES: dict[str, type[Gate]] = {"ncu-dram": ncu_gate.NcuDramGate, "ncu-sm": ncu_gate.NcuSmGate,
                                 "ncu-sm-pipeline": ncu_gate.NcuSmPipelineGate, "ncu-stalls": NcuStallsGate}
@@ -217,3 +222,37 @@ def test_phases_yaml_profiles_prefill_once_for_the_two_sm_gates(gates_dir: Path,
                                                                                           "ncu-sm-pipeline")
     assert plans["ncu-stalls", "prefill-d128"] == ("ncu-stalls",)  # one launch and two sections: its own
     assert plans["ncu-stalls", "decode"] == ("ncu-stalls",) and plans["ncu-dram", "decode"] == ("ncu-dram",)
+
+
+# ---- the engine tells each gate the run's gates ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoParams:
+    pass
+
+
+class PeersGate(Gate):
+    """Reports the gates it was told run with it (in the gate worker, as the ncu gates run)."""
+
+    Params = NoParams
+    needs_gpu = True
+
+    def run(self, ctx: GateContext) -> GateResult:
+        return ctx.result([Check("peers", "names", None, None, Status.PASS, message=",".join(
+            s.name for s in ctx.peers))], details={"pid": os.getpid()})
+
+
+def test_the_engine_hands_every_gate_the_gates_of_its_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = ("peers-a", "peers-b", "peers-c")
+    for name in names:
+        monkeypatch.setitem(registry._REGISTRY, name, PeersGate)
+    monkeypatch.setattr("harness.engine.cuda_unavailable_reason", lambda: None)
+    config = Config(gates_dir=tmp_path, workloads=MappingProxyType({}), sets=MappingProxyType({}),
+                    phases=(PhaseSpec(1, "p1", tuple(GateSpec(n, 1, NoParams()) for n in names)),))
+    limits = WatchdogSettings(multiple=1.0, floor_s=60.0, startup_s=120.0, expected_s=dict.fromkeys(names, 1.0))
+    run = run_phase(config, 1, run_id="t", run_dir=tmp_path, environment={}, repo_root=tmp_path, seed=1,
+                    stream=io.StringIO(), live=False, only=("peers-a", "peers-c"), limits=limits)
+    assert [(g.name, g.checks[0].message) for g in run.gates] == [("peers-a", "peers-a,peers-c"),
+                                                                  ("peers-c", "peers-a,peers-c")]
+    assert run.gates[0].details["pid"] != os.getpid()  # told in the gate worker, where the ncu gates run

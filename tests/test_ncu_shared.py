@@ -11,7 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from conftest import make_context
+from conftest import REPO, make_context
 from test_ncu_gates import DECODE, DRAM, FIXTURES, PREFILL, SM, calls, dram_params, fake_ncu
 from test_ncu_stalls import params as stall_params
 from test_ncu_stalls import stalls_csv
@@ -256,3 +256,23 @@ def test_the_engine_hands_every_gate_the_gates_of_its_run(tmp_path: Path, monkey
     assert [(g.name, g.checks[0].message) for g in run.gates] == [("peers-a", "peers-a,peers-c"),
                                                                   ("peers-c", "peers-a,peers-c")]
     assert run.gates[0].details["pid"] != os.getpid()  # told in the gate worker, where the ncu gates run
+
+
+# ---- on the GPU ----------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_the_two_sm_gates_judge_one_real_profile(tmp_path: Path) -> None:
+    """Needs ncu, counter access and `make build`: ncu-sm and ncu-sm-pipeline as configured, in one run."""
+    config = load_config(REPO / "gates")
+    peers = tuple(s for s in config.gates_through(7) if s.name in ("ncu-sm", "ncu-sm-pipeline"))
+    results = {}
+    for spec in peers:
+        ctx = GateContext(spec=spec, config=config, run_dir=tmp_path, repo_root=REPO, seed=0, peers=peers)
+        results[spec.name] = GATES[spec.name]().run(ctx)
+    assert [p.name for p in tmp_path.rglob("*.ncu-rep")] == ["prefill-d128.ncu-rep"]
+    sm, pipeline = results["ncu-sm"], results["ncu-sm-pipeline"]
+    for result in (sm, pipeline):
+        assert result.status in (Status.PASS, Status.FAIL), result.message  # measured: a verdict, not an error
+        assert "logs/ncu-sm/prefill-d128.ncu-rep" in result.logs
+    assert sm.checks[0].measured == pipeline.checks[0].measured  # one profile, one number

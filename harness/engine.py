@@ -41,7 +41,8 @@ def run_watched(spec: GateSpec, ctx: GateContext, gpu_reason: str | None, worker
     gate_cls = registry.get(spec.name)
     if gate_cls is None or (gate_cls.needs_gpu and gpu_reason is not None):
         return run_gate(spec, ctx, gpu_reason)  # nothing to run on the GPU: answered here
-    job = Job(gate_cls, spec, ctx.config, ctx.run_dir, ctx.repo_root, ctx.seed, ctx.fault, gpu_reason, plant)
+    job = Job(gate_cls, spec, ctx.config, ctx.run_dir, ctx.repo_root, ctx.seed, ctx.fault, gpu_reason, plant,
+              ctx.peers)
     out = worker.run(job, limit_s, ctx.step)
     if out.result is not None:
         if out.why:
@@ -121,7 +122,7 @@ def run_phase(
                 # the hang is planted in a worker only: in this process the gate runs unplanted
                 planted = fault if limit is not None or fault != Fault.HANG else 0
                 ctx = GateContext(spec=spec, config=config, run_dir=run_dir, repo_root=repo_root, seed=base_seed,
-                                  step=progress.step, fault=planted)
+                                  step=progress.step, fault=planted, peers=specs)
                 progress.start(f"[phase {spec.phase}] {spec.name}", limit_s=limit)
                 gpu_at_start = gpu_state(shard_gpu) if shard_gpu else None
                 t0 = time.monotonic()

@@ -53,6 +53,7 @@ class Job:
     fault: int
     gpu_reason: str | None
     plant: str = ""  # a test-only change to flashcore made in the worker (harness/planted_checks.py planted)
+    peers: tuple[GateSpec, ...] = ()  # the run's gates (GateContext.peers)
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def serve(conn: Connection) -> None:
             return
         kernel_fault = 0 if job.fault == Fault.HANG else job.fault
         ctx = GateContext(spec=job.spec, config=job.config, run_dir=job.run_dir, repo_root=job.repo_root,
-                          seed=job.seed, step=step, fault=kernel_fault)
+                          seed=job.seed, step=step, fault=kernel_fault, peers=job.peers)
         with _planted(job):
             result = run_gate_class(job.gate_cls, job.spec, ctx, job.gpu_reason)
         lost = cuda_lost()

@@ -51,6 +51,10 @@ if mode == "hang":
 if mode == "perm":
     print(pathlib.Path(os.environ["FAKE_NCU_PERM"]).read_text())
     sys.exit(0)
+unknown = os.environ.get("FAKE_NCU_UNKNOWN")
+if unknown and unknown in args[args.index("--metrics") + 1].split(","):
+    print(f"==ERROR== Failed to find metric {unknown}", file=sys.stderr)
+    sys.exit(1)
 print("RESULT status=ok max_abs_err=0 nonfinite=0")
 if mode == "none":
     print("==WARNING== No kernels were profiled.")

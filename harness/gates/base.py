@@ -31,6 +31,9 @@ class GateContext:
     seed: int  # base seed of this run; gates derive one seed per workload from it
     step: Callable[[str], None] = field(default=_no_step)  # report what is running now (progress line)
     fault: int = 0  # test-only planted kernel fault (flashcore.attention debug_fault); 0 in real runs
+    # The gates this run runs, in order: a gate that measures once for several (harness/ncu/shared.py) plans the
+    # measurement for those of them that ask for the same thing. Empty: nothing known, each gate plans for itself.
+    peers: tuple[GateSpec, ...] = ()
 
     @property
     def params(self) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.ncu import runner
+from harness.ncu import shared as ncu_shared
 from harness.ncu.checks import screen
 from harness.ncu.parse import Kernel, NcuCsv, group_kernels, short_name
 from harness.ncu.units import not_percent
@@ -32,9 +33,8 @@ class NcuThroughputParams(runner.NcuParams):
     min_pct: float = param()  # the median over launches must be >= this (schema.RANGES: a percentage, (0, 100])
     applies_to: str = param(choices=KINDS)  # workloads of this kind are judged; others are only shown
 
-
-def collected(p: NcuThroughputParams) -> tuple[str, ...]:
-    return tuple(dict.fromkeys((p.metric, *p.metrics)))
+    def profiled(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.metric, *self.metrics)))
 
 
 # ---- verdicts (pure) ------------------------------------------------------------------------------
@@ -102,7 +102,7 @@ class NcuThroughputGate(Gate):
         if isinstance(found, str):
             return ctx.verdict_only(Status.ERROR, found)
         ncu, driver = found
-        metrics = collected(p)
+        metrics = p.profiled()
         checks: list[Check] = []
         logs: list[str] = []
         workloads: dict[str, Any] = {}
@@ -111,9 +111,12 @@ class NcuThroughputGate(Gate):
             judged = wl.kind == p.applies_to
             judged_any |= judged
             ctx.step(f"ncu {wl.name} ({i + 1}/{len(p.workloads)})")
-            prof = runner.profile(ctx, wl, p, metrics, ncu, driver)
+            shared = ncu_shared.profile(ctx, wl, p, ncu, driver)
+            prof = shared.profile
             logs += prof.logs
-            entry: dict[str, Any] = {"shape": wl.label, "kind": wl.kind, "judged": judged, "logs": list(prof.logs)}
+            ctx.log(f"{wl.name}: {shared.note(ctx.spec.name)}")
+            entry: dict[str, Any] = {"shape": wl.label, "kind": wl.kind, "judged": judged, "logs": list(prof.logs),
+                                     "profiled_by": shared.by, "shared_by": list(shared.gates)}
             if prof.csv is None:
                 checks.append(Check(wl.name, p.metric, p.min_pct if judged else None, None, Status.ERROR, ">=",
                                     message=prof.error))
@@ -128,7 +131,7 @@ class NcuThroughputGate(Gate):
         if not judged_any:
             checks.append(Check("(config)", p.metric, p.min_pct, None, Status.ERROR, ">=",
                                 message=f"no {p.applies_to} workload among {', '.join(p.workloads)}: nothing judged"))
-        details = {"ncu_version": runner.ncu_version(ncu, ctx.repo_root), "metric": p.metric, "threshold": p.min_pct,
+        details = {"ncu_version": ncu_shared.version(ctx, ncu), "metric": p.metric, "threshold": p.min_pct,
                    "applies_to": p.applies_to, "metrics": list(metrics), "clock_control": p.clock_control,
                    "launch_skip": p.launch_skip, "launch_count": p.launch_count, "workloads": workloads}
         return ctx.result(checks, details=details, logs=logs)

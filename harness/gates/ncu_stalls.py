@@ -23,6 +23,7 @@ from harness.bench import stored as per_gpu
 from harness.gates.base import Gate, GateContext, summarize
 from harness.gates.registry import register
 from harness.ncu import runner
+from harness.ncu import shared as ncu_shared
 from harness.ncu.checks import named_by, profile_checks
 from harness.ncu.parse import NcuCsv, group_kernels, short_name
 from harness.ncu.stalls import Baseline, Stall, read_baseline, stall_columns, stall_table, total
@@ -39,6 +40,9 @@ class NcuStallParams(runner.NcuParams):
     # glob of the stored results.json holding this gate, one per GPU model (relative to the repository root)
     baseline: str = param()
     require_baseline: bool = param(default=False)  # true: a missing baseline is an ERROR
+
+    def profiled(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.metrics, self.tensor_metric, self.occupancy_metric)))
 
 
 def _recorded(subject: str, csv: NcuCsv, metric: str, value: float | None) -> Check:
@@ -141,15 +145,17 @@ class NcuStallsGate(Gate):
             return ctx.verdict_only(Status.ERROR, found)
         ncu, driver = found
         base = gpu_baseline(ctx.repo_root, p.baseline, ctx.spec.name)
-        metrics = tuple(dict.fromkeys((*p.metrics, p.tensor_metric, p.occupancy_metric)))
         checks: list[Check] = []
         logs: list[str] = []
         workloads: dict[str, Any] = {}
         for i, wl in enumerate(ctx.workloads()):
             ctx.step(f"ncu {wl.name} ({i + 1}/{len(p.workloads)})")
-            prof = runner.profile(ctx, wl, p, metrics, ncu, driver)
+            shared = ncu_shared.profile(ctx, wl, p, ncu, driver)
+            prof = shared.profile
             logs += prof.logs
-            entry: dict[str, Any] = {"shape": wl.label, "kind": wl.kind, "logs": list(prof.logs)}
+            ctx.log(f"{wl.name}: {shared.note(ctx.spec.name)}")
+            entry: dict[str, Any] = {"shape": wl.label, "kind": wl.kind, "logs": list(prof.logs),
+                                     "profiled_by": shared.by, "shared_by": list(shared.gates)}
             previous = base.for_workload(wl.name)
             if prof.csv is None:
                 checks.append(Check(wl.name, "warp_stalls", None, None, Status.ERROR, message=prof.error))
@@ -163,7 +169,7 @@ class NcuStallsGate(Gate):
             workloads[wl.name] = entry
             ctx.log(f"{wl.name} ({wl.label}): {entry}")
         message = summarize(checks) + ("" if base.status == "loaded" else f"; {base.message}")
-        details = {"ncu_version": runner.ncu_version(ncu, ctx.repo_root), "stall_metric_regex": p.stall_metric_regex,
+        details = {"ncu_version": ncu_shared.version(ctx, ncu), "stall_metric_regex": p.stall_metric_regex,
                    "tensor_metric": p.tensor_metric, "occupancy_metric": p.occupancy_metric,
                    "baseline": {"path": base.path, "status": base.status, "message": base.message,
                                 "run_id": base.run_id},

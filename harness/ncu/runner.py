@@ -4,7 +4,8 @@ Two ncu calls per workload, so the profiled program's stdout never mixes into th
   1. ncu --metrics ... [--section ...] --kernel-name regex:<filter> --launch-skip N --launch-count M
          --clock-control none --export logs/<gate>/<workload>.ncu-rep build/flashcore_driver <workload args>
   2. ncu --import logs/<gate>/<workload>.ncu-rep --csv --page raw --print-units base > <workload>.csv
-Both outputs go to logs/<gate>/<workload>.ncu.log; the .ncu-rep stays as an artifact (open it in ncu-ui).
+Both outputs go to logs/<gate>/<workload>.ncu.log; the .ncu-rep stays as an artifact (open it in ncu-ui). Gates that
+ask for the same profile share one (harness/ncu/shared.py): it is stored under the gate that ran it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class NcuParams:
     driver_args: tuple[str, ...] = param(default=())  # extra driver flags, e.g. [--seed, "7"]
     ncu: str = param(default="ncu")  # a name (PATH, $CUDA_HOME/bin) or a path
 
+    def profiled(self) -> tuple[str, ...]:
+        """What the gate collects with --metrics; a gate adds the metrics it judges."""
+        return tuple(dict.fromkeys(self.metrics))
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -56,6 +61,7 @@ class Profile:
     csv: NcuCsv | None
     error: str
     logs: tuple[str, ...]  # paths relative to the run directory
+    timed_out: bool = False
 
 
 # ---- command lines (pure) -------------------------------------------------------------------------
@@ -131,9 +137,11 @@ def _tail(text: str, lines: int = 3) -> str:
     return " | ".join(text.strip().splitlines()[-lines:])
 
 
-def profile(ctx: GateContext, wl: Workload, p: NcuParams, metrics: Sequence[str], ncu: str, driver: Path) -> Profile:
-    """Profile one workload (ncu run + import) and parse the CSV; never raises for a tool failure."""
-    stem = f"logs/{ctx.spec.name}/{wl.name}"
+def profile(ctx: GateContext, wl: Workload, p: NcuParams, metrics: Sequence[str], ncu: str, driver: Path,
+            stem: str = "") -> Profile:
+    """Profile one workload (ncu run + import) into `stem`.* (default logs/<gate>/<workload>) and parse the CSV;
+    never raises for a tool failure."""
+    stem = stem or f"logs/{ctx.spec.name}/{wl.name}"
     rep, csv_file, log = ctx.run_dir / f"{stem}.ncu-rep", ctx.run_dir / f"{stem}.csv", ctx.run_dir / f"{stem}.ncu.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
@@ -147,7 +155,7 @@ def profile(ctx: GateContext, wl: Workload, p: NcuParams, metrics: Sequence[str]
     if errors:
         return Profile(None, explain(errors), tuple(logs))
     if rc is None:
-        return Profile(None, f"ncu ran past {p.timeout_s} s (timeout_s) profiling {wl.name}", tuple(logs))
+        return Profile(None, f"ncu ran past {p.timeout_s} s (timeout_s) profiling {wl.name}", tuple(logs), True)
     if no_kernels_profiled(text) or not rep.is_file():
         return Profile(None, f"zero kernel launches matched regex:{p.kernel_filter} (ncu: no kernels were "
                        "profiled; check kernel_filter and launch_skip)", tuple(logs))

@@ -210,7 +210,7 @@ def test_a_timeout_is_the_longest_of_the_sharing_gates(tmp_path: Path) -> None:
 # ---- the gates as configured ----------------------------------------------------------------------
 
 
-def test_phases_yaml_profiles_prefill_once_for_the_two_sm_gates(gates_dir: Path, tmp_path: Path) -> None:
+def test_phases_yaml_profiles_each_workload_once_for_every_ncu_gate(gates_dir: Path, tmp_path: Path) -> None:
     config = load_config(gates_dir)
     peers = config.gates_through(7)
     plans = {}
@@ -218,10 +218,13 @@ def test_phases_yaml_profiles_prefill_once_for_the_two_sm_gates(gates_dir: Path,
         ctx = GateContext(spec=spec, config=config, run_dir=tmp_path, repo_root=tmp_path, seed=0, peers=peers)
         for name in spec.params.workloads:
             plans[spec.name, name] = shared.plan(ctx, config.workloads[name], spec.params)[2]
-    assert plans["ncu-sm", "prefill-d128"] == plans["ncu-sm-pipeline", "prefill-d128"] == ("ncu-sm",
-                                                                                          "ncu-sm-pipeline")
-    assert plans["ncu-stalls", "prefill-d128"] == ("ncu-stalls",)  # one launch and two sections: its own
-    assert plans["ncu-stalls", "decode"] == ("ncu-stalls",) and plans["ncu-dram", "decode"] == ("ncu-dram",)
+    # one profile of prefill-d128 for the three gates that read it, one of decode for the two
+    assert (plans["ncu-sm", "prefill-d128"] == plans["ncu-sm-pipeline", "prefill-d128"]
+            == plans["ncu-stalls", "prefill-d128"] == ("ncu-sm", "ncu-stalls", "ncu-sm-pipeline"))
+    assert plans["ncu-stalls", "decode"] == plans["ncu-dram", "decode"] == ("ncu-dram", "ncu-stalls")
+    # five workloads, five profiles: each (gate, workload) names the same sharing set as its workload's others
+    by_workload = {w: {g for (g, w2), names in plans.items() if w2 == w} for (_, w) in plans}
+    assert all(plans[g, w] == plans[next(iter(gs)), w] for w, gs in by_workload.items() for g in gs)
 
 
 # ---- the engine tells each gate the run's gates ---------------------------------------------------

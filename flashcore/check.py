@@ -27,6 +27,8 @@ BSHD = "[B, S, H, D]"
 # fc_params.fp8_v_transpose (kernel/flashcore.h enum fc_fp8_v_transpose): where the kernel transposes V for P V.
 V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
 
+_DEQUANTIZED = " (flash_attn_func and flash_attn_varlen_func run it on the inputs dequantized to bf16)"
+
 # Why each FA3 argument FlashCore does not take is refused (UnsupportedArgument names it with this reason).
 UNSUPPORTED = {
     "qv": "a second query operand (FA3's MLA path) is not supported",
@@ -37,16 +39,17 @@ UNSUPPORTED = {
                       "(smaller pages are gathered for 16-bit inputs only); use a contiguous cache otherwise",
     "fp8 cache_leftpad": "a left-padded paged cache with FP8 inputs is not supported (left bounds are compiled for "
                          "16-bit inputs only); use a contiguous cache",
-    "fp8 window_size": "sliding windows with FP8 inputs are not supported; pass (-1, -1)",
-    "fp8 softcap": "softcap with FP8 inputs is not supported; pass 0.0",
-    "fp8 fallback": "fallback='sdpa' has no FP8 path: FP8 runs on the Hopper kernel only",
-    "fp8 attention_chunk": "chunked attention with FP8 inputs is not supported; pass 0",
-    "fp8 s_aux": "attention sinks with FP8 inputs are not supported; pass None",
+    # A KV cache only: the other entry points run these on the inputs dequantized (flashcore/fp8_modifiers.py)
+    "fp8 window_size": f"a sliding window over an FP8 KV cache is not supported{_DEQUANTIZED}; pass (-1, -1)",
+    "fp8 softcap": f"softcap over an FP8 KV cache is not supported{_DEQUANTIZED}; pass 0.0",
+    "fp8 fallback": "fallback='sdpa' has no FP8 KV-cache path: an FP8 cache runs on the Hopper kernel only",
+    "fp8 attention_chunk": f"chunked attention over an FP8 KV cache is not supported{_DEQUANTIZED}; pass 0",
+    "fp8 s_aux": f"attention sinks over an FP8 KV cache are not supported{_DEQUANTIZED}; pass None",
 }
 
 
 def refuse_fp8(window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any) -> None:
-    """The score modifiers and the fallback FP8 inputs do not take, refused by name (every FA3 entry point)."""
+    """The score modifiers and the fallback an FP8 KV cache does not take, refused by name."""
     refuse({"fp8 window_size": window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
             "fp8 attention_chunk": chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
             "fp8 s_aux": s_aux is not None})

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, fp8, rotary, scheduler, serving
+from flashcore import append, check, check_serving, fp8, fp8_modifiers, rotary, scheduler, serving
 from flashcore.api import attention
 from flashcore.call import is_fp8
 from flashcore.errors import FlashCoreError, UnsupportedArgument
@@ -58,18 +58,21 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
                     softcap: float = 0.0, num_splits: int = 1, pack_gqa: bool | None = None,
                     deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False, *,
                     s_aux: Any = None, fallback: str = "error") -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """FA3's flash_attn_func: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]; causal bottom-right aligned. Returns out,
-    or (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not
-    probabilities). pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count.
-    FP8: float8_e4m3fn q, k, v (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on
-    flashcore.attention_fp8; out is bf16. s_aux (vLLM's FA3 fork, every entry point, keyword-only: FA3's positions
-    are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted); each row's softmax gets one
-    value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse includes it; a
-    row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
+    """FA3's flash_attn_func: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]; causal bottom-right aligned. Returns out, or
+    (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not probabilities).
+    pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count. FP8: float8_e4m3fn q, k,
+    v (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on flashcore.attention_fp8; out
+    is bf16. FP8 with a window, softcap, chunks, sinks or fallback="sdpa" runs on the 16-bit path over the inputs
+    dequantized to bf16 (flashcore/fp8_modifiers.py). s_aux (vLLM's FA3 fork, every entry point, keyword-only: FA3's
+    positions are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted); each row's softmax
+    gets one value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse
+    includes it; a row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
     check.refuse({"qv": qv is not None})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+    if is_fp8(q) and fp8_modifiers.wanted(window_size, softcap, attention_chunk, fallback, s_aux):
+        q, k, v = fp8_modifiers.dense(q, k, v, descales)  # the 16-bit path (flashcore/fp8_modifiers.py)
+        descales = dict.fromkeys(descales)
     if is_fp8(q):
-        check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)
         out, lse = fp8.attention_fp8(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
                                  num_splits=_splits(num_splits), sm_margin=sm_margin, **descales)
         return (out, lse) if return_attn_probs else out

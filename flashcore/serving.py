@@ -58,7 +58,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, device_errors, fastpath, launch, rotary
+from flashcore import append, check, check_serving, device_errors, fastpath, fp8_modifiers, launch, rotary
 from flashcore.api import attention
 from flashcore.call import Call, is_fp8, lse_shape
 from flashcore.errors import FlashCoreError
@@ -109,10 +109,12 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
     out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
     left as they were). FP8 (module docstring): q_descale, k_descale, v_descale float32 [B, Hkv]."""
     key = None
+    if is_fp8(q) and fp8_modifiers.wanted(window_size, softcap, attention_chunk, fallback, s_aux):
+        descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+        q, k, v = fp8_modifiers.packed(q, k, v, cu_seqlens_q, cu_seqlens_k, descales)  # (flashcore/fp8_modifiers.py)
+        q_descale = k_descale = v_descale = None  # the 16-bit kernel checks the index values on the device
     debug = check_serving.host_checks(debug_checks, q)
-    if is_fp8(q):
-        check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)
-    elif not debug and out is None and lse is None and s_aux is None:
+    if not is_fp8(q) and not debug and out is None and lse is None and s_aux is None:
         arrays = {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "seqused_q": seqused_q,
                   "seqused_k": seqused_k}
         key = fastpath.serving_signature("varlen", (q, k, v, *arrays.values()),

@@ -165,7 +165,8 @@ def test_by_hand_is_do_bench_s_loop(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_runners_on_a_simulated_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     sim = Timeline(monkeypatch)
     tp = TimingParams(warmup=5, warmup_ms=30.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=100.0,
-                             flush_mib=0, head_start_ms=2.0, clock_probe_us=50.0, clock_probe_after_ms=0.0, record_kernels=False, mirrored=False,
+                             flush_mib=0, head_start_ms=2.0, clock_probe_us=50.0,
+                             clock_probe_after_ms=0.0, record_kernels=False, mirrored=False,
                              extend_above=0.6, extend_target_ms=100.0, extend_min_reps=20, extend_max_reps=100)
     run = am.runners_for(backends.Prepared(lambda: sim.step("fn", 2.0)), tp, lambda: sim.step("flush", 0.1),
                          timing.L2Flusher(0))
@@ -180,7 +181,8 @@ def test_main_writes_the_json_and_the_table(monkeypatch: pytest.MonkeyPatch, tmp
     """The whole script on a simulated GPU: fa2 runs (do_bench fails without triton), fa3 is not available."""
     sim = Timeline(monkeypatch)
     tp = TimingParams(warmup=5, warmup_ms=30.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=100.0,
-                      flush_mib=256, head_start_ms=2.0, clock_probe_us=50.0, clock_probe_after_ms=0.0, record_kernels=False, mirrored=False,
+                      flush_mib=256, head_start_ms=2.0, clock_probe_us=50.0,
+                      clock_probe_after_ms=0.0, record_kernels=False, mirrored=False,
                       extend_above=0.6, extend_target_ms=100.0, extend_min_reps=20, extend_max_reps=100)
     monkeypatch.setattr(am, "load_config", lambda gates_dir: None)
     monkeypatch.setattr(am, "load_bench_settings", lambda config: SimpleNamespace(anchors=ANCHORS, timing=tp))

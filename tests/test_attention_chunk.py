@@ -98,10 +98,11 @@ def test_a_bad_chunk_is_refused_naming_it(value: object) -> None:
         flashcore.flash_attn_func(q, q, q, attention_chunk=value, fallback="sdpa")
 
 
-def test_fp8_with_chunks_is_refused_by_name() -> None:
-    q = torch.zeros(1, 4, 2, 64).to(torch.float8_e4m3fn)
-    with pytest.raises(flashcore.UnsupportedArgument, match="^fp8 attention_chunk: "):
-        flashcore.flash_attn_func(q, q, q, attention_chunk=8)
+def test_fp8_with_chunks_runs_on_the_dequantized_inputs() -> None:
+    q = torch.randn(1, 12, 2, 64, generator=torch.Generator().manual_seed(5)).to(torch.float8_e4m3fn)
+    got = flashcore.flash_attn_func(q, q, q, causal=True, attention_chunk=4, fallback="sdpa")
+    want = flashcore.flash_attn_func(*(q.to(torch.bfloat16),) * 3, causal=True, attention_chunk=4, fallback="sdpa")
+    assert torch.equal(got, want)
 
 
 def test_a_chunk_past_every_length_changes_nothing() -> None:

@@ -81,7 +81,8 @@ def test_summary_refuses_what_is_not_a_timing(bad: list[float]) -> None:
 
 def test_reps_follow_the_time_budget() -> None:
     t = TimingParams(warmup=5, warmup_ms=300.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=1000.0,
-                     flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0, clock_probe_after_ms=0.0, record_kernels=True, mirrored=False,
+                     flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0,
+                     clock_probe_after_ms=0.0, record_kernels=True, mirrored=False,
                      extend_above=0.6, extend_target_ms=1000.0, extend_min_reps=20, extend_max_reps=100)
     assert t.reps_for(3.0) == 100  # a 3 ms call: capped
     assert t.reps_for(25.0) == 41

@@ -21,7 +21,8 @@ from harness.results import Status
 from harness.support import perf_verdict as pv
 
 T = TimingParams(warmup=2, warmup_ms=5.0, min_reps=20, spread_groups=5, max_reps=50, target_ms=100.0, flush_mib=0,
-                 head_start_ms=1.0, clock_probe_us=50.0, clock_probe_after_ms=0.0, record_kernels=False, mirrored=False, extend_above=0.6,
+                 head_start_ms=1.0, clock_probe_us=50.0,
+                 clock_probe_after_ms=0.0, record_kernels=False, mirrored=False, extend_above=0.6,
                  extend_target_ms=200.0, extend_min_reps=40, extend_max_reps=150)
 JUDGED = JudgedParams(min_rounds=20, min_spread_groups=5, stored_min_rounds=20, stored_min_spread_groups=5)
 # a: 2 and 3 ms calls; b: ~1 and ~1.5 ms (bench_sim's speeds x (1 + S / 8192))

@@ -13,7 +13,8 @@ from harness.bench.settings import TimingParams
 pytestmark = pytest.mark.gpu
 
 FAST = TimingParams(warmup=3, warmup_ms=0.0, min_reps=20, spread_groups=5, max_reps=20, target_ms=1.0, flush_mib=256,
-                    head_start_ms=5.0, clock_probe_us=50.0, clock_probe_after_ms=0.0, record_kernels=True, mirrored=False,
+                    head_start_ms=5.0, clock_probe_us=50.0,
+                    clock_probe_after_ms=0.0, record_kernels=True, mirrored=False,
                     extend_above=0.6, extend_target_ms=1.0, extend_min_reps=20, extend_max_reps=20)
 
 

@@ -20,7 +20,8 @@ from harness.bench.settings import TimingParams
 from harness.bench.stats import summarize_ratios, theil_sen_slope
 
 TIMING = TimingParams(warmup=5, warmup_ms=300.0, min_reps=20, spread_groups=5, max_reps=100, target_ms=1000.0,
-                      flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0, clock_probe_after_ms=0.0, record_kernels=True, mirrored=False,
+                      flush_mib=256, head_start_ms=20.0, clock_probe_us=50.0,
+                      clock_probe_after_ms=0.0, record_kernels=True, mirrored=False,
                       extend_above=0.6, extend_target_ms=1000.0, extend_min_reps=20, extend_max_reps=100)
 # prefill-d128 on the lent H100 (device run 19): time at the max clock, ms
 PREFILL_MS = {"flashcore": 3.50, "fa2": 6.00, "cudnn": 3.23, "fa3": 2.97}

@@ -149,10 +149,6 @@ def _func(**kw: Any) -> Any:
     return flashcore.flash_attn_func(*_dense(), fallback="sdpa", **kw)
 
 
-def _func_fp8(**kw: Any) -> Any:
-    return flashcore.flash_attn_func(*_dense(torch.float8_e4m3fn), **kw)
-
-
 def _varlen(**kw: Any) -> Any:
     return flashcore.flash_attn_varlen_func(_t(10, 4, 64), _t(12, 2, 64), _t(12, 2, 64), _i32(0, 4, 10),
                                             _i32(0, 5, 12), 6, 7, fallback="sdpa", **kw)
@@ -188,17 +184,7 @@ def _captured(call: Callable[[], Any]) -> Callable[[], Any]:
 # (function, row, refused name) -> a call that sets it
 REFUSALS: dict[tuple[str, str, str], Callable[[], Any]] = {
     ("flash_attn_func", "qv", "qv"): lambda: _func(qv=_t(2, 8, 4, 64)),
-    ("flash_attn_func", "window_size", "fp8 window_size"): lambda: _func_fp8(window_size=(2, 0), fallback="sdpa"),
-    ("flash_attn_func", "attention_chunk", "fp8 attention_chunk"): lambda: _func_fp8(attention_chunk=4),
-    ("flash_attn_func", "softcap", "fp8 softcap"): lambda: _func_fp8(softcap=5.0),
-    ("flash_attn_func", "s_aux", "fp8 s_aux"): lambda: _func_fp8(s_aux=torch.zeros(4)),
-    ("flash_attn_func", "fallback", "fp8 fallback"): lambda: _func_fp8(fallback="sdpa"),
     ("flash_attn_varlen_func", "qv", "qv"): lambda: _varlen(qv=_t(10, 4, 64)),
-    ("flash_attn_varlen_func", "window_size", "fp8 window_size"): lambda: _varlen_fp8(window_size=(2, 0)),
-    ("flash_attn_varlen_func", "attention_chunk", "fp8 attention_chunk"): lambda: _varlen_fp8(attention_chunk=4),
-    ("flash_attn_varlen_func", "softcap", "fp8 softcap"): lambda: _varlen_fp8(softcap=5.0),
-    ("flash_attn_varlen_func", "s_aux", "fp8 s_aux"): lambda: _varlen_fp8(s_aux=torch.zeros(4)),
-    ("flash_attn_varlen_func", "fallback", "fp8 fallback"): lambda: _varlen_fp8(fallback="sdpa"),
     ("flash_attn_with_kvcache", "qv", "qv"): lambda: _kvcache(qv=_t(2, 3, 4, 64)),
     ("flash_attn_with_kvcache", "window_size", "fp8 window_size"): lambda: _kvcache_fp8(window_size=(2, 0)),
     ("flash_attn_with_kvcache", "attention_chunk", "fp8 attention_chunk"): lambda: _kvcache_fp8(attention_chunk=4),

@@ -154,13 +154,12 @@ def test_func_runs_fp8_inputs_on_attention_fp8_with_the_descales(monkeypatch: py
     assert seen["q_descale"] is None and seen["num_splits"] == 1  # FA3's defaults: unit descales, no split
 
 
-@pytest.mark.parametrize(("kwargs", "named"), [
-    ({"window_size": (8, 0)}, "fp8 window_size"), ({"softcap": 5.0}, "fp8 softcap"),
-    ({"fallback": "sdpa"}, "fp8 fallback"),
-])
-def test_func_refuses_fp8_with_what_attention_fp8_lacks(kwargs, named) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(UnsupportedArgument, match=f"^{named}: "):
-        flash_attn_func(_fp8(), _fp8(), _fp8(), **kwargs)
+@pytest.mark.parametrize("kwargs", [{"window_size": (8, 0)}, {"softcap": 5.0}, {}],
+                         ids=["window", "softcap", "fallback"])
+def test_func_runs_fp8_with_what_attention_fp8_lacks_on_dequantized_inputs(kwargs) -> None:  # type: ignore[no-untyped-def]
+    q, k, v = _fp8(), _fp8(), _fp8()
+    got = flash_attn_func(q, k, v, fallback="sdpa", **kwargs)
+    assert torch.equal(got, flash_attn_func(*(x.to(torch.bfloat16) for x in (q, k, v)), fallback="sdpa", **kwargs))
 
 
 def test_func_refuses_descales_on_16_bit_inputs() -> None:

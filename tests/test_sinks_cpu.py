@@ -13,6 +13,7 @@ import torch
 from flashcore import _lib, launch, reference, serving
 from flashcore.errors import FlashCoreError, UnsupportedArgument
 from flashcore.flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from flashcore.flash_attn import flash_attn_with_kvcache as serving_entry
 
 
 def rand(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -129,10 +130,19 @@ def test_bad_s_aux_is_refused_by_name(s_aux: object, match: str) -> None:
         flash_attn_func(q, k, k, s_aux=s_aux, fallback="sdpa")
 
 
-def test_fp8_with_s_aux_is_refused_by_name() -> None:
-    q = torch.zeros(1, 4, 2, 64).to(torch.float8_e4m3fn)
+def test_fp8_with_s_aux_runs_on_the_dequantized_inputs() -> None:
+    q = torch.randn(1, 4, 2, 64, generator=torch.Generator().manual_seed(3)).to(torch.float8_e4m3fn)
+    sinks = torch.tensor([0.5, -1.0])
+    got = flash_attn_func(q, q, q, s_aux=sinks, fallback="sdpa")
+    assert torch.equal(got, flash_attn_func(*(q.to(torch.bfloat16),) * 3, s_aux=sinks, fallback="sdpa"))
+
+
+def test_fp8_with_s_aux_over_a_kv_cache_is_refused_by_name() -> None:
+    q = torch.zeros(1, 1, 2, 64).to(torch.float8_e4m3fn)
+    cache = torch.zeros(1, 8, 2, 64).to(torch.float8_e4m3fn)
     with pytest.raises(UnsupportedArgument, match="^fp8 s_aux: "):
-        flash_attn_func(q, q, q, s_aux=torch.zeros(2))
+        serving_entry(q, cache, cache, cache_seqlens=torch.tensor([4], dtype=torch.int32),
+                      s_aux=torch.zeros(2))
 
 
 def test_a_strided_s_aux_is_made_contiguous_float32() -> None:

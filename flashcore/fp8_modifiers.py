@@ -1,0 +1,97 @@
+"""FP8 inputs with what the FP8 kernels do not compile: a sliding window, softcap, chunked attention, attention sinks,
+or fallback="sdpa" (no Hopper GPU). flash_attn_func and flash_attn_varlen_func run such a call on the 16-bit path
+over the inputs dequantized to bf16, each value times its factor as FA3 defines it (q * q_descale[b, h // (Hq / Hkv)],
+k * k_descale[b, h], v * v_descale[b, h], factors float32 [B, Hkv], None meaning 1). Refusing them left FA3's FP8
+callers with a window or softcap no path at all.
+
+What the caller gets: attention over those values computed with bf16 operands (P in bf16 too, where FA3 rounds it to
+E4M3 before P V), closer to exact than FA3's FP8 kernel and not bit-equal to it; out is bf16, as FA3's FP8 out. The
+cost: one pass that writes bf16 copies of q, k and v (the float32 product rounded once), then the 16-bit kernel's
+time, not FP8's. A KV cache is not dequantized (a bf16 copy of a whole cache per decode step; a paged cache's pages
+may be shared by sequences with different factors): flash_attn_with_kvcache refuses these by name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flashcore import check, reference
+from flashcore.errors import FlashCoreError
+
+if TYPE_CHECKING:
+    import torch
+
+NAMES = ("q", "k", "v")
+
+
+def wanted(window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any) -> bool:
+    """Whether an FP8 call asks for something only the 16-bit path has (then it runs on dequantized inputs)."""
+    return (check.window(window_size) != (-1, -1) or softcap != 0.0 or check.chunk(attention_chunk) != 0
+            or fallback != "error" or s_aux is not None)
+
+
+def _inputs(tensors: tuple[Any, Any, Any], rank: int, layout: str) -> tuple[torch.Tensor, ...]:
+    """q, k, v: torch tensors of one FP8 dtype and device, of `rank` dims, Hq a multiple of Hkv (as the FP8 path)."""
+    import torch
+
+    for name, t in zip(NAMES, tensors, strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise FlashCoreError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float8_e4m3fn:
+            raise FlashCoreError(f"{name}.dtype is {t.dtype}: q, k and v must have one dtype (float8_e4m3fn)")
+        if t.dim() != rank:
+            raise FlashCoreError(f"{name} has shape {tuple(t.shape)}: expected {layout}")
+        if t.device != tensors[0].device:
+            raise FlashCoreError(f"{name} is on {t.device} but q is on {tensors[0].device}: all tensors must be on "
+                                 "one device")
+    q, k, v = tensors
+    if k.shape[-2] < 1 or q.shape[-2] % k.shape[-2] != 0 or v.shape[-2] != k.shape[-2]:
+        raise FlashCoreError(f"q has {q.shape[-2]} heads and k, v {k.shape[-2]}, {v.shape[-2]}: k and v need the "
+                             "same head count, a divisor of q's (GQA/MQA)")
+    return q, k, v
+
+
+def dense(q: Any, k: Any, v: Any, descales: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[B, S, H, D] FP8 q, k, v and their [B, Hkv] factors -> bf16 q, k, v (the float32 product rounded once)."""
+    import torch
+
+    q, k, v = _inputs((q, k, v), 4, "[B, S, H, D]")
+    batch, heads_kv = q.shape[0], k.shape[2]
+    factors = [check.descale(f"{n}_descale", descales[f"{n}_descale"], batch, heads_kv, q.device) for n in NAMES]
+    return tuple(  # type: ignore[return-value]
+        reference.dequantize(x, f, heads_kv).to(torch.bfloat16) for x, f in zip((q, k, v), factors, strict=True))
+
+
+def _sequence_of_rows(cu_seqlens: Any, rows: int, name: str, device: torch.device) -> torch.Tensor:
+    """The sequence of each packed row: b for rows [cu_seqlens[b], cu_seqlens[b + 1]) (rows past the last offset get
+    the last sequence: no sequence reads them). On the device, without a host copy (a copy would synchronize)."""
+    import torch
+
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise FlashCoreError(f"{name} must be an int32 tensor [B + 1] (B >= 1), got "
+                             f"{tuple(cu_seqlens.shape) if isinstance(cu_seqlens, torch.Tensor) else cu_seqlens!r}")
+    if cu_seqlens.device != device:
+        raise FlashCoreError(f"{name} is on {cu_seqlens.device} but q is on {device}: all tensors must be on one "
+                             "device")
+    index = torch.arange(rows, device=device, dtype=cu_seqlens.dtype)
+    seq = torch.searchsorted(cu_seqlens[1:].contiguous(), index, right=True)
+    return seq.clamp_(max=cu_seqlens.shape[0] - 2)
+
+
+def packed(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, descales: dict[str, Any]
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[total, H, D] packed FP8 q, k, v and their [B, Hkv] factors (B = len(cu_seqlens_q) - 1) -> bf16 q, k, v."""
+    import torch
+
+    q, k, v = _inputs((q, k, v), 3, "[total, H, D] (packed rows)")
+    rows_q = _sequence_of_rows(cu_seqlens_q, q.shape[0], "cu_seqlens_q", q.device)
+    rows_k = _sequence_of_rows(cu_seqlens_k, k.shape[0], "cu_seqlens_k", q.device)
+    batch, heads_kv = cu_seqlens_q.shape[0] - 1, k.shape[1]
+    if cu_seqlens_k.shape[0] - 1 != batch:
+        raise FlashCoreError(f"cu_seqlens_k has {cu_seqlens_k.shape[0]} entries and cu_seqlens_q "
+                             f"{cu_seqlens_q.shape[0]}: one offset per sequence, plus one")
+    factors = [check.descale(f"{n}_descale", descales[f"{n}_descale"], batch, heads_kv, q.device) for n in NAMES]
+    # each packed row as a sequence of one row with its own sequence's factors
+    return tuple(  # type: ignore[return-value]
+        reference.dequantize(x.unsqueeze(1), None if f is None else f[rows], heads_kv).squeeze(1).to(torch.bfloat16)
+        for x, f, rows in zip((q, k, v), factors, (rows_q, rows_k, rows_k), strict=True))

@@ -166,12 +166,18 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       ids[h] = row < first + kRowsPerWarp && row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row))
                                                                               : -1;
     }
-    if (kind == 0) {  // K: this warp's ids of the block kTableLeadBlocks ahead into L1 (V reads K's ids again)
+    if (kind == 0) {  // K: this warp's ids of the next kTableLeadBlocks blocks into L1 (V reads K's ids again)
+      // Every block up to the lead one, not the lead one alone: a tile's first K request finds its next blocks'
+      // lines prefetched too (they would each miss otherwise); the others' are L1 hits that move no data. Telling
+      // a tile's first request apart (its key against the last K request's) made the 176-key kernel spill 4 B.
+#pragma unroll 1
+      for (int lead = 1; lead <= kTableLeadBlocks; ++lead) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = first + h * 32 + lane, ahead = kTableLeadBlocks * Cfg::kBlockN + row;
-        if (row < first + kRowsPerWarp && row < Cfg::kBlockN && ahead < r.w) {
-          prefetch_l1(table + p.div_page(r.x + ahead));  // within the sequence's keys: an id the gather reads anyway
+        for (int h = 0; h < 2; ++h) {
+          const int row = first + h * 32 + lane, ahead = lead * Cfg::kBlockN + row;
+          if (row < first + kRowsPerWarp && row < Cfg::kBlockN && ahead < r.w) {
+            prefetch_l1(table + p.div_page(r.x + ahead));  // within the sequence's keys: an id the gather reads anyway
+          }
         }
       }
     }

@@ -84,9 +84,22 @@ __device__ __forceinline__ void load_kv_block(const KernelParams& p, const TmaPa
     int row = key0 % p.page_size;
     int keys = seq.k_len - key0;  // rows of this block that hold keys
     const uint32_t dst_addr = smem_addr(dst), full_addr = smem_addr(full);
+    // kIdAhead: each box's id is read one box ahead, before the box before it is issued, so an L1 hit's latency
+    // runs under that box's TMAs instead of before its own (pages of 16 keys: 8 reads per K or V block). Only with
+    // more than 40 registers (the one-consumer decode points' 56): beside 2 consumers it spilled 8-12 B.
+    constexpr bool kIdAhead = Cfg::Registers::kPagedProducer > 40;
+    int next = kIdAhead && keys > 0 ? __ldg(p.page_table + entry) : -1;
 #pragma unroll 1
     for (int r = 0; r < Cfg::kBlockN; r += p.page_box) {
-      int page = r < keys ? __ldg(p.page_table + entry) : -1;
+      int page = -1;
+      if constexpr (kIdAhead) {
+        page = r < keys ? next : -1;  // keys may have dropped to 0 at a bad id since `next` was read
+        if (r + p.page_box < Cfg::kBlockN && r + p.page_box < keys) {
+          next = __ldg(p.page_table + entry + (row + p.page_box == p.page_size ? 1 : 0));
+        }
+      } else {
+        page = r < keys ? __ldg(p.page_table + entry) : -1;
+      }
       // A page id outside the cache (kernel/seqlens.h): zeros instead (page -1), no further page of the tile,
       // and the tile's k_len kBadPage - entry in its slot, so the epilogue writes NaN and records the entry.
       // K(0) loads before the slot is written (from seq), while the slot may still hold tile k - 2's info for
@@ -107,6 +120,17 @@ __device__ __forceinline__ void load_kv_block(const KernelParams& p, const TmaPa
         row = 0;
         ++entry;
       }
+    }
+    // The ids of the block kTableLeadBlocks ahead into L1, so that block's walk finds them there
+    // (kernel/paged_gather.cuh kTableLeadBlocks); the gather warps prefetch their own. One line: with pages of 16 keys
+    // or more (all that the 16-bit points up to hdim 128 walk) a block's ids (at most 8 at 128 keys) end in the line
+    // that starts the next block's, which the next K block prefetches; smaller pages on the walk (head dims above 128)
+    // get the block's first line only. entry is now the id of key key0 + kBlockN: adding the floor of the remaining
+    // keys' pages lands on the block's first id or the one before (floors add up to at most the floor of the sum), an
+    // id of a key below the sequence's length either way. Issued here, not before the empty wait, because there its
+    // operands made the tail kernel's 40-register producer spill 4 B (hdim 128, 176 keys).
+    if (slot_full == Slots::kKFull && keys > kTableLeadBlocks * Cfg::kBlockN) {
+      prefetch_l1(p.page_table + entry + p.div_page((kTableLeadBlocks - 1) * Cfg::kBlockN));
     }
   }
 }

@@ -9,9 +9,10 @@
 // has two 8-byte words in the barrier area, a request barrier (the producer's arrival, after its empty wait for the
 // stage) and a read barrier (one arrival per gather warp once it read the words; the producer waits for it before
 // it writes the slot again). The stage's full barrier takes one arrival per gather warp (count kGatherWarps, no
-// transaction bytes), after its copies landed and a proxy fence (wgmma reads through the async proxy). Two requests
-// are in flight when the producer is ahead: request g's copies are issued before request g - 1's arrival. A gather
-// warp never waits for a request while it holds an arrival back: the producer may be waiting for the consumers, and
+// transaction bytes), after its copies landed and a proxy fence (wgmma reads through the async proxy). Up to
+// kGatherHeld + 1 requests are in flight when the producer is ahead: request g's copies are issued before the
+// arrivals of requests g - kGatherHeld .. g - 1, and only g - kGatherHeld's is then waited for. A gather warp never
+// waits for a request while it holds an arrival back: the producer may be waiting for the consumers, and
 // they for that arrival (the next tile's V(0) waits for kOEmpty, which a warpgroup arrives on at its next tile's
 // first S GEMM, after K(0)'s arrival: held back until V(0)'s request, that hung). A request whose first key is
 // negative stops the gather warps (after the producer's last tile).
@@ -29,6 +30,12 @@
 namespace flashcore {
 
 constexpr int kGatherWarps = 3;  // warps 1..3 of the producer warpgroup
+// Requests whose arrivals a gather warp holds back while it issues the next one's copies. With one (two requests in
+// flight, half a K/V block to a block: 32-64 KB per SM at hdim 128) an SM kept less in flight than HBM3e needs over its
+// latency under load (about 30 KB per SM at 4.8 TB/s and 1 us, more as the latency grows with the load), and a
+// request's copies waited for the one before to land; with two, 2-3 requests (up to 96 KB) are in flight, within the
+// 3 stages of K and V the decode point has.
+constexpr int kGatherHeld = 2;
 // Pages whose TMA boxes (gcd(page_size, BLOCK_N) rows) are smaller than this are gathered: on the H200 the gather
 // read 721 GB/s at 1 key and ~1460-1500 GB/s from 2 to 16 keys (bench/paged_pages.py), TMA boxes 229 GB/s at 1 key
 // but 2294 GB/s at 16.
@@ -44,6 +51,21 @@ struct GatherRequest {
   int head;   // K/V head
   int keys;   // rows of the block that hold keys (the rest are zero-filled)
 };
+
+// Page ids are read on the load path: the TMA walk reads each box's id just before issuing it, and a gather warp reads
+// its rows' ids before its copies. A table line not in L1 then costs that thread a read through a loaded memory
+// system (between a call's reads of a line, the K/V it indexes streams through L2, so it may come from DRAM) while
+// it issues no load, and a line of 32 ids covers few blocks when pages are small (pages of 16 keys at 128 keys a tile:
+// 4 blocks; pages of 1 key: a quarter of a block). So the ids of the block kTableLeadBlocks ahead are pulled into L1
+// at each K block: by the walk's thread (the block's first line, hopper_mainloop.h load_kv_block) and by each gather
+// warp (its own rows' ids, gather_kv), so that by the time they are read they hit L1; a tile's first blocks still
+// miss. FA3 reads the next block's ids into registers one step ahead (hopper/paged_kv.h load_page_table); a prefetch
+// keeps the producer's registers free (40 beside 2 consumers).
+constexpr int kTableLeadBlocks = 3;
+
+__device__ __forceinline__ void prefetch_l1(const void* a) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<uint64_t>(a)));
+}
 
 __device__ __forceinline__ void cp_async_16_zfill(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
@@ -75,31 +97,31 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
   constexpr int kRowsPerWarp = (Cfg::kBlockN + kGatherWarps * kRowsPerStep - 1) / (kGatherWarps * kRowsPerStep) *
                                kRowsPerStep;
   static_assert(kRowsPerWarp <= 64, "two page ids per lane");
-  // Request g - 1's arrival waits only for its own copies (cp.async groups complete in order), and needs nothing of
-  // request g's: the producer posts g before it waits for anything g - 1 completes.
-  // Request g - 1's full barrier: its kind and stage follow from g (nothing kept across the loop).
-  auto arrive_pending = [&](int g) {
-    fence_proxy_async_shared();  // the copies are generic-proxy writes; the consumers' wgmma reads are async-proxy
-    __syncwarp();
-    const int prev = g - 1;
-    if (prev >= 0 && t % 32 == 0) {
-      mbarrier_arrive(&bars[((prev & 1) ? Slots::kVFull : Slots::kKFull) + (prev >> 1) % Cfg::kStages]);
-    }
+  // A held arrival waits only for its own request's copies (cp.async groups complete in order), and needs nothing of
+  // the later requests': the producer posts each before it waits for anything an earlier one completes.
+  // Request r's full barrier: its kind and stage follow from r (nothing kept across the loop). The caller fenced
+  // (the copies are generic-proxy writes; the consumers' wgmma reads are async-proxy) and synced the warp.
+  auto arrive_full = [&](int r) {
+    if (t % 32 == 0) mbarrier_arrive(&bars[((r & 1) ? Slots::kVFull : Slots::kKFull) + (r >> 1) % Cfg::kStages]);
   };
-  // The held arrival made now, once every copy this thread issued has landed (request g's are none yet).
-  auto release_held = [&](int g) {
+  // The held arrivals (requests g - count .. g - 1) made now, once every copy this thread issued has landed (request
+  // g's are none yet).
+  auto release_held = [&](int g, int count) {
     asm volatile("cp.async.wait_all;" ::: "memory");
-    arrive_pending(g);
+    fence_proxy_async_shared();
+    __syncwarp();
+#pragma unroll 1
+    for (int r = g - count; r < g; ++r) arrive_full(r);
   };
-  bool held = false;  // request g - 1's arrival is still to be made
+  int held = 0;  // requests g - held .. g - 1 have copies issued and their arrivals still to be made
   for (int g = 0;; ++g) {
     const int kind = g & 1, b = g >> 1, stage = b % Cfg::kStages;
     const int req = kind * Cfg::kStages + stage;
     const uint32_t parity = (b / Cfg::kStages) & 1;
-    // Warp-uniform: lanes that tested a moment apart may disagree, and arrive_pending syncs the warp.
-    if (held && !__all_sync(0xffffffffu, mbarrier_test(&bars[Slots::kGatherReq + req], parity))) {
-      release_held(g);
-      held = false;
+    // Warp-uniform: lanes that tested a moment apart may disagree, and release_held syncs the warp.
+    if (held > 0 && !__all_sync(0xffffffffu, mbarrier_test(&bars[Slots::kGatherReq + req], parity))) {
+      release_held(g, held);
+      held = 0;
     }
     mbarrier_wait(&bars[Slots::kGatherReq + req], parity);
     // Lane 0 reads the slot's words (after the acquire) and hands them to its lanes, so the thread that arrives on
@@ -116,7 +138,7 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
     r.z = __shfl_sync(0xffffffffu, r.z, 0);
     r.w = __shfl_sync(0xffffffffu, r.w, 0);
     if (r.x < 0) {
-      if (held) release_held(g);
+      if (held > 0) release_held(g, held);
       return;
     }
     const auto* base = static_cast<const uint16_t*>(kind ? p.v : p.k);
@@ -144,6 +166,21 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       ids[h] = row < first + kRowsPerWarp && row < Cfg::kBlockN && row < r.w ? __ldg(table + p.div_page(r.x + row))
                                                                               : -1;
     }
+    if (kind == 0) {  // K: this warp's ids of the next kTableLeadBlocks blocks into L1 (V reads K's ids again)
+      // Every block up to the lead one, not the lead one alone: a tile's first K request finds its next blocks'
+      // lines prefetched too (they would each miss otherwise); the others' are L1 hits that move no data. Telling
+      // a tile's first request apart (its key against the last K request's) made the 176-key kernel spill 4 B.
+#pragma unroll 1
+      for (int lead = 1; lead <= kTableLeadBlocks; ++lead) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = first + h * 32 + lane, ahead = lead * Cfg::kBlockN + row;
+          if (row < first + kRowsPerWarp && row < Cfg::kBlockN && ahead < r.w) {
+            prefetch_l1(table + p.div_page(r.x + ahead));  // within the sequence's keys: an id the gather reads anyway
+          }
+        }
+      }
+    }
 #pragma unroll 2
     for (int step = 0; step < kRowsPerWarp; step += kRowsPerStep) {  // warp-uniform: the shuffle needs every lane
       if (first + step >= Cfg::kBlockN) break;
@@ -161,11 +198,15 @@ __device__ void gather_kv(const KernelParams& p, uint8_t* k_smem, uint8_t* v_sme
       cp_async_16_zfill(lane_dst + row * Cfg::kSpan + (((piece % kPieces) ^ (row & 7)) << 4), src, live);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    if (held) {
-      asm volatile("cp.async.wait_group 1;" ::: "memory");  // request g - 1's copies have landed
-      arrive_pending(g);
+    if (held == kGatherHeld) {
+      // Request g - kGatherHeld's copies have landed (the kGatherHeld groups after it may still be pending).
+      asm volatile("cp.async.wait_group %0;" ::"n"(kGatherHeld) : "memory");
+      fence_proxy_async_shared();
+      __syncwarp();
+      arrive_full(g - kGatherHeld);
+      --held;
     }
-    held = true;
+    ++held;
   }
 }
 

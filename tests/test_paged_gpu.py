@@ -99,6 +99,29 @@ def test_paged_cache_matches_reference(case: tuple) -> None:
         close(out[b], ref, lse[b], ref_lse)
 
 
+# Decode of many sequences, so each CTA runs several tiles: the producer pulls page-table lines into L1 blocks ahead
+# of its walk, and the gather warps hold up to two requests' arrivals back (kernel/paged_gather.cuh). Odd lengths end
+# mid-page and mid-block; lengths 0 and 1 make tiles of no block and of one (O staged over V then waits for a
+# warpgroup whose arrival needs a held one); table rows of no multiple of 32 ids start off a 128-byte line; GQA packed
+# (32 query heads on 8), and the split counts a caller may force beside the planner's.
+MANY_LENGTHS = [1, 0, 129, 4097, 255, 31, 1023, 2049, 7, 513, 3001, 17] * 4
+
+
+@pytest.mark.parametrize("splits", [None, 1, 3, 7])
+@pytest.mark.parametrize("page_size", [1, 2, 8, 16, 32, 48])
+def test_paged_decode_of_many_tiles_matches_reference(page_size: int, splits: int | None) -> None:
+    k, v, table = paged(MANY_LENGTHS, page_size, 8, 128, 128)
+    q = rand(len(MANY_LENGTHS), 1, 32, 128)
+    seqlens = torch.tensor(MANY_LENGTHS, dtype=torch.int32, device="cuda")
+    out = torch.full((len(MANY_LENGTHS), 1, 32, 128), math.nan, device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((len(MANY_LENGTHS), 32, 1), math.nan, device="cuda")
+    serving.kvcache(q, k, v, seqlens, page_table=table, num_splits=splits, debug_checks=False, out=out, lse=lse)
+    for b, n in enumerate(MANY_LENGTHS):
+        kb, vb = reference.cached_keys(k, v, b, n, None, table)
+        ref, ref_lse = reference.sequence(q[b], kb, vb, causal=False, scale=1 / math.sqrt(128))
+        close(out[b], ref, lse[b], ref_lse)
+
+
 def test_paged_append_then_attend_equals_contiguous() -> None:
     lengths = [15, 16, 300]
     k, v, table = paged(lengths, 16, 2, 128, 128)

@@ -21,6 +21,7 @@ from harness import shard
 from harness.gates.sanitizer import run_sanitizer
 from harness.results import Check, GateResult, Status
 from harness.sanitizer import parallel
+from harness.sanitizer.cost import COST_FILE, load_cost_model, run_cost
 from harness.sanitizer.model import TOOLS
 from harness.schema import ConfigError
 from harness.shard_plan import (
@@ -210,15 +211,16 @@ def test_critical_path_names_the_slowest_worker_of_each_stage() -> None:
 WLS = {w.name: w for w in (workload("big", b=4, sq=4096, sk=4096, d=128), workload("mid", b=2, sq=1024, sk=1024),
                            workload("s1"), workload("s2"), workload("s3"))}
 PLAN = [(t, w) for t in TOOLS for w in WLS]
+MODEL = load_cost_model(REPO / COST_FILE)  # the shipped run-cost model
 
 
 def test_sanitizer_parts_cover_every_run_once_and_keep_a_workloads_tools_together() -> None:
-    shares = [parallel.share(PLAN, WLS, i, 3) for i in (1, 2, 3)]
+    shares = [parallel.share(PLAN, run_cost(MODEL, WLS), i, 3) for i in (1, 2, 3)]
     assert sorted(r for s in shares for r in s) == sorted(PLAN)
     for s in shares:
         for _, w in s:
             assert {t for t, x in s if x == w} == set(TOOLS)
-    assert parallel.share(PLAN, WLS, 2, 3) == shares[1]  # the same in every worker
+    assert parallel.share(PLAN, run_cost(MODEL, WLS), 2, 3) == shares[1]  # the same in every worker
     assert [w for w, in [(w,) for _, w in shares[0]]][0] == "big"  # the costliest opens the first part
 
 
@@ -228,7 +230,7 @@ def test_sanitizer_parts_are_balanced_when_one_workload_is_huge() -> None:
     wls = {w.name: w for w in [workload("huge", b=4, sq=8192, sk=8192, d=256)]
            + [workload(f"small{i}", b=2, sq=130, sk=130) for i in range(9)]}
     plan = [(t, w) for t in TOOLS for w in wls]
-    counts = [len({w for _, w in parallel.share(plan, wls, i, 2)}) for i in (1, 2)]
+    counts = [len({w for _, w in parallel.share(plan, run_cost(MODEL, wls), i, 2)}) for i in (1, 2)]
     assert sorted(counts) == [5, 5]
 
 

@@ -66,6 +66,8 @@ def test_the_gate_starts_its_runs_longest_first_and_reports_them_in_plan_order(
     plan = params(workloads=("small", "large")).plan()
     assert started == [plan[i] for i in longest_first(plan, run_cost(MODEL, {"small": small, "large": large}))]
     assert [(c.metric, c.workload) for c in result.checks] == plan  # the report keeps the tool-by-tool order
+    race = next(r for r in result.details["runs"] if (r["tool"], r["workload"]) == ("racecheck", "large"))
+    assert race["model_s"] == round(MODEL.seconds("racecheck", large), 1)  # beside its wall_s
 
 
 def log10_macs(w: Workload) -> float:
@@ -205,3 +207,14 @@ def test_refit_recovers_the_coefficients_of_a_crafted_run(tmp_path: Path) -> Non
     assert cost_fit.common_scale(model, doubled) == pytest.approx(2.0)
     assert cost_fit.quality(model, doubled, 2.0)[1] == pytest.approx(1.0)
     assert "  racecheck: {base_s: 8.00, s_per_g_scores: 6.000}" in cost_fit.block(model)
+
+
+def test_the_shipped_model_is_the_fit_of_the_evidence_it_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """The refit command on the run the YAML names prints the YAML's own coefficients; --check of the run with 8 at
+    once reports its scale."""
+    other = REPO / "reports/evidence/phase7-h200-3ff498f.json.xz"
+    assert cost_fit.main([str(REPO / MODEL.evidence), "--check", str(other), "--gates-dir", str(REPO / "gates")]) == 0
+    out, err = capsys.readouterr()
+    shipped = (REPO / COST_FILE).read_text()
+    assert out.startswith("tools:\n") and all(line in shipped for line in out.splitlines())
+    assert "448 runs" in err and "times 0.46" in err

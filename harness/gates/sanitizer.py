@@ -189,7 +189,8 @@ def run_one(ctx: GateContext, s: Setup, budget: Budget | None, tool: str, name: 
     ctx.step(f"{tool} {name}: {view['status']} in {o.wall_s:.1f} s")
     ctx.log(f"{tool} {name} ({wl.label}): exit {o.exit_code}, {o.wall_s:.1f} s: "
             f"{view['status']}: {view['reason']}\n  {' '.join(o.command)}")
-    return RunOutcome(check, run={**view, "shape": wl.label}, cut=cut)
+    # model_s: the seconds the run-cost model expected, beside wall_s: each run shows how far off the model is
+    return RunOutcome(check, run={**view, "shape": wl.label, "model_s": round(s.cost.seconds(tool, wl), 1)}, cut=cut)
 
 
 def run_all(ctx: GateContext, s: Setup, budget: Budget | None, plan: list[tuple[str, str]],

@@ -9,8 +9,11 @@ parallel.py share) and orders each part's runs longest first (longest_first): th
 prefill shapes start first instead of last, where one of them alone was the part's tail.
 
 Why score elements rather than multiply-adds: the tools check every shared-memory access and barrier of the
-kernel's tiles, whose count follows the score tiles, not the head dim (racecheck on B4 H16 S8K took about the same
-time at head dim 64, 128 and 256); fitted to the same run, the score elements explain more of the run times.
+kernel's tiles, whose count follows the score tiles more than the head dim (racecheck on B4 H16 S8K: 24-43 s at head
+dim 64, 128 and 256 in one run, in no order of the head dim); fitted to the same run, the score elements explain
+more of the run times (R^2 0.67 against 0.55). The base term matters as much: a run's start and instrumentation
+make even the smallest shape cost 3-8 s, so one huge workload weighs a few small ones, never 10^5 of them (dealt by
+the multiply-adds alone, one such workload once filled a part while the other part ran the other 70).
 """
 
 from __future__ import annotations

@@ -107,9 +107,10 @@ def test_within_budget_passes_with_a_budget_check(fake: Path) -> None:
     # its own log directory: the phase-1 gate's logs in the same run directory are not overwritten
     assert all(r["log"].startswith("logs/sanitizer-all/") for r in d["runs"])
     assert (fake / "run" / "logs/sanitizer-all/racecheck-w2.log").is_file()
-    # progress: what runs (with the budget left), then how it ended and in how many seconds
-    assert steps[0].startswith("memcheck w1 (run 1/8, ") and "s of budget_s left" in steps[0]
-    assert steps[1].startswith("memcheck w1: pass in ") and steps[1].endswith(" s")
+    # progress: what runs (with the budget left; the longest by the cost model first: racecheck), then how it ended
+    # and in how many seconds
+    assert steps[0].startswith("racecheck w1 (run 1/8, ") and "s of budget_s left" in steps[0]
+    assert steps[1].startswith("racecheck w1: pass in ") and steps[1].endswith(" s")
     assert len(steps) == 16
 
 
@@ -125,6 +126,7 @@ def test_per_tool_workloads_override_the_default(fake: Path) -> None:
 
 
 def test_a_run_cut_by_the_budget_is_an_error_and_the_rest_are_listed_not_run(fake: Path) -> None:
+    # started longest first by the cost model: initcheck w1, w2 (pass), synccheck w1 (cut), then nothing
     (fake / "fake" / "synccheck.sleep").write_text("30")
     p = all_params(tools=("memcheck", "synccheck", "initcheck"), budget_s=2, synccheck_timeout_s=30)
     t0 = time.monotonic()
@@ -132,18 +134,18 @@ def test_a_run_cut_by_the_budget_is_an_error_and_the_rest_are_listed_not_run(fak
     assert time.monotonic() - t0 < 15  # the budget, not synccheck's 30 s timeout, stopped it
     assert result.status is Status.ERROR
     status = {(c.metric, c.workload): c.status for c in result.checks}
-    assert status[("memcheck", "w1")] is status[("memcheck", "w2")] is Status.PASS
+    assert status[("initcheck", "w1")] is status[("initcheck", "w2")] is Status.PASS
     assert status[("synccheck", "w1")] is Status.ERROR
-    assert [status[("synccheck", "w2")], status[("initcheck", "w1")], status[("initcheck", "w2")]] == \
+    assert [status[("memcheck", "w1")], status[("memcheck", "w2")], status[("synccheck", "w2")]] == \
         [Status.NOT_RUN] * 3
     assert status[("budget_s", SUBJECT)] is Status.ERROR
     cut = next(c for c in result.checks if (c.metric, c.workload) == ("synccheck", "w1"))
     assert "the gate's budget_s (2 s) ran out during this run" in cut.message
     not_run = result.details["not_run"]
-    assert [(r["tool"], r["workload"]) for r in not_run] == [("synccheck", "w2"), ("initcheck", "w1"),
-                                                            ("initcheck", "w2")]
-    assert result.message.startswith("budget_s 2 s spent; 1 run cut short (synccheck w1); 3 not run: synccheck w2")
-    assert len(result.details["runs"]) == 3 and result.details["runs"][2]["reason"] == cut.message
+    assert [(r["tool"], r["workload"]) for r in not_run] == [("memcheck", "w1"), ("memcheck", "w2"),
+                                                            ("synccheck", "w2")]  # in report (plan) order
+    assert result.message.startswith("budget_s 2 s spent; 1 run cut short (synccheck w1); 3 not run: memcheck w1")
+    assert len(result.details["runs"]) == 3 and result.details["runs"][0]["reason"] == cut.message
 
 
 def test_a_budget_spent_between_runs_is_an_error_not_a_pass(fake: Path) -> None:
@@ -153,9 +155,9 @@ def test_a_budget_spent_between_runs_is_an_error_not_a_pass(fake: Path) -> None:
     ctx = dataclasses.replace(ctx, step=clock.tick)
     result = run_sanitizer(ctx, Budget(25, clock=clock))
     made = [c for c in result.checks if c.status is Status.PASS]
-    assert [(c.metric, c.workload) for c in made] == [("memcheck", "w1"), ("memcheck", "w2")]
+    assert [(c.metric, c.workload) for c in made] == [("racecheck", "w1"), ("racecheck", "w2")]  # longest first
     assert len(result.details["not_run"]) == 6 and result.status is Status.ERROR
-    assert "6 not run: racecheck w1, racecheck w2, synccheck w1 (+3 more)" in result.message
+    assert "6 not run: memcheck w1, memcheck w2, synccheck w1 (+3 more)" in result.message
 
 
 def test_the_phase1_gate_has_no_budget(fake: Path) -> None:
@@ -167,13 +169,13 @@ def test_the_phase1_gate_has_no_budget(fake: Path) -> None:
 
 
 def test_report_section_lists_the_not_run_runs(fake: Path) -> None:
-    (fake / "fake" / "memcheck.sleep").write_text("30")
-    result = run_all(fake, all_params(tools=("memcheck", "racecheck"), budget_s=1))
+    (fake / "fake" / "racecheck.sleep").write_text("30")  # the first to start (the longest by the cost model)
+    result = run_all(fake, all_params(tools=("racecheck", "memcheck"), budget_s=1))
     html = render_html(run_of(gate("build", 1, Status.PASS), result))
     start = html.index('<section class="gate" id="gate-sanitizer-all"')
     section = html[start:html.index("</section>", start)]
     assert "budget_s 1 s, spent" in section and "3 runs: the" in section
-    rows = section[section.index('data-tool="racecheck"'):]
+    rows = section[section.index('data-tool="memcheck"'):]
     assert rows.count('data-status="not_run"') == 2 and "was spent before this run could start" in rows
 
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_context, workload
+from conftest import REPO, make_context, workload
 from test_sanitizer_parser import FIXTURES
 
 from harness.config import load_config
 from harness.driver_args import driver_args
 from harness.gates.sanitizer import SanitizerGate, SanitizerParams, excerpt
 from harness.results import GateResult, Status
+from harness.sanitizer.cost import COST_FILE
 from harness.sanitizer.model import TOOLS
 from harness.schema import ConfigError
 
@@ -52,6 +53,7 @@ def install_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "build" / "flashcore_driver").write_text("#!/bin/sh\n")
     (tmp_path / "gates").mkdir()
     (tmp_path / "gates" / "sanitizer-suppressions.yaml").write_text("suppressions: []\n")
+    (tmp_path / COST_FILE).write_text((REPO / COST_FILE).read_text())  # the shipped run-cost model
     return tmp_path
 
 

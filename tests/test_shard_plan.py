@@ -21,6 +21,7 @@ from harness import shard
 from harness.gates.sanitizer import run_sanitizer
 from harness.results import Check, GateResult, Status
 from harness.sanitizer import parallel
+from harness.sanitizer.cost import COST_FILE, load_cost_model, run_cost
 from harness.sanitizer.model import TOOLS
 from harness.schema import ConfigError
 from harness.shard_plan import (
@@ -185,7 +186,7 @@ def test_repository_shard_file_isolates_the_perf_group_and_splits_both_sanitizer
 @pytest.mark.parametrize(("edit", "key"), [
     (("split: [sanitizer, sanitizer-all]", "split: [perf-fa2]"), "split"),
     (("isolated: [perf-fa2, perf-cudnn,", "isolated: [perf-cudnn,"), "together[0]"),
-    (("  sanitizer-all: 573", "  sanitizer-all: 0"), "seconds.sanitizer-all"),
+    (("  sanitizer-all: 652", "  sanitizer-all: 0"), "seconds.sanitizer-all"),
 ])
 def test_bad_shard_file_names_the_key(gates_dir: Path, edit: tuple[str, str], key: str) -> None:
     path = gates_dir / "shard.yaml"
@@ -210,15 +211,16 @@ def test_critical_path_names_the_slowest_worker_of_each_stage() -> None:
 WLS = {w.name: w for w in (workload("big", b=4, sq=4096, sk=4096, d=128), workload("mid", b=2, sq=1024, sk=1024),
                            workload("s1"), workload("s2"), workload("s3"))}
 PLAN = [(t, w) for t in TOOLS for w in WLS]
+MODEL = load_cost_model(REPO / COST_FILE)  # the shipped run-cost model
 
 
 def test_sanitizer_parts_cover_every_run_once_and_keep_a_workloads_tools_together() -> None:
-    shares = [parallel.share(PLAN, WLS, i, 3) for i in (1, 2, 3)]
+    shares = [parallel.share(PLAN, run_cost(MODEL, WLS), i, 3) for i in (1, 2, 3)]
     assert sorted(r for s in shares for r in s) == sorted(PLAN)
     for s in shares:
         for _, w in s:
             assert {t for t, x in s if x == w} == set(TOOLS)
-    assert parallel.share(PLAN, WLS, 2, 3) == shares[1]  # the same in every worker
+    assert parallel.share(PLAN, run_cost(MODEL, WLS), 2, 3) == shares[1]  # the same in every worker
     assert [w for w, in [(w,) for _, w in shares[0]]][0] == "big"  # the costliest opens the first part
 
 
@@ -228,7 +230,7 @@ def test_sanitizer_parts_are_balanced_when_one_workload_is_huge() -> None:
     wls = {w.name: w for w in [workload("huge", b=4, sq=8192, sk=8192, d=256)]
            + [workload(f"small{i}", b=2, sq=130, sk=130) for i in range(9)]}
     plan = [(t, w) for t in TOOLS for w in wls]
-    counts = [len({w for _, w in parallel.share(plan, wls, i, 2)}) for i in (1, 2)]
+    counts = [len({w for _, w in parallel.share(plan, run_cost(MODEL, wls), i, 2)}) for i in (1, 2)]
     assert sorted(counts) == [5, 5]
 
 
@@ -300,12 +302,12 @@ def test_joined_parts_keep_every_check_and_the_worst_status() -> None:
 def test_shipped_estimates_come_from_a_run_and_print_as_the_yaml_block(capsys: pytest.CaptureFixture[str]) -> None:
     from harness import shard_costs
 
-    evidence = REPO / "reports/evidence/phase7-h200-3ff498f.json.xz"
+    evidence = REPO / "reports/evidence/phase7-h200-3bddb95.json.xz"
     assert shard_costs.main([str(evidence)]) == 0
     printed = capsys.readouterr().out
     shipped = load_shard_settings(REPO / "gates").seconds
-    # sanitizer-all ran as four parts at once (163 s the longest): it costs their sum, not its wall time
-    assert printed.startswith("seconds:\n") and "  sanitizer-all: 573\n" in printed
+    # sanitizer-all ran as four parts at once (189 s the longest): it costs their sum, not its wall time
+    assert printed.startswith("seconds:\n") and "  sanitizer-all: 652\n" in printed
     assert all(f"  {g}: {int(s)}\n" in printed for g, s in shipped.items())  # the shipped block is this run's
     assert shard_costs.seconds_block({"a": 0.2, "b": 7.1}, ["b", "a", "c"]) == "seconds:\n  b: 8\n  a: 1\n"
 

@@ -3,7 +3,8 @@
 Never on torch: PyTorch's caching allocator hides out-of-bounds accesses inside its slabs, so the gate runs
 build/flashcore_driver, whose buffers are plain cudaMalloc allocations. One check per (tool, workload);
 the verdict (harness/sanitizer/verdict.py) fails closed: only a complete log with nothing unsuppressed passes.
-Each tool runs on `workloads`, or on its own `<tool>_workloads` when set. `run_sanitizer` with a Budget is
+Each tool runs on `workloads`, or on its own `<tool>_workloads` when set. Runs start longest first by the run-cost
+model (harness/sanitizer/cost.py), several at once; the report lists them tool by tool. `run_sanitizer` with a Budget is
 the phase-7 variant over every workload (harness/gates/sanitizer_all.py).
 """
 
@@ -22,6 +23,7 @@ from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
 from harness.sanitizer import parallel, runner
 from harness.sanitizer.budget import Budget, budget_check, not_run_check
+from harness.sanitizer.cost import COST_FILE, CostModel, load_cost_model, longest_first, run_cost
 from harness.sanitizer.model import TOOLS
 from harness.sanitizer.suppressions import Suppression, load_suppressions
 from harness.schema import PHASES_FILE, ConfigError, param
@@ -43,6 +45,8 @@ class SanitizerParams:
     initcheck_timeout_s: int = param(gt=0)
     padding: int = param(gt=0)  # memcheck --padding bytes; 0 would let a write past the end land unseen
     suppressions: str = param()  # the reviewed file, relative to the repository root
+    # each run's modelled seconds, by which parts are dealt and runs started (harness/sanitizer/cost.py)
+    cost_model: str = param(default=COST_FILE)
     driver: str = param(default="build/flashcore_driver")
     fail_on_warnings: bool = param(default=True)  # racecheck warnings fail too
     report_log_chars: int = param(default=20000, gt=0)  # of each raw log shown in the report (full log in logs/)
@@ -75,7 +79,8 @@ class SanitizerParams:
         return tuple(getattr(self, f"{tool}_workloads")) or self.workloads
 
     def plan(self) -> list[tuple[str, str]]:
-        """(tool, workload) of every run, in order: tool by tool as `tools` lists them."""
+        """(tool, workload) of every run, in report order: tool by tool as `tools` lists them (runs start longest
+        first instead: run_all)."""
         return [(tool, wl) for tool in self.tools for wl in self.workloads_for(tool)]
 
 
@@ -120,10 +125,12 @@ class Setup:
     suppressions: tuple[Suppression, ...]
     version: str
     hopper: dict[str, bool]
+    cost: CostModel
 
 
 def setup(ctx: GateContext) -> Setup | GateResult:
-    """The tool, its version and Hopper options, and the reviewed suppressions; or the ERROR saying which is missing."""
+    """The tool, its version and Hopper options, the reviewed suppressions and the run-cost model; or the ERROR
+    saying which is missing."""
     p: SanitizerParams = ctx.params
     if not (ctx.repo_root / p.driver).is_file():
         return ctx.verdict_only(Status.ERROR, f"{p.driver} not found: run `make build` (the sanitizer runs the "
@@ -134,12 +141,17 @@ def setup(ctx: GateContext) -> Setup | GateResult:
                                 "compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
     try:
         suppressions = ctx.config.once(p.suppressions, lambda _: load_suppressions(ctx.repo_root / p.suppressions))
-        version, hopper = runner.probe(sanitizer)
     except ConfigError as e:
         return ctx.verdict_only(Status.ERROR, f"bad suppressions file: {e}")
+    try:
+        cost = ctx.config.once(p.cost_model, lambda _: load_cost_model(ctx.repo_root / p.cost_model))
+    except ConfigError as e:
+        return ctx.verdict_only(Status.ERROR, f"bad run-cost model: {e}")
+    try:
+        version, hopper = runner.probe(sanitizer)
     except (OSError, subprocess.SubprocessError) as e:
         return ctx.verdict_only(Status.ERROR, f"compute-sanitizer cannot run: {e}")
-    return Setup(sanitizer, suppressions, version, hopper)
+    return Setup(sanitizer, suppressions, version, hopper, cost)
 
 
 @dataclass(frozen=True)
@@ -177,18 +189,23 @@ def run_one(ctx: GateContext, s: Setup, budget: Budget | None, tool: str, name: 
     ctx.step(f"{tool} {name}: {view['status']} in {o.wall_s:.1f} s")
     ctx.log(f"{tool} {name} ({wl.label}): exit {o.exit_code}, {o.wall_s:.1f} s: "
             f"{view['status']}: {view['reason']}\n  {' '.join(o.command)}")
-    return RunOutcome(check, run={**view, "shape": wl.label}, cut=cut)
+    # model_s: the seconds the run-cost model expected, beside wall_s: each run shows how far off the model is
+    return RunOutcome(check, run={**view, "shape": wl.label, "model_s": round(s.cost.seconds(tool, wl), 1)}, cut=cut)
 
 
 def run_all(ctx: GateContext, s: Setup, budget: Budget | None, plan: list[tuple[str, str]],
             at_once: int) -> list[RunOutcome]:
-    """Every planned run, `at_once` at a time (started in plan order), the outcomes in plan order."""
-    labels = [f"run {i + 1}/{len(plan)}" for i in range(len(plan))]
+    """Every planned run, `at_once` at a time, started longest first by the cost model (the slowest racechecks
+    overlap the many short runs instead of ending the part alone), the outcomes in plan order."""
+    start = longest_first(plan, run_cost(s.cost, ctx.config.workloads))
+    labels = {i: f"run {n + 1}/{len(plan)}" for n, i in enumerate(start)}
     if at_once <= 1:
-        return [run_one(ctx, s, budget, t, w, lab) for (t, w), lab in zip(plan, labels, strict=True)]
-    with ThreadPoolExecutor(max_workers=at_once) as pool:
-        futures = [pool.submit(run_one, ctx, s, budget, t, w, lab) for (t, w), lab in zip(plan, labels, strict=True)]
-        return [f.result() for f in futures]
+        done = {i: run_one(ctx, s, budget, *plan[i], labels[i]) for i in start}
+    else:
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            futures = {i: pool.submit(run_one, ctx, s, budget, *plan[i], labels[i]) for i in start}
+            done = {i: f.result() for i, f in futures.items()}
+    return [done[i] for i in range(len(plan))]
 
 
 def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[int, int] | None = None) -> GateResult:
@@ -198,7 +215,7 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
     s = setup(ctx)
     if isinstance(s, GateResult):
         return s
-    plan = p.plan() if part is None else parallel.share(p.plan(), ctx.config.workloads, *part)
+    plan = p.plan() if part is None else parallel.share(p.plan(), run_cost(s.cost, ctx.config.workloads), *part)
     if part is not None and not plan:  # more parts than workloads: the other parts hold every run
         return ctx.verdict_only(Status.NOT_APPLICABLE, f"part {part[0]} of {part[1]} holds no workload")
     at_once, why = parallel.concurrency(parallel.Limits(p.parallel_max, p.parallel_cpus_per_run,

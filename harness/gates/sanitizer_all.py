@@ -4,7 +4,8 @@ gate-level time budget.
 Same machinery, params and verdicts as harness/gates/sanitizer.py, plus `budget_s`: no run outlives the budget;
 a run it cuts short is an ERROR and the runs it leaves out are listed as not run, so a spent budget turns the
 gate into an ERROR (harness/sanitizer/budget.py), never a pass. Tune per-run timeouts, `<tool>_workloads` and
-`budget_s` in gates/phases.yaml; `tools` order is run order, so the slowest tool goes last.
+`budget_s` in gates/phases.yaml. `tools` order is the report's order; runs start longest first by the run-cost
+model (gates/sanitizer-cost.yaml), so a spent budget leaves out short runs, all named as not run.
 In a sharded run the gate runs in parts as the sanitizer gate does (SanitizerGate.run_part).
 """
 

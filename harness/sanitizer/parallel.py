@@ -10,12 +10,10 @@ too many runs at once could fail on memory, which would be the host's fault repo
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.schema import Workload
 from harness.shard_plan import WORKERS_ENV, deal
 
 
@@ -55,21 +53,12 @@ def host_facts(environ: Mapping[str, str] | None = None) -> tuple[int, int, int 
     return cores, workers, int(float(free)) if free.replace(".", "", 1).isdigit() else None
 
 
-def cost(wl: Workload) -> float:
-    """A workload's sanitizer cost estimate per run: the decimal exponent of the attention's multiply-adds. A run's
-    wall time is mostly the tool's own start and instrumentation, growing slowly with the size: on two H200s (every
-    tool of a workload, reports/evidence/phase7-h200x2-14cf125.json.xz) a B2 H2 S130 call took 8 s and a B4 H16 S8K
-    hdim 256 one 41 s, 5x for 10^5 times the work. Dealt by the multiply-adds themselves, that one workload filled a
-    part alone (15 s) while the other part ran the other 70 (130 s)."""
-    macs = max(1, wl.batch * wl.heads_q * wl.seqlen_q * wl.seqlen_k * wl.head_dim)
-    return math.log10(10 * macs)
-
-
-def share(plan: Sequence[tuple[str, str]], workloads: Mapping[str, Workload], part: int, parts: int
+def share(plan: Sequence[tuple[str, str]], cost: Callable[[str, str], float], part: int, parts: int
           ) -> list[tuple[str, str]]:
     """The (tool, workload) runs of part `part` of `parts`: every tool of a workload in the same part, the
-    workloads dealt by cost (longest first onto the lightest part), the same in every worker."""
+    workloads dealt by their runs' modelled seconds (harness/sanitizer/cost.py; longest first onto the lightest
+    part), the same in every worker: each worker computes its own share from the same plan and model."""
     names = list(dict.fromkeys(w for _, w in plan))
-    per_run = {w: cost(workloads[w]) * sum(1 for _, x in plan if x == w) for w in names}
-    mine = set(deal([(w, per_run[w]) for w in names], parts)[part - 1])
+    per_workload = {w: sum(cost(t, x) for t, x in plan if x == w) for w in names}
+    mine = set(deal([(w, per_workload[w]) for w in names], parts)[part - 1])
     return [(t, w) for t, w in plan if w in mine]

@@ -48,6 +48,11 @@ def _inputs(tensors: tuple[Any, Any, Any], rank: int, layout: str) -> tuple[torc
     if k.shape[-2] < 1 or q.shape[-2] % k.shape[-2] != 0 or v.shape[-2] != k.shape[-2]:
         raise FlashCoreError(f"q has {q.shape[-2]} heads and k, v {k.shape[-2]}, {v.shape[-2]}: k and v need the "
                              "same head count, a divisor of q's (GQA/MQA)")
+    # Checked here, before the factors multiply them: a [B, Hkv] factor broadcasts a k or v of batch (or rows) 1 to
+    # B, and the 16-bit path would then see shapes that match
+    if k.shape[:-1] != v.shape[:-1] or (rank == 4 and q.shape[0] != k.shape[0]):
+        raise FlashCoreError(f"q, k and v have shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}: expected "
+                             f"{layout}, k and v alike but for the head dim" + (", one batch" if rank == 4 else ""))
     return q, k, v
 
 
@@ -67,9 +72,11 @@ def _sequence_of_rows(cu_seqlens: Any, rows: int, name: str, device: torch.devic
     the last sequence: no sequence reads them). On the device, without a host copy (a copy would synchronize)."""
     import torch
 
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
-        raise FlashCoreError(f"{name} must be an int32 tensor [B + 1] (B >= 1), got "
-                             f"{tuple(cu_seqlens.shape) if isinstance(cu_seqlens, torch.Tensor) else cu_seqlens!r}")
+    if (not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1
+            or cu_seqlens.shape[0] < 2):
+        got = (f"{cu_seqlens.dtype} {tuple(cu_seqlens.shape)}" if isinstance(cu_seqlens, torch.Tensor)
+               else repr(cu_seqlens))
+        raise FlashCoreError(f"{name} must be an int32 tensor [B + 1] (B >= 1), got {got}")
     if cu_seqlens.device != device:
         raise FlashCoreError(f"{name} is on {cu_seqlens.device} but q is on {device}: all tensors must be on one "
                              "device")

@@ -101,6 +101,29 @@ def test_mixed_dtypes_are_named_before_any_copy() -> None:
         flashcore.flash_attn_func(q, k, torch.zeros(1, 8, 1, 64, dtype=torch.bfloat16), softcap=2.0, fallback="sdpa")
 
 
+def test_a_kv_batch_of_one_is_not_broadcast_by_its_factors() -> None:
+    q, k, v = _fp8(2, 8, 4, 64, seed=40), _fp8(1, 8, 2, 64, seed=41), _fp8(1, 8, 2, 64, seed=42)
+    with pytest.raises(FlashCoreError, match="one batch"):
+        flashcore.flash_attn_func(q, k, v, softcap=2.0, fallback="sdpa", k_descale=_factors(2, 2, 43),
+                                  v_descale=_factors(2, 2, 44))
+
+
+def test_packed_v_of_other_rows_than_k_is_not_broadcast_by_its_factors() -> None:
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    q, k, v = _fp8(8, 4, 64, seed=45), _fp8(8, 2, 64, seed=46), _fp8(1, 2, 64, seed=47)
+    with pytest.raises(FlashCoreError, match="k and v alike"):
+        flashcore.flash_attn_varlen_func(q, k, v, cu, cu, 5, 5, softcap=2.0, fallback="sdpa",
+                                         v_descale=_factors(2, 2, 48))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.float32])
+def test_packed_offsets_of_another_dtype_are_named(dtype: torch.dtype) -> None:
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    q, k = _fp8(8, 4, 64, seed=49), _fp8(8, 2, 64, seed=50)
+    with pytest.raises(FlashCoreError, match=f"cu_seqlens_q must be an int32 tensor .*got {dtype}"):
+        flashcore.flash_attn_varlen_func(q, k, k, cu.to(dtype), cu, 5, 5, softcap=2.0, fallback="sdpa")
+
+
 def test_a_window_over_an_fp8_kv_cache_is_still_refused_by_name() -> None:
     q, kc, vc = _fp8(2, 1, 4, 64, seed=25), _fp8(2, 16, 2, 64, seed=26), _fp8(2, 16, 2, 64, seed=27)
     with pytest.raises(UnsupportedArgument, match="^fp8 window_size: a sliding window over an FP8 KV cache"):

@@ -69,7 +69,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     includes it; a row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
     check.refuse({"qv": qv is not None})
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
-    if is_fp8(q) and fp8_modifiers.wanted(window_size, softcap, attention_chunk, fallback, s_aux):
+    if is_fp8(q) and fp8_modifiers.wanted(q, window_size, softcap, attention_chunk, fallback, s_aux):
         q, k, v = fp8_modifiers.dense(q, k, v, descales)  # the 16-bit path (flashcore/fp8_modifiers.py)
         descales = dict.fromkeys(descales)
     if is_fp8(q):

@@ -6,16 +6,18 @@ callers with a window or softcap no path at all.
 
 What the caller gets: attention over those values computed with bf16 operands (P in bf16 too, where FA3 rounds it to
 E4M3 before P V), closer to exact than FA3's FP8 kernel and not bit-equal to it; out is bf16, as FA3's FP8 out. The
-cost: one pass that writes bf16 copies of q, k and v (the float32 product rounded once), then the 16-bit kernel's
-time, not FP8's. A KV cache is not dequantized (a bf16 copy of a whole cache per decode step; a paged cache's pages
-may be shared by sequences with different factors): flash_attn_with_kvcache refuses these by name.
+cost: passes that write bf16 copies of q, k and v (each product rounded once to bf16), then the 16-bit kernel's
+time, not FP8's (the product is taken in float32: 4 bytes per element of temporaries, q, k and v one at a time).
+FP8's head dims only (64, 128, 256), as without a modifier. A KV cache is not dequantized (a bf16 copy of a whole
+cache per decode step; a paged cache's pages may be shared by sequences with different factors):
+flash_attn_with_kvcache refuses these by name.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashcore import check, reference
+from flashcore import check, head_dims, launch, reference
 from flashcore.errors import FlashCoreError
 
 if TYPE_CHECKING:
@@ -24,10 +26,23 @@ if TYPE_CHECKING:
 NAMES = ("q", "k", "v")
 
 
-def wanted(window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any) -> bool:
-    """Whether an FP8 call asks for something only the 16-bit path has (then it runs on dequantized inputs)."""
+def wanted(q: Any, window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any) -> bool:
+    """Whether an FP8 call asks for something only the 16-bit path has (then it runs on dequantized inputs):
+    fallback="sdpa" counts only where it acts (a CPU tensor or a GPU other than SM 9.0; on an H100/H200 the FP8
+    kernel runs as without it)."""
+    fallback = check.fallback_choice(fallback)
     return (check.window(window_size) != (-1, -1) or softcap != 0.0 or check.chunk(attention_chunk) != 0
-            or fallback != "error" or s_aux is not None)
+            or s_aux is not None or (fallback == "sdpa" and not _on_the_kernels_gpu(q)))
+
+
+def _on_the_kernels_gpu(q: Any) -> bool:
+    """q is on an SM 9.0 GPU (where FlashCore's kernels run and the fallback never acts)."""
+    import torch
+
+    if not isinstance(q, torch.Tensor) or q.device.type != "cuda":
+        return False
+    capability, _ = launch.device_info(launch.device_index(q.device))
+    return capability == (9, 0)
 
 
 def _inputs(tensors: tuple[Any, Any, Any], rank: int, layout: str) -> tuple[torch.Tensor, ...]:
@@ -53,11 +68,15 @@ def _inputs(tensors: tuple[Any, Any, Any], rank: int, layout: str) -> tuple[torc
     if k.shape[:-1] != v.shape[:-1] or (rank == 4 and q.shape[0] != k.shape[0]):
         raise FlashCoreError(f"q, k and v have shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}: expected "
                              f"{layout}, k and v alike but for the head dim" + (", one batch" if rank == 4 else ""))
+    # FP8's head dims whatever the modifiers: adding softcap must not change which shapes an FP8 call may have
+    if q.shape[-1] not in head_dims.FP8 or k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1]:
+        raise FlashCoreError(f"head dims are {q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]} (q, k, v): FP8 inputs run "
+                             f"one head dim of {head_dims.FP8}")
     return q, k, v
 
 
 def dense(q: Any, k: Any, v: Any, descales: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[B, S, H, D] FP8 q, k, v and their [B, Hkv] factors -> bf16 q, k, v (the float32 product rounded once)."""
+    """[B, S, H, D] FP8 q, k, v and their [B, Hkv] factors -> bf16 q, k, v (each float32 product rounded once)."""
     import torch
 
     q, k, v = _inputs((q, k, v), 4, "[B, S, H, D]")

@@ -109,7 +109,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
     out / lse: optional output buffers of those shapes (rows outside every sequence or past its seqused_q are then
     left as they were). FP8 (module docstring): q_descale, k_descale, v_descale float32 [B, Hkv]."""
     key = None
-    if is_fp8(q) and fp8_modifiers.wanted(window_size, softcap, attention_chunk, fallback, s_aux):
+    if is_fp8(q) and fp8_modifiers.wanted(q, window_size, softcap, attention_chunk, fallback, s_aux):
         descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
         q, k, v = fp8_modifiers.packed(q, k, v, cu_seqlens_q, cu_seqlens_k, descales)  # (flashcore/fp8_modifiers.py)
         q_descale = k_descale = v_descale = None  # the 16-bit kernel checks the index values on the device

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import flashcore  # noqa: E402
-from flashcore import FlashCoreError, UnsupportedArgument, fp8, reference  # noqa: E402
+from flashcore import FlashCoreError, UnsupportedArgument, fp8, fp8_modifiers, reference  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 
@@ -129,6 +129,26 @@ def test_a_window_over_an_fp8_kv_cache_is_still_refused_by_name() -> None:
     with pytest.raises(UnsupportedArgument, match="^fp8 window_size: a sliding window over an FP8 KV cache"):
         flashcore.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([5, 9], dtype=torch.int32),
                                           window_size=(4, 0))
+
+
+def test_fallback_on_the_kernels_gpu_keeps_the_fp8_kernel() -> None:
+    q, k, v = _fp8(1, 8, 2, 64, seed=40), _fp8(1, 8, 1, 64, seed=41), _fp8(1, 8, 1, 64, seed=42)
+    with mock.patch.object(fp8_modifiers, "_on_the_kernels_gpu", return_value=True), \
+            mock.patch.object(fp8, "attention_fp8", return_value=("out", "lse")) as kernel:
+        assert flashcore.flash_attn_func(q, k, v, fallback="sdpa") == "out"  # fallback acts off SM 9.0 only
+    assert kernel.call_args.args[0] is q
+
+
+def test_a_head_dim_fp8_does_not_run_stays_refused_with_a_modifier() -> None:
+    q, k, v = _fp8(1, 8, 2, 96, seed=43), _fp8(1, 8, 1, 96, seed=44), _fp8(1, 8, 1, 96, seed=45)
+    with pytest.raises(FlashCoreError, match=r"FP8 inputs run one head dim of \(64, 128, 256\)"):
+        flashcore.flash_attn_func(q, k, v, softcap=3.0, fallback="sdpa")
+
+
+def test_a_bad_fallback_value_is_named_before_any_copy() -> None:
+    q = _fp8(1, 8, 2, 64, seed=46)
+    with pytest.raises(FlashCoreError, match="fallback"):
+        flashcore.flash_attn_func(q, q[:, :, :1], q[:, :, :1], fallback="bogus")
 
 
 @pytest.mark.gpu

@@ -5,6 +5,7 @@ steps between 1980 and 1600 MHz every 40 ms); nothing here ran on a GPU."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from bench_sim import SimulatedGpu, simulate
@@ -12,7 +13,11 @@ from conftest import workload
 
 from harness.bench import paired, timing
 from harness.bench.record import Measurement
-from harness.bench.settings import TimingParams
+from harness.bench.settings import TimingParams, load_bench_settings
+from harness.config import load_config
+from harness.schema import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
 
 P = TimingParams(warmup=3, warmup_ms=0.0, min_reps=20, spread_groups=5, max_reps=20, target_ms=100.0, flush_mib=0,
                  head_start_ms=0.0, clock_probe_us=50.0, clock_probe_after_ms=20.0, record_kernels=False,
@@ -70,3 +75,12 @@ def test_the_record_keeps_the_readings_after() -> None:
 def test_readings_after_that_do_not_match_the_repetitions_are_refused() -> None:
     with pytest.raises(ValueError, match="after"):
         _m("a", (200.0, 201.0), (1900.0, 1880.0), (1500.0,))
+
+
+def test_a_probe_after_without_the_probe_is_refused(tmp_path: Path) -> None:
+    text = (REPO / "gates" / "bench.yaml").read_text()
+    assert "clock_probe_us: 300" in text
+    bad = tmp_path / "bench.yaml"
+    bad.write_text(text.replace("clock_probe_us: 300", "clock_probe_us: 0", 1))
+    with pytest.raises(ConfigError, match="timing.clock_probe_after_ms"):
+        load_bench_settings(load_config(REPO / "gates"), bad)

@@ -13,7 +13,6 @@ import torch
 from flashcore import _lib, launch, reference, serving
 from flashcore.errors import FlashCoreError, UnsupportedArgument
 from flashcore.flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
-from flashcore.flash_attn import flash_attn_with_kvcache as serving_entry
 
 
 def rand(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -141,8 +140,8 @@ def test_fp8_with_s_aux_over_a_kv_cache_is_refused_by_name() -> None:
     q = torch.zeros(1, 1, 2, 64).to(torch.float8_e4m3fn)
     cache = torch.zeros(1, 8, 2, 64).to(torch.float8_e4m3fn)
     with pytest.raises(UnsupportedArgument, match="^fp8 s_aux: "):
-        serving_entry(q, cache, cache, cache_seqlens=torch.tensor([4], dtype=torch.int32),
-                      s_aux=torch.zeros(2))
+        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=torch.tensor([4], dtype=torch.int32),
+                                s_aux=torch.zeros(2))
 
 
 def test_a_strided_s_aux_is_made_contiguous_float32() -> None:

@@ -267,6 +267,9 @@ def load_bench_settings(config: Config, file: Path | None = None) -> BenchSettin
     if timing.min_reps < 2 * timing.spread_groups:
         raise ConfigError(file, "timing.min_reps", timing.min_reps,
                           f"must be >= 2 x spread_groups ({timing.spread_groups}) for a median per group")
+    if timing.clock_probe_after_ms > 0 and timing.clock_probe_us == 0:
+        raise ConfigError(file, "timing.clock_probe_after_ms", timing.clock_probe_after_ms,
+                          "probes after long calls need the probe itself: set timing.clock_probe_us > 0, or 0 here")
     if timing.max_reps < timing.min_reps:
         raise ConfigError(file, "timing.max_reps", timing.max_reps, f"must be >= min_reps ({timing.min_reps})")
     for key in ("target_ms", "min_reps", "max_reps"):  # the cap: never fewer rounds than the base

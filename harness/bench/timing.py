@@ -12,7 +12,8 @@ scaling sweep; harness/bench/paired.py says why):
 3. The base rounds (TimingParams.rounds_for), queued without any host synchronization. Round r runs each call once
    (twice when `mirrored`: forward, then backward), in `paired.round_order(r)`; each call is
    flush (write a `flush_mib` buffer, far above the 50 MB L2 of an H100) -> event -> clock probe (a fixed-cycle
-   spin, `clock_probe_us`) -> event -> the call -> event. One synchronize at the end; NVML clocks and power are
+   spin, `clock_probe_us`) -> event -> the call -> event (-> the spin again -> event, for a call estimated at
+   `clock_probe_after_ms` or more: its clock after). One synchronize at the end; NVML clocks and power are
    read while the warm-up rounds run and after the rounds.
 4. With a `decide` function (the perf gates: harness/bench/extend.py), it reads the base rounds and names the
    workloads whose judged ratios spread too much: their calls alone get more rounds (head start and warm-up
@@ -20,7 +21,9 @@ scaling sweep; harness/bench/paired.py says why):
    (TimingParams.cap_rounds_for over those calls). Without one (make bench, make tune, a stored run: no check
    named), every call gets the cap's rounds at once.
 Per-repetition times are the events around the call, in milliseconds, GPU clock only; the probe's time gives the
-SM clock right before the call (cycles / time). Each repetition keeps its round index, so pairs can be rebuilt
+SM clock right before the call (cycles / time); a long call's clock is the mean of that and the one after it
+(record.Measurement.call_clock_mhz: the power cap lowers the clock within a call of 0.1 s and more). Each
+repetition keeps its round index, so pairs can be rebuilt
 (paired.round_times sums a call's runs of one round).
 
 Every benchmarked workload runs for milliseconds, so launch gaps are hidden by the queue; CUDA-graph replay

@@ -35,7 +35,10 @@ def samples(path: Path, workloads: Mapping[str, Workload]) -> list[Sample]:
     """Every timed compute-sanitizer run of the stored run at `path`."""
     from harness.render.stored import read_run
 
-    return [s for g in read_run(path).gates for s in samples_from((g.details or {}).get("runs") or [], workloads)]
+    got = [s for g in read_run(path).gates for s in samples_from((g.details or {}).get("runs") or [], workloads)]
+    if not got:  # a run without sanitizer gates (a perf-only one): nothing to fit or predict
+        raise ValueError(f"{path}: no timed compute-sanitizer run in it")
+    return got
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:

@@ -186,6 +186,9 @@ class Table:
     tuned_at: str = ""
     commit: str = ""
     entries: dict[ShapeKey, Entry] = field(default_factory=dict)
+    # the kernel a table was measured on when harness/tune/rekey.py carried it over identical SASS: kept as written,
+    # so a rewrite of the file by `make tune` on another GPU does not lose where this table's numbers came from
+    rekeyed_from: dict[str, Any] | None = None
 
     def matches(self, gpu: str, sm_count: int) -> bool:
         return self.gpu == gpu and self.sm_count == sm_count
@@ -227,8 +230,11 @@ def _parse_table(raw: Any, source: str, where: str) -> Table:
     for k, typ in (("gpu", str), ("sm_count", int), ("kernel_id", str)):
         if not isinstance(raw.get(k), typ) or isinstance(raw.get(k), bool):
             raise TableError(source, f"{where}.{k}", raw.get(k), f"required, a {typ.__name__}")
+    rekeyed = raw.get("rekeyed_from")
+    if rekeyed is not None and not isinstance(rekeyed, dict):
+        raise TableError(source, f"{where}.rekeyed_from", rekeyed, "a mapping (harness/tune/rekey.py writes it)")
     table = Table(raw["gpu"], raw["sm_count"], raw["kernel_id"], str(raw.get("tuned_at", "")),
-                  str(raw.get("commit", "")))
+                  str(raw.get("commit", "")), rekeyed_from=rekeyed)
     entries = raw.get("entries") or []
     if not isinstance(entries, list):
         raise TableError(source, f"{where}.entries", entries, "expected a list")
@@ -284,8 +290,10 @@ def dump_tables(tables: list[Table]) -> str:
             if e.speedup is not None:
                 row["speedup"] = round(e.speedup, 4)
             entries.append(row)
-        out.append({"gpu": t.gpu, "sm_count": t.sm_count, "kernel_id": t.kernel_id, "tuned_at": t.tuned_at,
-                    "commit": t.commit, "entries": entries})
+        table: dict[str, Any] = {"gpu": t.gpu, "sm_count": t.sm_count, "kernel_id": t.kernel_id}
+        if t.rekeyed_from is not None:
+            table["rekeyed_from"] = t.rekeyed_from
+        out.append({**table, "tuned_at": t.tuned_at, "commit": t.commit, "entries": entries})
     header = "# Written by `make tune` (harness/tune); read by flashcore.attention (flashcore/tuning.py).\n"
     return header + yaml.safe_dump({"version": TABLE_VERSION, "tables": out}, sort_keys=False, width=120)
 

@@ -55,19 +55,23 @@ def ncu_throughput(gate: str) -> Runner:
     return run
 
 
-def stall_profile(planted: bool, tensor_metric: str, stall_regex: str) -> str:
-    """FlashCore's recorded WarpStateStats profile (one prefill launch; the capture has the sections only) with the
-    tensor-pipe activity of its recorded prefill profile added, and with every stall reason n/a when planted: a
-    profile whose stall table was not measured."""
+def stall_profile(planted: bool, tensor_metric: str, stall_regex: str, launches: int = 1) -> str:
+    """FlashCore's recorded WarpStateStats profile (one prefill launch, repeated and renumbered to the `launches` the
+    gate profiles; the capture has the sections only) with the tensor-pipe activity of its recorded prefill profile
+    added, and with every stall reason n/a when planted: a profile whose stall table was not measured."""
     import re
 
     lines = (FIXTURES / "ncu" / "ours-prefill-stalls.csv").read_text().splitlines()
-    header, units, *launches = list(csv.reader(lines))
+    header, units, *captured = list(csv.reader(lines))
+    ids = header.index("ID")
+    rows_of = [[*captured[i % len(captured)]] for i in range(launches)]
+    for i, row in enumerate(rows_of):
+        row[ids] = str(i)
     recorded = (FIXTURES / "ncu" / "ours-prefill.csv").read_text().splitlines()
     start = next(i for i, line in enumerate(recorded) if line.startswith('"ID"'))
     prefill_header, _, prefill = list(csv.reader(recorded[start:]))[:3]
     rows = [[*header, tensor_metric], [*units, "%"], *[[*row, prefill[prefill_header.index(tensor_metric)]]
-                                                      for row in launches]]
+                                                      for row in rows_of]]
     if planted:
         stalls = [i for i, name in enumerate(header) if re.fullmatch(stall_regex, name)]
         for row in rows[2:]:
@@ -86,7 +90,7 @@ def ncu_stalls(config: Config, out: Path, planted: bool) -> dict[str, Status]:
     from harness.ncu.parse import parse_csv
 
     p = spec_of(config, "ncu-stalls").params
-    text = stall_profile(planted, p.tensor_metric, p.stall_metric_regex)
+    text = stall_profile(planted, p.tensor_metric, p.stall_metric_regex, p.launch_count)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ncu-stalls.csv").write_text(text)
     checks, _ = verdict_stalls("prefill-d128", parse_csv(text), p, None)

@@ -299,13 +299,16 @@ def test_an_unmeasured_stall_table_is_the_stall_gates_red(tmp_path: Path) -> Non
     """ncu-stalls sets no threshold: its red is the ERROR of a profile whose stall reasons are all n/a."""
     from harness.ncu.parse import parse_csv
     from harness.planted_cpu import RUNNERS
+    from harness.selftest_runs import spec_of
 
     config = load_config(REPO / "gates")
     assert RUNNERS["ncu-stalls"](config, tmp_path / "planted", True) == {"ncu-stalls/unmeasured": Status.FAIL}
     assert RUNNERS["ncu-stalls"](config, tmp_path / "clean", False) == {"ncu-stalls/unmeasured": Status.PASS}
-    [launch] = parse_csv((tmp_path / "planted" / "ncu-stalls.csv").read_text()).launches
-    stalls = {k: v for k, v in launch.metrics.items() if "warps_issue_stalled" in k}
-    assert stalls and set(stalls.values()) == {None}
+    launches = parse_csv((tmp_path / "planted" / "ncu-stalls.csv").read_text()).launches
+    assert len(launches) == spec_of(config, "ncu-stalls").params.launch_count  # as many as the gate profiles
+    for launch in launches:
+        stalls = {k: v for k, v in launch.metrics.items() if "warps_issue_stalled" in k}
+        assert stalls and set(stalls.values()) == {None}
 
 
 def test_a_crafted_profile_keeps_the_csv_readable() -> None:

@@ -48,11 +48,18 @@ UNSUPPORTED = {
 }
 
 
+def fp8_unsupported(window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any
+                    ) -> dict[str, bool]:
+    """What an FP8 call asks for that the FP8 kernels do not compile, by refusal name, in FA3's argument order: the
+    score modifiers and the fallback (refused over a KV cache, dequantized elsewhere: flashcore/fp8_modifiers.py)."""
+    return {"fp8 window_size": window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
+            "fp8 attention_chunk": chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
+            "fp8 s_aux": s_aux is not None}
+
+
 def refuse_fp8(window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any) -> None:
     """The score modifiers and the fallback an FP8 KV cache does not take, refused by name."""
-    refuse({"fp8 window_size": window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
-            "fp8 attention_chunk": chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
-            "fp8 s_aux": s_aux is not None})
+    refuse(fp8_unsupported(window_size, softcap, attention_chunk, fallback, s_aux))
 
 
 def refuse_fp8_pages(q: object, k_cache: object, page_table: object, cache_leftpad: object) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashcore import check, head_dims, launch, reference
+from flashcore import check, head_dims, launch, reference, validate
 from flashcore.errors import FlashCoreError
 
 if TYPE_CHECKING:
@@ -30,35 +30,29 @@ def wanted(q: Any, window_size: Any, softcap: Any, attention_chunk: Any, fallbac
     """Whether an FP8 call asks for something only the 16-bit path has (then it runs on dequantized inputs):
     fallback="sdpa" counts only where it acts (a CPU tensor or a GPU other than SM 9.0; on an H100/H200 the FP8
     kernel runs as without it)."""
-    fallback = check.fallback_choice(fallback)
-    return (check.window(window_size) != (-1, -1) or softcap != 0.0 or check.chunk(attention_chunk) != 0
-            or s_aux is not None or (fallback == "sdpa" and not _on_the_kernels_gpu(q)))
+    asked = check.fp8_unsupported(window_size, softcap, attention_chunk, check.fallback_choice(fallback), s_aux)
+    asked["fp8 fallback"] = asked["fp8 fallback"] and _fallback_acts(q)
+    return any(asked.values())
 
 
-def _on_the_kernels_gpu(q: Any) -> bool:
-    """q is on an SM 9.0 GPU (where FlashCore's kernels run and the fallback never acts)."""
+def _fallback_acts(q: Any) -> bool:
+    """fallback="sdpa" computes q's call with torch: a CPU tensor, or a GPU FlashCore's kernels do not run on
+    (launch.use_fallback's rule, the one forward.py applies)."""
     import torch
 
     if not isinstance(q, torch.Tensor) or q.device.type != "cuda":
-        return False
-    capability, _ = launch.device_info(launch.device_index(q.device))
-    return capability == (9, 0)
+        return True
+    capability, name = launch.device_info(launch.device_index(q.device))
+    return launch.use_fallback(str(q.device), capability, name, "sdpa")
 
 
 def _inputs(tensors: tuple[Any, Any, Any], rank: int, layout: str) -> tuple[torch.Tensor, ...]:
     """q, k, v: torch tensors of one FP8 dtype and device, of `rank` dims, Hq a multiple of Hkv (as the FP8 path)."""
-    import torch
-
+    q = validate.tensor("q", tensors[0], getattr(getattr(tensors[0], "device", None), "type", "cuda"), None)
     for name, t in zip(NAMES, tensors, strict=True):
-        if not isinstance(t, torch.Tensor):
-            raise FlashCoreError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float8_e4m3fn:
-            raise FlashCoreError(f"{name}.dtype is {t.dtype}: q, k and v must have one dtype (float8_e4m3fn)")
-        if t.dim() != rank:
-            raise FlashCoreError(f"{name} has shape {tuple(t.shape)}: expected {layout}")
-        if t.device != tensors[0].device:
-            raise FlashCoreError(f"{name} is on {t.device} but q is on {tensors[0].device}: all tensors must be on "
-                                 "one device")
+        validate.tensor(name, t, q.device.type, q.device)
+        validate.dtype_fp8(name, t)
+        validate.rank(name, t, rank, layout)
     q, k, v = tensors
     if k.shape[-2] < 1 or q.shape[-2] % k.shape[-2] != 0 or v.shape[-2] != k.shape[-2]:
         raise FlashCoreError(f"q has {q.shape[-2]} heads and k, v {k.shape[-2]}, {v.shape[-2]}: k and v need the "
@@ -75,13 +69,18 @@ def _inputs(tensors: tuple[Any, Any, Any], rank: int, layout: str) -> tuple[torc
     return q, k, v
 
 
+def _factors(descales: dict[str, Any], batch: int, heads_kv: int, device: torch.device) -> list[torch.Tensor | None]:
+    """q's, k's and v's [B, Hkv] factors as check.descale takes them (None: 1)."""
+    return [check.descale(f"{n}_descale", descales[f"{n}_descale"], batch, heads_kv, device) for n in NAMES]
+
+
 def dense(q: Any, k: Any, v: Any, descales: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """[B, S, H, D] FP8 q, k, v and their [B, Hkv] factors -> bf16 q, k, v (each float32 product rounded once)."""
     import torch
 
     q, k, v = _inputs((q, k, v), 4, "[B, S, H, D]")
-    batch, heads_kv = q.shape[0], k.shape[2]
-    factors = [check.descale(f"{n}_descale", descales[f"{n}_descale"], batch, heads_kv, q.device) for n in NAMES]
+    heads_kv = k.shape[2]
+    factors = _factors(descales, q.shape[0], heads_kv, q.device)
     return tuple(  # type: ignore[return-value]
         reference.dequantize(x, f, heads_kv).to(torch.bfloat16) for x, f in zip((q, k, v), factors, strict=True))
 
@@ -116,7 +115,7 @@ def packed(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, descale
     if cu_seqlens_k.shape[0] - 1 != batch:
         raise FlashCoreError(f"cu_seqlens_k has {cu_seqlens_k.shape[0]} entries and cu_seqlens_q "
                              f"{cu_seqlens_q.shape[0]}: one offset per sequence, plus one")
-    factors = [check.descale(f"{n}_descale", descales[f"{n}_descale"], batch, heads_kv, q.device) for n in NAMES]
+    factors = _factors(descales, batch, heads_kv, q.device)
     # each packed row as a sequence of one row with its own sequence's factors
     return tuple(  # type: ignore[return-value]
         reference.dequantize(x.unsqueeze(1), None if f is None else f[rows], heads_kv).squeeze(1).to(torch.bfloat16)

@@ -133,7 +133,7 @@ def test_a_window_over_an_fp8_kv_cache_is_still_refused_by_name() -> None:
 
 def test_fallback_on_the_kernels_gpu_keeps_the_fp8_kernel() -> None:
     q, k, v = _fp8(1, 8, 2, 64, seed=40), _fp8(1, 8, 1, 64, seed=41), _fp8(1, 8, 1, 64, seed=42)
-    with mock.patch.object(fp8_modifiers, "_on_the_kernels_gpu", return_value=True), \
+    with mock.patch.object(fp8_modifiers, "_fallback_acts", return_value=False), \
             mock.patch.object(fp8, "attention_fp8", return_value=("out", "lse")) as kernel:
         assert flashcore.flash_attn_func(q, k, v, fallback="sdpa") == "out"  # fallback acts off SM 9.0 only
     assert kernel.call_args.args[0] is q

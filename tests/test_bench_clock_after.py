@@ -1,6 +1,6 @@
-"""The clock probe after long calls (gates/bench.yaml timing.clock_probe_after_ms): which calls get it, what the
-per-clock ratio uses, and that the records keep it. Timing runs on the SIMULATED GPU of tests/bench_sim.py (its clock
-steps between 1980 and 1600 MHz every 40 ms); nothing here ran on a GPU."""
+"""The clock probe after long calls (gates/bench.yaml timing.clock_probe_after_ms): what the per-clock ratio uses, that
+the records keep it and that the settings refuse it without the probe (which calls get it: tests/test_bench_timing.py,
+on its simulated GPU). CPU only."""
 
 from __future__ import annotations
 
@@ -8,43 +8,15 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from bench_sim import SimulatedGpu, simulate
 from conftest import workload
 
-from harness.bench import paired, timing
+from harness.bench import paired
 from harness.bench.record import Measurement
-from harness.bench.settings import TimingParams, load_bench_settings
+from harness.bench.settings import load_bench_settings
 from harness.config import load_config
 from harness.schema import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
-
-P = TimingParams(warmup=3, warmup_ms=0.0, min_reps=20, spread_groups=5, max_reps=20, target_ms=100.0, flush_mib=0,
-                 head_start_ms=0.0, clock_probe_us=50.0, clock_probe_after_ms=20.0, record_kernels=False,
-                 mirrored=False, extend_above=0.6, extend_target_ms=100.0, extend_min_reps=20, extend_max_reps=20)
-
-
-@pytest.fixture
-def gpu(monkeypatch: pytest.MonkeyPatch) -> SimulatedGpu:
-    return simulate(monkeypatch)
-
-
-def test_only_calls_longer_than_the_limit_are_probed_after(gpu: SimulatedGpu) -> None:
-    calls = [timing.Call(("long", "flashcore"), gpu.kernel("long", 60.0)),
-             timing.Call(("short", "flashcore"), gpu.kernel("short", 3.0))]
-    got = timing.time_rounds(calls, P, timing.L2Flusher(0))
-    assert set(got.clock_after_mhz) == {("long", "flashcore")}
-    after, before = got.clock_after_mhz[("long", "flashcore")], got.clock_mhz[("long", "flashcore")]
-    assert len(after) == len(before) == len(got.times_ms[("long", "flashcore")])
-    assert {round(c) for c in after} <= {1980, 1600}
-    # a 60 ms call spans a 40 ms clock step: in some rounds the clock it ends at is not the one it started at
-    assert any(round(a) != round(b) for a, b in zip(after, before, strict=True))
-
-
-def test_no_probe_after_when_the_limit_is_zero(gpu: SimulatedGpu) -> None:
-    got = timing.time_rounds([timing.Call(("long", "flashcore"), gpu.kernel("long", 60.0))],
-                             dataclasses.replace(P, clock_probe_after_ms=0.0), timing.L2Flusher(0))
-    assert got.clock_after_mhz == {}
 
 
 def _m(name: str, times: tuple[float, ...], before: tuple[float, ...], after: tuple[float, ...] = ()) -> Measurement:

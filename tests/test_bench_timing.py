@@ -199,3 +199,26 @@ def test_a_crash_of_the_rounds_makes_every_pair_say_why(measurer: runner.Measure
     got = measurer.measure_group([workload("a")], ["flashcore", "fa2", "fa3"])
     assert got[("a", "flashcore")].why == f"{CRASHED}: RuntimeError: CUDA error: unspecified launch failure"
     assert got[("a", "fa3")].why == "FA3 not importable: simulated"  # its own reason stays
+
+
+# The clock probe after long calls (gates/bench.yaml clock_probe_after_ms; what the ratios do with it:
+# tests/test_bench_clock_after.py)
+AFTER = dataclasses.replace(P, clock_probe_after_ms=20.0)
+
+
+def test_only_calls_longer_than_the_limit_are_probed_after(gpu: SimulatedGpu) -> None:
+    calls = [timing.Call(("long", "flashcore"), gpu.kernel("long", 60.0)),
+             timing.Call(("short", "flashcore"), gpu.kernel("short", 3.0))]
+    got = timing.time_rounds(calls, AFTER, timing.L2Flusher(0))
+    assert set(got.clock_after_mhz) == {("long", "flashcore")}
+    after, before = got.clock_after_mhz[("long", "flashcore")], got.clock_mhz[("long", "flashcore")]
+    assert len(after) == len(before) == len(got.times_ms[("long", "flashcore")])
+    assert {round(c) for c in after} <= {1980, 1600}
+    # a 60 ms call spans a 40 ms clock step: in some rounds the clock it ends at is not the one it started at
+    assert any(round(a) != round(b) for a, b in zip(after, before, strict=True))
+
+
+def test_no_probe_after_when_the_limit_is_zero(gpu: SimulatedGpu) -> None:
+    got = timing.time_rounds([timing.Call(("long", "flashcore"), gpu.kernel("long", 60.0))],
+                             P, timing.L2Flusher(0))
+    assert got.clock_after_mhz == {}

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "fast_div.h"  // FC_HOST_DEVICE
+
 namespace flashcore {
 
 // The split-KV count. FlashAttention's rule, with a tighter efficiency bar: a grid of `tiles` CTAs that
@@ -58,6 +60,26 @@ inline int choose_ragged_splits(int64_t tiles, int n_blocks, int sms) {
   if (splits > kMaxRaggedSplits) splits = kMaxRaggedSplits;
   if (splits > n_blocks / kMinBlocksPerSplit) splits = n_blocks / kMinBlocksPerSplit;
   return splits > 1 ? splits : 1;
+}
+
+// Ragged keys with one query tile per (batch, head), in a dynamic order: the tiles go longest sequence first
+// (zero_words.cuh writes the order on the device, tile_scheduler.h reads it), so the launch ends on the shortest
+// sequences' tiles instead of wherever the batch order put the long ones: in sequence order an SM that drew a long
+// sequence's last split ran on while the others had nothing left (FA3 sorts its varlen batches likewise). Up to
+// kOrderMaxBatch sequences, the device sort's shared memory; beyond that they go in order.
+constexpr int kOrderMaxBatch = 2048;
+
+inline bool orders_batches(bool dynamic, bool ragged_keys, int m_tiles, int64_t batch) {
+  return dynamic && ragged_keys && m_tiles == 1 && batch > 1 && batch <= kOrderMaxBatch;
+}
+
+// Sequence b's place in that order of keys[0..n) (its used keys): longer first, equal keys in index order. Any key
+// values give each sequence its own rank, so bad index data cannot make the tile list skip or repeat a sequence.
+FC_HOST_DEVICE int order_rank(const int* keys, int n, int b) {
+  const int key = keys[b];
+  int rank = 0;
+  for (int j = 0; j < n; ++j) rank += keys[j] > key || (keys[j] == key && j < b);
+  return rank;
 }
 
 // Sections of the tile order: `big` sections of heads + 1 (batch, head) pairs, then sections of `heads`.

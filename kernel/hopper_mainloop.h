@@ -74,7 +74,7 @@ __device__ void tma_producer(const KernelParams& p, const TmaParams& tma, uint8_
         }
         at = p.tail_first + t;
       }
-      c = tile_coord(p, at);
+      c = tile_coord<kElemBytes == 2>(p, at);
       seq = seq_lens<kPaged, !Cfg::kFp8 || kPaged>(p, c.batch);
       if (!valid || tile_has_rows<Cfg::kBlockM>(p, c.m_block, seq)) break;
       tile = next_tile(p, tile);

@@ -51,6 +51,9 @@ struct KernelParams {
   int section_heads;
   int section_big;
   int* tile_counter;
+  // Ragged decode (heuristics.h orders_batches): tile batch index i runs sequence batch_order[i], longest first
+  // (workspace, written by zero_words_kernel); nullptr: index i is sequence i.
+  const int* batch_order;
   // The tile decode's runtime divisors as multiply-shift constants (kernel/fast_div.h; the launcher sets them): the
   // tiles of a section of section_heads + 1 and of section_heads (batch, head) pairs, those two head counts,
   // num_splits, grid_heads and group; the V^T copy's vt_blocks and heads_kv.

@@ -49,6 +49,8 @@ struct LaunchPlan {
   bool dynamic;    // tile order from an atomic counter (causal: uneven tiles)
   int64_t zero_offset;     // the words the launch zeroes, side by side (kernel/zero_words.cuh): the tile counter
   int64_t zero_bytes;      // (dynamic order: the first 16 bytes), then the V^T copy's claim counter and flags
+  bool order;              // ragged decode's longest-first sequence order (heuristics.h orders_batches) ...
+  int64_t order_offset;    // ... at these bytes into the workspace, one int per sequence
   int64_t vt_offset;       // FP8: bytes into the workspace of V's transposed copy (kernel/fp8_vt_fused.cuh)
   int64_t vt_keys;         // FP8: its row length (seqlen_k rounded up to kVtKeys); 0 otherwise
   int64_t vt_ready_offset; // FP8 V^T written by the kernel: bytes into the workspace of its claim counter and flags
@@ -162,6 +164,12 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
   }
   plan->zero_bytes = plan->vt_ready_offset - plan->zero_offset + vt_ready_bytes;
   plan->workspace_bytes = plan->zero_bytes > 0 ? plan->zero_offset + plan->zero_bytes : partial_bytes;
+  // dynamic: zero_bytes > 0, so zero_words_kernel runs. FP8 kernels never read the order (tile_scheduler.h).
+  plan->order = in->dtype != FC_E4M3 && orders_batches(plan->dynamic, ragged_keys, plan->m_tiles, p.batch);
+  if (plan->order) {
+    plan->order_offset = (plan->workspace_bytes + 15) / 16 * 16;
+    plan->workspace_bytes = plan->order_offset + 4 * int64_t{p.batch};
+  }
   plan->vt_offset = (plan->workspace_bytes + 127) / 128 * 128;  // TMA wants 16-byte aligned bases
   plan->vt_keys = vt_pass ? int64_t{ceil_div(p.seqlen_k, kVtKeys)} * kVtKeys : 0;
   if (plan->vt_keys > 0) plan->workspace_bytes = plan->vt_offset + plan->vt_keys * p.batch * p.heads_kv * kHeadDim;
@@ -220,16 +228,17 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   config.dynamicSmemBytes = Cfg::kSmemBytes;
   config.stream = stream;
   // The tile counter (dynamic order) and the V^T copy's claim counter and flags (kernel/fp8_vt_fused.cuh) start at 0:
-  // zero_words_kernel clears them, and the attention kernel launches as its blocks exit (kernel/zero_words.cuh).
-  cudaLaunchAttribute overlap{};
+  // zero_words_kernel clears them (and writes ragged decode's sequence order), and the attention kernel launches as
+  // its blocks exit (kernel/zero_words.cuh).
+  cudaLaunchAttribute follow = programmatic_dependency();
   if (plan.zero_bytes > 0) {
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
     const int words = static_cast<int>(plan.zero_bytes / 4);
-    zero_words_kernel<<<std::min((words + kZeroThreads - 1) / kZeroThreads, 64), kZeroThreads, 0, stream>>>(
-        reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + plan.zero_offset), words);
+    int* order_out = plan.order ? reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + plan.order_offset) : nullptr;
+    const BatchOrder order{order_out, p.seqused_k, p.cu_seqlens_k, p.batch};
+    zero_words_kernel<<<zero_blocks(words, order.out != nullptr ? p.batch : 0), kZeroThreads, 0, stream>>>(
+        reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + plan.zero_offset), words, order);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    config.attrs = &overlap;
+    config.attrs = &follow;
     config.numAttrs = 1;
   }
   err = cudaLaunchKernelEx(&config, kernel, p, tma);
@@ -242,9 +251,6 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   // A programmatic dependent launch: the combine's launch overlaps the attention grid's end (its blocks wait for the
   // grid's completion before reading the partials, kernel/grid_dependency.h); decode calls are ~0.3 ms, where a launch
   // gap of a few microseconds shows.
-  cudaLaunchAttribute follow{};
-  follow.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  follow.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t combine{};
   combine.gridDim = dim3(static_cast<unsigned>((p.accum_rows + kCombineWarps - 1) / kCombineWarps));
   combine.blockDim = dim3(32 * kCombineWarps);
@@ -290,6 +296,8 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   p.div_group = make_fast_div(p.group);
   p.tile_counter =
       plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.zero_offset) : nullptr;
+  p.batch_order =
+      plan.order ? reinterpret_cast<const int*>(static_cast<uint8_t*>(in->workspace) + plan.order_offset) : nullptr;
   p.vt = plan.vt_keys > 0 ? static_cast<uint8_t*>(in->workspace) + plan.vt_offset : nullptr;
   p.vt_keys = plan.vt_keys;
   p.vt_blocks = plan.vt_blocks;

@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(32 * kCombineWarps) combine_tail_kernel(const 
   const int index = static_cast<int>(blockIdx.x) * kCombineWarps + static_cast<int>(threadIdx.x / 32);
   const int tile = index / kBlockM, r = index % kBlockM;
   if (tile >= p.tail_tiles || (p.fault == kFaultSkipFirstRow && r == 0)) return;
-  const TileCoord c = tile_coord(p, p.tail_first + tile);
+  const TileCoord c = tile_coord<false>(p, p.tail_first + tile);
   int head = c.head, row = c.m_block * kBlockM + r;
   if (p.pack_gqa) {
     if (r >= p.group * p.seqlen_q) return;  // past the group's last head

@@ -5,7 +5,8 @@
 //   order  : (batch, head) pairs are taken a section at a time (section_big sections of section_heads + 1, then
 //            sections of section_heads; heuristics.h plan_sections), so the K/V that the tiles in flight read
 //            stay in L2; inside a section the query tiles go longest-first (highest m_block first: under causal
-//            masking it has the most keys), the splits of one query tile side by side.
+//            masking it has the most keys), the splits of one query tile side by side. Ragged decode takes its
+//            sequences longest first (KernelParams::batch_order).
 //   fetch  : static (tile += gridDim.x) when every tile costs the same; dynamic (an atomic counter in the
 //            workspace, zeroed before the launch) under causal masking, so an SM that drew short tiles takes more.
 //   hand-over: the producer thread fetches and decodes each tile; the consumers read it from the slot it stores
@@ -49,6 +50,9 @@ __device__ __forceinline__ void section_coord(int t, int heads, int per_section,
   bh = base + section * heads + (in_section - rank * heads);
 }
 
+// kOrder: whether the kernel reads batch_order (16-bit kernels; the FP8 kernels' 24-register producers spilled past
+// the build gate's allowance with the load, and their plans never order).
+template <bool kOrder>
 __device__ __forceinline__ TileCoord tile_coord(const KernelParams& p, int tile) {
   const int tiles_per_head = p.m_tiles * p.num_splits;
   const int big_heads = p.section_big * (p.section_heads + 1);  // the sections of one more head come first
@@ -69,6 +73,8 @@ __device__ __forceinline__ TileCoord tile_coord(const KernelParams& p, int tile)
   c.split = rank - m_rank * p.num_splits;
   c.batch = p.div_grid_heads(bh);
   c.head = bh - c.batch * p.grid_heads;
+  // A plain load: the order was written by the grid this launch follows (griddepcontrol.wait before any decode).
+  if (kOrder && p.batch_order != nullptr) c.batch = p.batch_order[c.batch];
   return c;
 }
 

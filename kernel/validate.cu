@@ -286,6 +286,7 @@ int validate_and_convert(const fc_params* in, KernelParams* out) {
   out->tail_first = INT32_MAX;  // no stream-K tail unless the launcher plans one (run_tiles.cuh)
   out->tail_stride = out->tail_tiles = out->tail_pieces = out->tail_blocks = 0;
   out->tail_o = nullptr;
+  out->batch_order = nullptr;
   return FC_OK;
 }
 

@@ -72,7 +72,8 @@ tune-build:
 	@PY=$$(ci/pyenv.sh test) && $(MAKE) -s build && $$PY -m harness tune --build-only
 
 # Rewrites the stored run of this GPU model (gates/bench.yaml stored_run.files: the file that records this GPU, else a
-# new one named from it); commit it. Refused when FlashCore's spread is too high.
+# new one named from it); commit it. Refused when FlashCore's spread is too high (a workload refused only for that
+# is timed again first: gates/bench.yaml stored_run.remeasure).
 bench-baseline:
 	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY -m harness bench --update-baseline $(BENCH_ARGS)
 

@@ -4,6 +4,7 @@ are SYNTHETIC paired rounds (tests/fixtures/bench/synthesize.py)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import shutil
@@ -229,3 +230,51 @@ def test_from_json_with_an_unknown_workload_is_a_config_error(repo_copy: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bench", "--from", str(SUITE), "--workloads", "no-such-workload"]) == bench_cli.EXIT_CONFIG
     assert "no-such-workload" in capsys.readouterr().err
+
+
+def _suite_runs(monkeypatch: pytest.MonkeyPatch, files: list[Path]) -> list[str]:
+    """bench_cli.run_suite replaced: each call returns the next of `files`; the workloads each call asked for."""
+    from harness.support import gpu
+
+    asked: list[str] = []
+
+    def fake(args: argparse.Namespace, out: Path) -> tuple[int, Path]:
+        asked.append(args.workloads)
+        return 0, files[len(asked) - 1]
+
+    monkeypatch.setattr(gpu, "cuda_unavailable_reason", lambda: None)
+    monkeypatch.setattr(bench_cli, "run_suite", fake)
+    return asked
+
+
+def test_update_baseline_times_a_noisy_workload_again_and_stores_the_settled_run(
+        repo_copy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    noisy = _rewrite(SUITE, repo_copy / "noisy.json", "decode", "flashcore", times_ms=[0.55] * 10 + [0.7] * 10)
+    asked = _suite_runs(monkeypatch, [noisy, SUITE])
+    assert cli.main(["bench", "--out", "out", "--update-baseline"]) == 0
+    assert asked == ["", "decode"]  # the suite, then only the noisy workload (every backend of it)
+    assert "decode: the stored ratio spread above its limit; timing it again (1 of 2)" in capsys.readouterr().err
+    (stored,) = (repo_copy / "gates" / "baselines").glob("bench-*.json")
+    got, clean, first = read_run(stored), read_run(SUITE), read_run(noisy)
+    assert got.get("decode", "flashcore") == clean.get("decode", "flashcore")
+    assert all(got.get(w, b) == first.get(w, b) for w, b in first.measurements if w != "decode")
+    assert f"{noisy} + {SUITE}" in json.loads(stored.read_text())["source"]
+
+
+def test_update_baseline_refuses_a_workload_noisy_every_time(
+        repo_copy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    noisy = _rewrite(SUITE, repo_copy / "noisy.json", "decode", "flashcore", times_ms=[0.55] * 10 + [0.7] * 10)
+    asked = _suite_runs(monkeypatch, [noisy, noisy, noisy, noisy])
+    assert cli.main(["bench", "--out", "out", "--update-baseline"]) == 1
+    assert asked == ["", "decode", "decode"]  # stored_run.remeasure: 2, then refused
+    assert "decode: rel std of FlashCore / cudnn (paired)" in capsys.readouterr().err
+    assert not (repo_copy / "gates" / "baselines").exists() or not list((repo_copy / "gates" / "baselines").iterdir())
+
+
+def test_a_run_refused_for_more_than_spread_is_not_timed_again(
+        repo_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    both = _rewrite(SUITE, repo_copy / "noisy.json", "decode", "flashcore", times_ms=[0.55] * 10 + [0.7] * 10)
+    both = _rewrite(both, repo_copy / "both.json", "prefill-d128", "flashcore", planted="kernel debug_fault 4")
+    asked = _suite_runs(monkeypatch, [both, SUITE])
+    assert cli.main(["bench", "--out", "out", "--update-baseline"]) == 1
+    assert asked == [""]  # a planted fault: timing decode again could not make this run storable

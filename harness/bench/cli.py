@@ -22,9 +22,10 @@ import datetime as dt
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from harness.bench import paired, report
+from harness.bench import paired, remeasure, report
 from harness.bench import stored as per_gpu
 from harness.bench.record import Measurement, RecordError, Run, read_run, run_dict
 from harness.bench.settings import BACKENDS, OURS, BenchSettings, load_bench_settings
@@ -67,6 +68,20 @@ def run_suite(args: argparse.Namespace, out: Path) -> tuple[int, Path]:
     return subprocess.run(cmd, check=False).returncode, json_path
 
 
+def _measure_again(args: argparse.Namespace, out: Path) -> remeasure.Measure:
+    """The suite again on some workloads, into out/again-N (for remeasure.settle)."""
+    def measure(workloads: Sequence[str], attempt: int) -> Run | None:
+        again = out / f"again-{attempt}"
+        again.mkdir(parents=True, exist_ok=True)
+        _, source = run_suite(argparse.Namespace(**{**vars(args), "workloads": ",".join(workloads)}), again)
+        try:
+            return read_run(source)
+        except RecordError as e:
+            print(f"flashcore bench: timing again: {e}", file=sys.stderr)
+            return None
+    return measure
+
+
 def ordered(run: Run, settings: BenchSettings) -> tuple[list[Workload], dict[str, dict[str, Measurement]]]:
     """The run's workloads in suite order (then any others), and its measurements by workload and backend."""
     by_wl: dict[str, dict[str, Measurement]] = {}
@@ -101,37 +116,53 @@ def only_workloads(run: Run, config: Config, names: str) -> Run:
     return dataclasses.replace(run, measurements=kept)
 
 
-def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
-    """Why this run must not become the stored run (empty: it may)."""
+def _problems(run: Run, settings: BenchSettings) -> list[tuple[str, str, bool]]:
+    """Why this run must not become the stored run, as (workload or "", why, whether only its spread is the
+    problem: a noisy pair that timing the workload again may settle)."""
     ours = [m for m in run.measurements.values() if m.backend == OURS]
     if not ours:
-        return ["the run has no FlashCore measurement"]
-    problems = []
+        return [("", "the run has no FlashCore measurement", False)]
+    problems: list[tuple[str, str, bool]] = []
     if per_gpu.model_of(run.environment) is None:
-        problems.append("the run records no GPU: a stored run is kept per GPU model and must name its GPU")
+        problems.append(("", "the run records no GPU: a stored run is kept per GPU model and must name its GPU", False))
     j = settings.judged
     for m in ours:
         ref_name = settings.stored_run.reference_for(m.spec)
         ref = run.get(m.workload, ref_name)
+        w = m.workload
         if m.summary is None:
-            problems.append(f"{m.workload}: FlashCore not measured ({m.why or 'no repetitions'})")
+            problems.append((w, f"{w}: FlashCore not measured ({m.why or 'no repetitions'})", False))
         elif ref is None or ref.summary is None:
             why = ref.why if ref is not None and ref.why else "not in the run"
-            problems.append(f"{m.workload}: {ref_name} (the regression reference) not measured ({why})")
+            problems.append((w, f"{w}: {ref_name} (the regression reference) not measured ({why})", False))
         else:
             r = paired.speed_ratio(m, ref)
             if r is None:
-                problems.append(f"{m.workload}: FlashCore and {ref_name} were not timed in the same rounds"
-                                " (an unpaired, older record): re-measure")
+                problems.append((w, f"{w}: FlashCore and {ref_name} were not timed in the same rounds"
+                                 " (an unpaired, older record): re-measure", False))
             elif (thin := pv.too_little(r, j.stored_min_rounds, j.stored_min_spread_groups)) is not None:
-                problems.append(f"{m.workload}: FlashCore / {ref_name}: {thin}")
+                problems.append((w, f"{w}: FlashCore / {ref_name}: {thin}", False))
             elif r.rel_std > (limit := settings.stored_run.spread_limit(m.spec)):
-                problems.append(f"{m.workload}: rel std of FlashCore / {ref_name} (paired) {100 * r.rel_std:.2f} %"
-                                f" > {100 * limit:.2f} % (noisy)")
+                problems.append((w, f"{w}: rel std of FlashCore / {ref_name} (paired) {100 * r.rel_std:.2f} %"
+                                 f" > {100 * limit:.2f} % (noisy)", True))
         for x in (m, ref):
             if x is not None and x.planted:
-                problems.append(f"{m.workload}: planted test-only fault ({x.planted})")
+                problems.append((w, f"{w}: planted test-only fault ({x.planted})", False))
     return problems
+
+
+def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
+    """Why this run must not become the stored run (empty: it may)."""
+    return [why for _, why, _ in _problems(run, settings)]
+
+
+def noisy_workloads(run: Run, settings: BenchSettings) -> list[str]:
+    """The workloads whose only problem as a stored run is their pair's spread, in suite order; [] when anything
+    else stands in the way too (timing those again could not make the run storable)."""
+    problems = _problems(run, settings)
+    if any(not spread for _, _, spread in problems):
+        return []
+    return list(dict.fromkeys(w for w, _, _ in problems))
 
 
 def update_baseline(run: Run, settings: BenchSettings, repo_root: Path) -> int:
@@ -184,6 +215,9 @@ def bench_command(args: argparse.Namespace) -> int:
     except RecordError as e:
         print(f"flashcore bench: {e} (pytest exit code {suite_rc})", file=sys.stderr)
         return 1
+    if args.update_baseline and not args.from_json and out is not None:
+        run = remeasure.settle(run, lambda r: noisy_workloads(r, settings), _measure_again(args, out),
+                               settings.stored_run.remeasure)
     if args.from_json and args.workloads:
         try:
             run = only_workloads(run, config, args.workloads)

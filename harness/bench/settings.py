@@ -128,6 +128,7 @@ class StoredRunParams:
     reference_backend_not_plain: str = param(choices=BASELINES)  # ... on FP8 and serving layouts (SDPA runs neither)
     max_rel_std: float = param(gt=0, le=0.1)  # --update-baseline refuses a run whose paired ratio is noisier than this
     long_context_max_rel_std: float = param(gt=0, le=0.1)  # ... on workloads of kind long-context
+    remeasure: int = param(ge=0, le=5)  # --update-baseline times a workload refused for its spread again, this often
 
     def spread_limit(self, wl: Workload) -> float:
         """The spread a stored ratio of `wl` may have (the perf gates' per-kind rule, gates/phases.yaml)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.gates.structure import opcode_summary, verdict_structure
-from harness.results import Status, combine
+from harness.results import GateResult, Status, combine
 from harness.support.disasm import has_instruction, ptx_instructions, sass_opcodes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,3 +94,41 @@ def test_one_of_several_instructions_and_labels_that_tell_instantiations_apart()
     assert by_type["E4m3"].status is Status.PASS and "QGMMA present" in by_type["E4m3"].message
     assert by_type["Bf16"].status is Status.PASS
     assert by_type["Fp16"].status is Status.FAIL and "MISSING" in by_type["Fp16"].message
+
+
+def _fake_cuobjdump(tmp_path: Path) -> tuple[Path, Path]:
+    """A cuobjdump that prints SASS above and counts its calls in calls.txt."""
+    calls = tmp_path / "calls.txt"
+    tool = tmp_path / "bin" / "cuobjdump"
+    tool.parent.mkdir()
+    tool.write_text(f"#!/bin/sh\necho x >> {calls}\ncat <<'END'\n{SASS}\nEND\n")
+    tool.chmod(0o755)
+    return tool, calls
+
+
+def test_the_second_structure_gate_reads_the_first_ones_disassembly(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.gates.structure import StructureGate, StructureParams, StructureTmaGate, StructureWgmmaGate
+    from tests.conftest import make_context
+
+    tool, calls = _fake_cuobjdump(tmp_path)
+    monkeypatch.setenv("PATH", f"{tool.parent}:/usr/bin:/bin")
+    (tmp_path / "build").mkdir()
+    library = tmp_path / "build" / "lib.so"
+    library.write_bytes(b"one build")
+    params = StructureParams(library="build/lib.so", ptx="build/x.ptx", kernel_pattern="attention_forward_wgmma",
+                             sass_required=("HGMMA",), ptx_required=(), timeout_s=30, sass_forbidden=("HMMA",))
+
+    def run(gate: type[StructureGate], run_dir: str) -> GateResult:
+        (tmp_path / run_dir).mkdir(exist_ok=True)
+        return gate().run(make_context(tmp_path / run_dir, gate.__name__, params, repo_root=tmp_path))
+
+    first = run(StructureTmaGate, "run")
+    second = run(StructureWgmmaGate, "run")
+    assert first.status is second.status is Status.PASS
+    assert calls.read_text().count("x") == 1  # one disassembly for the two gates of one run
+    assert "earlier disassembly" in second.checks[0].message
+    library.write_bytes(b"another build")  # other bytes: disassembled again, never the stale opcodes
+    assert run(StructureWgmmaGate, "run").status is Status.PASS and calls.read_text().count("x") == 2
+    run(StructureWgmmaGate, "other-run")  # another run's directory has its own
+    assert calls.read_text().count("x") == 3

@@ -7,6 +7,8 @@ SASS from `cuobjdump --dump-sass` when the tool exists; otherwise the PTX from `
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import subprocess
 from dataclasses import dataclass
@@ -22,6 +24,33 @@ from harness.support.disasm import has_instruction, ptx_instructions, sass_opcod
 # What the gate judged, per kernel: its SASS opcodes. The whole listing is 200 MB and more at 150 kernels (it was
 # written twice per run, once per structure gate); `cuobjdump --dump-sass build/libflashcore.so` prints it again.
 LOG = "logs/sass-opcodes.txt"
+# The same opcodes with the library's sha256, which the run's other structure gate reads instead of disassembling the
+# library again: the disassembly of 152 kernels took 24 s alone and 75 s beside the sanitizer in the main job's
+# stage of many workers (phase7-h200-4134405); the shard placement keeps the two structure gates in one worker.
+CACHE = "logs/sass-opcodes.json"
+
+
+def library_opcodes(cuobjdump: str, library: Path, run_dir: Path, timeout_s: int) -> tuple[dict[str, set[str]], str,
+                                                                                              int, bool]:
+    """Per kernel its SASS opcodes, cuobjdump's stderr and exit code, and whether they came from this run's cache
+    (only for the same library bytes)."""
+    digest = hashlib.sha256(library.read_bytes()).hexdigest()
+    cache = run_dir / CACHE
+    try:
+        data = json.loads(cache.read_text())
+        if data["library_sha256"] == digest:
+            return {name: set(ops) for name, ops in data["opcodes"].items()}, "", 0, True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # none yet, or not ours to trust: disassemble
+    proc = subprocess.run([cuobjdump, "--dump-sass", str(library)], capture_output=True, text=True, timeout=timeout_s)
+    opcodes = sass_opcodes(proc.stdout)
+    if proc.returncode == 0:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"library_sha256": digest,
+                                   "opcodes": {name: sorted(ops) for name, ops in opcodes.items()}}))
+        tmp.replace(cache)
+    return opcodes, proc.stderr, proc.returncode, False
 
 
 def opcode_summary(opcodes: dict[str, set[str]], library: str) -> str:
@@ -88,14 +117,12 @@ class StructureGate(Gate):
         library = ctx.repo_root / p.library
         if cuobjdump is not None and library.is_file():
             ctx.step("cuobjdump --dump-sass")
-            proc = subprocess.run([cuobjdump, "--dump-sass", str(library)], capture_output=True, text=True,
-                                  timeout=p.timeout_s)
-            opcodes = sass_opcodes(proc.stdout)
-            log.write_text(opcode_summary(opcodes, p.library) + proc.stderr)
-            if proc.returncode != 0:
-                return ctx.verdict_only(Status.ERROR, f"cuobjdump --dump-sass failed (exit {proc.returncode})")
-            checks = verdict_structure(opcodes, p.kernel_pattern, p.sass_required,
-                                       p.sass_forbidden, "SASS")
+            opcodes, stderr, rc, cached = library_opcodes(cuobjdump, library, ctx.run_dir, p.timeout_s)
+            log.write_text(opcode_summary(opcodes, p.library) + stderr)
+            if rc != 0:
+                return ctx.verdict_only(Status.ERROR, f"cuobjdump --dump-sass failed (exit {rc})")
+            source = "SASS (this run's earlier disassembly)" if cached else "SASS"
+            checks = verdict_structure(opcodes, p.kernel_pattern, p.sass_required, p.sass_forbidden, source)
             return ctx.result(checks, logs=(LOG,))
         ctx.step("make ptx (no cuobjdump: PTX fallback)")
         proc = subprocess.run(["make", "-s", "ptx"], cwd=ctx.repo_root, capture_output=True, text=True,

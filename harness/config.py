@@ -71,16 +71,25 @@ def _parse_workloads(file: Path) -> tuple[dict[str, Workload], dict[str, tuple[s
 
 def _resolve(file: Path, key: str, names: tuple[str, ...], workloads: Mapping[str, Workload],
              sets: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
-    """Expand set names into workload names (order kept, duplicates dropped)."""
+    """Expand set names into workload names (order kept, duplicates dropped); "-name" (a set or a workload: no name
+    starts with "-") removes its workloads from those named before it."""
     out: dict[str, None] = {}
     for i, n in enumerate(names):
-        if n in sets:
-            out.update(dict.fromkeys(sets[n]))
-        elif n in workloads:
-            out[n] = None
+        drop = n.startswith("-")
+        name = n[1:] if drop else n
+        if name in sets:
+            members = sets[name]
+        elif name in workloads:
+            members = (name,)
         else:
             known = ", ".join([*sets, *workloads])
-            raise ConfigError(file, f"{key}[{i}]", n, f"unknown workload or set; known: {known}")
+            raise ConfigError(file, f"{key}[{i}]", n, f"unknown workload or set; known: {known} (each may be "
+                              "preceded by '-': leave its workloads out)")
+        for m in members:
+            if drop:
+                out.pop(m, None)
+            else:
+                out[m] = None
     return tuple(out)
 
 

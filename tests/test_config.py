@@ -118,6 +118,17 @@ def test_sets_and_workload_lists_expand_without_duplicates(gates_dir: Path) -> N
     assert len(det.workloads) == len(set(det.workloads))
 
 
+def test_a_leading_minus_leaves_a_set_or_workload_out(gates_dir: Path) -> None:
+    some = load_config(gates_dir).sets["sanitizer"]
+    _edit(gates_dir, "phases.yaml", lambda d: d["phases"][1]["gates"]["determinism"].update(
+        workloads=["all", "-sanitizer", "s1", "-s1", some[0]]))
+    config = load_config(gates_dir)
+    det = {g.name: g for g in config.phase(1).gates}["determinism"].params
+    # removed from what came before it, and a name given again after its removal is back (at the end)
+    assert set(det.workloads) == (set(config.sets["all"]) - set(some) - {"s1"}) | {some[0]}
+    assert det.workloads[-1] == some[0] and "s1" in config.sets["all"]
+
+
 # ---- errors ---------------------------------------------------------------------------------------
 
 
@@ -195,6 +206,8 @@ CASES = [
     ("gate_unknown", P, lambda d: d["phases"][1]["gates"].update(speed={}), "phases.1.gates.speed", "unknown gate"),
     ("gate_workload", P, _gate("determinism", workloads=["gqa", "s18"]),
      "phases.1.gates.determinism.workloads[1] = 's18'", "unknown workload or set"),
+    ("gate_workload_minus", P, _gate("determinism", workloads=["all", "-s18"]),
+     "phases.1.gates.determinism.workloads[1] = '-s18'", "preceded by '-'"),
     ("gate_param_unknown", P, _gate("correctness", fp32_max_abs=1.0),
      "phases.1.gates.correctness.fp32_max_abs = 1.0", "unknown key"),
     ("gate_param_missing", P, _del("phases", 1, "gates", "correctness", "fp16_max_abs"),

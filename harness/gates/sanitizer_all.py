@@ -1,5 +1,6 @@
-"""Phase-7 sanitizer gate: the sanitizer gate's runs over every workload (big prefill shapes included), inside a
-gate-level time budget.
+"""Phase-7 sanitizer gate: the sanitizer gate's runs over every workload phase 1's sanitizer does not run (big
+prefill shapes included; gates/phases.yaml leaves phase 1's lists out, so the main job checks each workload once),
+inside a gate-level time budget.
 
 Same machinery, params and verdicts as harness/gates/sanitizer.py, plus `budget_s`: no run outlives the budget;
 a run it cuts short is an ERROR and the runs it leaves out are listed as not run, so a spent budget turns the

@@ -90,6 +90,8 @@ def _resolve(file: Path, key: str, names: tuple[str, ...], workloads: Mapping[st
                 out.pop(m, None)
             else:
                 out[m] = None
+    if names and not out:
+        raise ConfigError(file, key, list(names), "leaves no workload (each '-name' removes from those before it)")
     return tuple(out)
 
 

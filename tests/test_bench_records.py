@@ -240,7 +240,8 @@ def _suite_runs(monkeypatch: pytest.MonkeyPatch, files: list[Path]) -> list[str]
 
     def fake(args: argparse.Namespace, out: Path) -> tuple[int, Path]:
         asked.append(args.workloads)
-        return 0, files[len(asked) - 1]
+        file = files[len(asked) - 1]
+        return (1, file) if file.name.startswith("failed") else (0, file)
 
     monkeypatch.setattr(gpu, "cuda_unavailable_reason", lambda: None)
     monkeypatch.setattr(bench_cli, "run_suite", fake)
@@ -278,3 +279,23 @@ def test_a_run_refused_for_more_than_spread_is_not_timed_again(
     asked = _suite_runs(monkeypatch, [both, SUITE])
     assert cli.main(["bench", "--out", "out", "--update-baseline"]) == 1
     assert asked == [""]  # a planted fault: timing decode again could not make this run storable
+
+
+@pytest.mark.parametrize("again", ["without-cudnn", "failed"])
+def test_a_second_measurement_that_lost_a_backend_or_failed_never_replaces_the_first(
+        repo_copy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], again: str) -> None:
+    """A re-run whose suite failed, or that recorded fewer backends of the workload (a test that errored), is not
+    merged: the stored run would have lost the workload's regression reference without a word."""
+    noisy = _rewrite(SUITE, repo_copy / "noisy.json", "decode", "flashcore", times_ms=[0.55] * 10 + [0.7] * 10)
+    data = json.loads(SUITE.read_text())
+    data["benchmarks"] = [b for b in data["benchmarks"] if (b["extra_info"]["measurement"]["workload"],
+                                                            b["extra_info"]["measurement"]["backend"]) !=
+                          ("decode", "cudnn")]
+    second = repo_copy / ("failed.json" if again == "failed" else "partial.json")
+    second.write_text(json.dumps(data if again == "without-cudnn" else json.loads(SUITE.read_text())))
+    asked = _suite_runs(monkeypatch, [noisy, second])
+    assert cli.main(["bench", "--out", "out", "--update-baseline"]) == 1
+    assert asked == ["", "decode"]
+    err = capsys.readouterr().err
+    assert ("the suite exited 1" if again == "failed" else "not every backend measured again") in err
+    assert "decode: rel std of FlashCore / cudnn (paired)" in err  # the first, noisy measurement stands: refused

@@ -208,6 +208,8 @@ CASES = [
      "phases.1.gates.determinism.workloads[1] = 's18'", "unknown workload or set"),
     ("gate_workload_minus", P, _gate("determinism", workloads=["all", "-s18"]),
      "phases.1.gates.determinism.workloads[1] = '-s18'", "preceded by '-'"),
+    ("gate_workloads_none_left", P, _gate("determinism", workloads=["s1", "-all"]),
+     "phases.1.gates.determinism.workloads = ['s1', '-all']", "leaves no workload"),
     ("gate_param_unknown", P, _gate("correctness", fp32_max_abs=1.0),
      "phases.1.gates.correctness.fp32_max_abs = 1.0", "unknown key"),
     ("gate_param_missing", P, _del("phases", 1, "gates", "correctness", "fp16_max_abs"),

@@ -73,7 +73,11 @@ def _measure_again(args: argparse.Namespace, out: Path) -> remeasure.Measure:
     def measure(workloads: Sequence[str], attempt: int) -> Run | None:
         again = out / f"again-{attempt}"
         again.mkdir(parents=True, exist_ok=True)
-        _, source = run_suite(argparse.Namespace(**{**vars(args), "workloads": ",".join(workloads)}), again)
+        (again / "bench.json").unlink(missing_ok=True)  # never an earlier invocation's file in a reused --out
+        rc, source = run_suite(argparse.Namespace(**{**vars(args), "workloads": ",".join(workloads)}), again)
+        if rc != 0:
+            print(f"flashcore bench: timing again: the suite exited {rc}", file=sys.stderr)
+            return None
         try:
             return read_run(source)
         except RecordError as e:

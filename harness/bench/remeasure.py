@@ -21,6 +21,12 @@ from harness.bench.record import Run
 Measure = Callable[[Sequence[str], int], Run | None]
 
 
+def complete(run: Run, again: Run, workload: str) -> bool:
+    """Whether `again` holds every backend `run` has for `workload` (a test that errored or a cut run records
+    fewer): only then may its measurements replace the old ones, else the stored run would lose the workload."""
+    return {b for w, b in run.measurements if w == workload} <= {b for w, b in again.measurements if w == workload}
+
+
 def merged(run: Run, again: Run, workloads: Sequence[str]) -> Run:
     """`run` with every measurement of `workloads` taken from `again`."""
     names = set(workloads)
@@ -45,5 +51,11 @@ def settle(run: Run, noisy: Callable[[Run], list[str]], measure: Measure, attemp
             print(f"flashcore bench: the new measurement ran on {again.gpu}, the run on {run.gpu}: not merged",
                   file=sys.stderr)
             break
-        run = merged(run, again, names)
+        whole = [w for w in names if complete(run, again, w)]
+        if len(whole) < len(names):
+            print(f"flashcore bench: {', '.join(w for w in names if w not in whole)}: not every backend measured "
+                  "again; the first measurement stays", file=sys.stderr)
+        if not whole:
+            break
+        run = merged(run, again, whole)
     return run

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ def library_opcodes(cuobjdump: str, library: Path, run_dir: Path, timeout_s: int
     opcodes = sass_opcodes(proc.stdout)
     if proc.returncode == 0:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".tmp")
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")  # two gates of one run directory at once never share it
         tmp.write_text(json.dumps({"library_sha256": digest,
                                    "opcodes": {name: sorted(ops) for name, ops in opcodes.items()}}))
         tmp.replace(cache)

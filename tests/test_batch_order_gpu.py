@@ -14,8 +14,7 @@ import torch
 
 import flashcore
 from flashcore import reference, serving
-from tests.test_one_wg_gpu import decode_outputs
-from tests.test_paged_gpu import paged
+from tests.test_one_wg_gpu import decode_outputs, paged_decode_matches
 from tests.test_serving_gpu import close, rand
 
 pytestmark = pytest.mark.gpu
@@ -45,16 +44,7 @@ def test_contiguous_cache(splits: int | None) -> None:
 
 @pytest.mark.parametrize("page", [64, 16, 1])
 def test_paged_cache(page: int) -> None:
-    lengths = _lengths(48)
-    k, v, table = paged(lengths, page, HKV, D, D)
-    q = rand(len(lengths), 1, HQ, D)
-    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
-    out, lse = decode_outputs(len(lengths), HQ, D)
-    serving.kvcache(q, k, v, seqlens, page_table=table, causal=True, out=out, lse=lse, debug_checks=True)
-    for b, n in enumerate(lengths):
-        kb, vb = reference.cached_keys(k, v, b, n, None, table)
-        ref, ref_lse = reference.sequence(q[b], kb, vb, causal=True, scale=1 / math.sqrt(D))
-        close(out[b], ref, lse[b], ref_lse)
+    paged_decode_matches(_lengths(48), page, HQ, HKV, D, causal=True, splits=None, debug_checks=True)
 
 
 def test_packed_keys() -> None:

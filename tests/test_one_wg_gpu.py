@@ -67,15 +67,21 @@ def test_decode_with_ragged_cache_lengths(hq: int, hkv: int, d: int, splits: int
 @pytest.mark.parametrize("d,hq,hkv", [(128, 32, 8), (64, 16, 4), (128, 8, 8)])
 @pytest.mark.parametrize("splits", [None, 3])
 def test_paged_decode(page: int, d: int, hq: int, hkv: int, splits: int | None) -> None:
-    lengths = [1, 3000, 129, 0, 700]
+    paged_decode_matches([1, 3000, 129, 0, 700], page, hq, hkv, d, causal=False, splits=splits, debug_checks=False)
+
+
+def paged_decode_matches(lengths: list[int], page: int, hq: int, hkv: int, d: int, *, causal: bool,
+                         splits: int | None, debug_checks: bool) -> None:
+    """One query row per sequence over a paged cache of these lengths: every row against the float32 reference."""
     k, v, table = paged(lengths, page, hkv, d, d)
     q = rand(len(lengths), 1, hq, d)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     out, lse = decode_outputs(len(lengths), hq, d)
-    serving.kvcache(q, k, v, seqlens, page_table=table, num_splits=splits, out=out, lse=lse, debug_checks=False)
+    serving.kvcache(q, k, v, seqlens, page_table=table, causal=causal, num_splits=splits, out=out, lse=lse,
+                    debug_checks=debug_checks)
     for b, n in enumerate(lengths):
         kb, vb = reference.cached_keys(k, v, b, n, None, table)
-        ref, ref_lse = reference.sequence(q[b], kb, vb, causal=False, scale=1 / math.sqrt(d))
+        ref, ref_lse = reference.sequence(q[b], kb, vb, causal=causal, scale=1 / math.sqrt(d))
         close(out[b], ref, lse[b], ref_lse)
 
 

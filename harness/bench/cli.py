@@ -161,7 +161,7 @@ def baseline_problems(run: Run, settings: BenchSettings) -> list[str]:
 
 
 def noisy_workloads(run: Run, settings: BenchSettings) -> list[str]:
-    """The workloads whose only problem as a stored run is their pair's spread, in suite order; [] when anything
+    """The workloads whose only problem as a stored run is their pair's spread, in the run's order; [] when anything
     else stands in the way too (timing those again could not make the run storable)."""
     problems = _problems(run, settings)
     if any(not spread for _, _, spread in problems):

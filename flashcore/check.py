@@ -27,48 +27,23 @@ BSHD = "[B, S, H, D]"
 # fc_params.fp8_v_transpose (kernel/flashcore.h enum fc_fp8_v_transpose): where the kernel transposes V for P V.
 V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
 
-_DEQUANTIZED = " (flash_attn_func and flash_attn_varlen_func run it on the inputs dequantized to bf16)"
-
 # Why each FA3 argument FlashCore does not take is refused (UnsupportedArgument names it with this reason).
 UNSUPPORTED = {
     "qv": "a second query operand (FA3's MLA path) is not supported",
     "fp8 graph capture": "FP8 inputs on packed rows or a contiguous cache have their index values checked on the "
                          "host, a device sync that a CUDA graph cannot capture; capture a paged cache (checked on "
                          "the device) or 16-bit inputs, or run the call outside the capture",
-    "fp8 page_table": "paged caches with FP8 inputs run at head dim 128 with pages of a multiple of 16 keys only "
-                      "(smaller pages are gathered for 16-bit inputs only); use a contiguous cache otherwise",
-    "fp8 cache_leftpad": "a left-padded paged cache with FP8 inputs is not supported (left bounds are compiled for "
-                         "16-bit inputs only); use a contiguous cache",
-    # A KV cache only: the other entry points run these on the inputs dequantized (flashcore/fp8_modifiers.py)
-    "fp8 window_size": f"a sliding window over an FP8 KV cache is not supported{_DEQUANTIZED}; pass (-1, -1)",
-    "fp8 softcap": f"softcap over an FP8 KV cache is not supported{_DEQUANTIZED}; pass 0.0",
-    "fp8 fallback": "fallback='sdpa' has no FP8 KV-cache path: an FP8 cache runs on the Hopper kernel only",
-    "fp8 attention_chunk": f"chunked attention over an FP8 KV cache is not supported{_DEQUANTIZED}; pass 0",
-    "fp8 s_aux": f"attention sinks over an FP8 KV cache are not supported{_DEQUANTIZED}; pass None",
 }
 
 
 def fp8_unsupported(window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any
                     ) -> dict[str, bool]:
-    """What an FP8 call asks for that the FP8 kernels do not compile, by refusal name, in FA3's argument order: the
-    score modifiers and the fallback (refused over a KV cache, dequantized elsewhere: flashcore/fp8_modifiers.py)."""
+    """What an FP8 call asks for that the FP8 kernels do not compile, by name, in FA3's argument order: the score
+    modifiers and the fallback (run on dequantized inputs, flashcore/fp8_modifiers.py, or on a bf16 copy of a KV
+    cache, flashcore/fp8_cache.py)."""
     return {"fp8 window_size": window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
             "fp8 attention_chunk": chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
             "fp8 s_aux": s_aux is not None}
-
-
-def refuse_fp8(window_size: Any, softcap: Any, attention_chunk: Any, fallback: Any, s_aux: Any) -> None:
-    """The score modifiers and the fallback an FP8 KV cache does not take, refused by name."""
-    refuse(fp8_unsupported(window_size, softcap, attention_chunk, fallback, s_aux))
-
-
-def refuse_fp8_pages(q: object, k_cache: object, page_table: object, cache_leftpad: object) -> None:
-    """A paged cache with FP8 inputs: head dim 128, pages of a multiple of 16 keys, no left pad (by name)."""
-    if page_table is None:
-        return
-    shapes_ok = all(getattr(t, "dim", lambda: 0)() >= 3 for t in (q, k_cache))
-    runs = shapes_ok and q.shape[-1] == 128 and k_cache.shape[1] % 16 == 0  # type: ignore[attr-defined]
-    refuse({"fp8 page_table": shapes_ok and not runs, "fp8 cache_leftpad": cache_leftpad is not None})
 
 
 def no_descales(q: object, descales: Mapping[str, object]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, fp8, fp8_modifiers, rotary, scheduler, serving
+from flashcore import append, check, check_serving, fp8, fp8_modifiers, scheduler, serving
 from flashcore.api import attention
 from flashcore.call import is_fp8
 from flashcore.errors import FlashCoreError, UnsupportedArgument
@@ -152,7 +152,6 @@ def flash_attn_with_kvcache(
     value found by the append (device syncs; see flashcore.serving). rotary_seqlens without rotary_cos is ignored,
     as FA3 ignores it."""
     check.refuse({"qv": qv is not None})
-    rotary.refuse_fp8(q, rotary_cos, rotary_sin)
     import torch
 
     scheduler.check_metadata(scheduler_metadata, q, k_cache, v_cache, cu_seqlens_q, page_table)

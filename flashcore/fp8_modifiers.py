@@ -85,7 +85,7 @@ def dense(q: Any, k: Any, v: Any, descales: dict[str, Any]) -> tuple[torch.Tenso
         reference.dequantize(x, f, heads_kv).to(torch.bfloat16) for x, f in zip((q, k, v), factors, strict=True))
 
 
-def _sequence_of_rows(cu_seqlens: Any, rows: int, name: str, device: torch.device) -> torch.Tensor:
+def sequence_of_rows(cu_seqlens: Any, rows: int, name: str, device: torch.device) -> torch.Tensor:
     """The sequence of each packed row: b for rows [cu_seqlens[b], cu_seqlens[b + 1]) (rows past the last offset get
     the last sequence: no sequence reads them). On the device, without a host copy (a copy would synchronize)."""
     import torch
@@ -109,8 +109,8 @@ def packed(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, descale
     import torch
 
     q, k, v = _inputs((q, k, v), 3, "[total, H, D] (packed rows)")
-    rows_q = _sequence_of_rows(cu_seqlens_q, q.shape[0], "cu_seqlens_q", q.device)
-    rows_k = _sequence_of_rows(cu_seqlens_k, k.shape[0], "cu_seqlens_k", q.device)
+    rows_q = sequence_of_rows(cu_seqlens_q, q.shape[0], "cu_seqlens_q", q.device)
+    rows_k = sequence_of_rows(cu_seqlens_k, k.shape[0], "cu_seqlens_k", q.device)
     batch, heads_kv = cu_seqlens_q.shape[0] - 1, k.shape[1]
     if cu_seqlens_k.shape[0] - 1 != batch:
         raise FlashCoreError(f"cu_seqlens_k has {cu_seqlens_k.shape[0]} entries and cu_seqlens_q "

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flashcore import validate
-from flashcore.call import is_fp8
-from flashcore.errors import FlashCoreError, UnsupportedArgument
+from flashcore.errors import FlashCoreError
 
 if TYPE_CHECKING:
     import torch
@@ -43,14 +42,6 @@ def q_per_row(causal: bool, window: tuple[int, int], attention_chunk: int, seqle
     capacity per sequence, seqlen_q q's rows (max_seqlen_q when packed)."""
     left, right = window
     return (causal or attention_chunk >= 1 or 0 <= left < seqlen_k - 1 or 0 <= right < seqlen_q - 1)
-
-
-def refuse_fp8(q: Any, rotary_cos: Any, rotary_sin: Any) -> None:
-    """Rotary embedding with FP8 inputs is refused by name, before any dtype check (a cache's append is where the
-    rotation happens, and it copies FP8 rows unconverted)."""
-    if (rotary_cos is not None or rotary_sin is not None) and is_fp8(q):
-        raise UnsupportedArgument("rotary_cos: rotary embedding with FP8 inputs is not supported; rotate q and k "
-                                  "before quantizing them")
 
 
 def checked(rotary_cos: Any, rotary_sin: Any, rotary_seqlens: Any, interleaved: Any, *, q: torch.Tensor,

@@ -32,8 +32,9 @@ byte for byte) and, at head dim 128, paged caches with pages of a multiple of 16
 q_descale, k_descale, v_descale [B, Hkv], B the call's sequences (packed: cu_seqlens_q's entries - 1; a cache: q's
 batch, not the cache's entries), None meaning 1. The kernel transposes V in shared memory for these layouts (the
 workspace copy of V^T is laid out per dense batch entry, and for a cache would transpose every entry's whole
-capacity on every call). Other paged caches, a left-padded paged cache, windows, softcap, chunks, sinks, rotary and
-the fallback are refused with FP8 inputs (UnsupportedArgument naming them). The FP8 kernels check the index values
+capacity on every call). With windows, softcap, chunks, sinks or an acting fallback, packed FP8 rows run on the 16-bit
+path dequantized (flashcore/fp8_modifiers.py); an FP8 cache with those, rotary, other paged caches or a left-padded
+paged cache runs on a bf16 copy of the caches (flashcore/fp8_cache.py). The FP8 kernels check the index values
 of paged caches on the device; those of packed rows and contiguous caches are checked on the host on every FP8 call
 (a device sync; such a call is refused under CUDA graph capture).
 
@@ -58,7 +59,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, device_errors, fastpath, fp8_modifiers, launch, rotary
+from flashcore import append, check, check_serving, device_errors, fastpath, fp8_cache, fp8_modifiers, launch, rotary
 from flashcore.api import attention
 from flashcore.call import Call, is_fp8, lse_shape
 from flashcore.errors import FlashCoreError
@@ -165,16 +166,23 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
     int32 [B + 1] with max_seqlen_q: q packed [total_q, Hq, D] (chunked prefill, speculative decoding), sequence b's
     queries rows [cu[b], cu[b + 1]); out [total_q, Hq, D], lse [Hq, total_q] (rows in no sequence not written).
     out / lse: optional output buffers of those shapes. FP8 (module docstring): q_descale, k_descale, v_descale
-    float32 [B, Hkv]; k, v appended as they are (no rotary)."""
+    float32 [B, Hkv]; k, v appended as they are (or rotated, on the bf16 copy: flashcore/fp8_cache.py)."""
     import torch
 
+    if fp8_cache.wanted(q, k_cache, page_table=page_table, cache_leftpad=cache_leftpad, window_size=window_size,
+                        softcap=softcap, attention_chunk=attention_chunk, fallback=fallback, s_aux=s_aux,
+                        rotary_cos=rotary_cos, rotary_sin=rotary_sin):
+        return fp8_cache.run(kvcache, q, k_cache, v_cache, cache_seqlens, k=k, v=v, cu_seqlens_q=cu_seqlens_q,
+                             rotary_cos=rotary_cos, rotary_sin=rotary_sin, out=out, q_descale=q_descale,
+                             k_descale=k_descale, v_descale=v_descale, cache_batch_idx=cache_batch_idx,
+                             page_table=page_table, cache_leftpad=cache_leftpad, max_seqlen_q=max_seqlen_q,
+                             causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
+                             attention_chunk=attention_chunk, num_splits=num_splits, sm_margin=sm_margin,
+                             fallback=fallback, debug_checks=debug_checks, lse=lse, cu_seqlens_k_new=cu_seqlens_k_new,
+                             rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved, s_aux=s_aux)
     debug = check_serving.host_checks(debug_checks, q, page_table)
     key = None
-    if is_fp8(q):
-        check.refuse_fp8(window_size, softcap, attention_chunk, fallback, s_aux)
-        check.refuse_fp8_pages(q, k_cache, page_table, cache_leftpad)
-        rotary.refuse_fp8(q, rotary_cos, rotary_sin)
-    elif not debug and out is None and lse is None and s_aux is None:
+    if not is_fp8(q) and not debug and out is None and lse is None and s_aux is None:
         per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument
         tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v,
                    cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_seqlens)
@@ -247,7 +255,7 @@ def appended(call: Call, k: Any, v: Any, cache_seqlens: Any, cu_seqlens_k_new: A
     if k is None:
         return call
     k_cache, v_cache = call.k, call.v
-    if call.fp8:  # no rotary (refused): the append copies elements unconverted, so FP8 rows go as 16-bit byte pairs
+    if call.fp8:  # no rotary (those calls take flashcore/fp8_cache.py): FP8 rows are copied as 16-bit byte pairs
         k_cache, v_cache, k, v = (byte_pairs(name, t) for name, t in
                                   (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)))
     lengths, q = append.run(k_cache, v_cache, k, v, call.cache_seqlens, call.cache_batch_idx, call.page_table,

@@ -10,7 +10,7 @@ import torch
 
 import flashcore
 from flashcore import rotary
-from flashcore.errors import FlashCoreError, UnsupportedArgument
+from flashcore.errors import FlashCoreError
 
 H, HKV, D = 4, 2, 64
 
@@ -181,11 +181,14 @@ def test_append_argument_errors_name_the_argument(kw: dict[str, object], named: 
         _call(**kw)
 
 
-def test_rotary_with_fp8_is_refused_by_name() -> None:
-    q = torch.zeros(2, 1, H, D, dtype=torch.float8_e4m3fn)
-    with pytest.raises(UnsupportedArgument, match="^rotary_cos: rotary embedding with FP8"):
-        flashcore.flash_attn_with_kvcache(q, q, q, q, q, rotary_cos=table(8, 32)[0], rotary_sin=table(8, 32)[1],
-                                          cache_seqlens=ints([0, 0]), fallback="sdpa")
+def test_rotary_with_fp8_runs_on_the_bf16_copy_and_its_tables_may_be_e4m3() -> None:
+    q = torch.randn(2, 1, H, D).to(torch.float8_e4m3fn)
+    cache = torch.zeros(2, 4, H, D, dtype=torch.float8_e4m3fn)
+    cos, sin = table(8, 32)
+    out = flashcore.flash_attn_with_kvcache(q, cache, cache.clone(), q, q, rotary_cos=cos.to(torch.float8_e4m3fn),
+                                            rotary_sin=sin.to(torch.float8_e4m3fn), cache_seqlens=ints([0, 0]),
+                                            fallback="sdpa")
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all() and cache[:, 0].float().abs().sum() > 0
 
 
 @pytest.mark.parametrize("kw,named", [

@@ -186,20 +186,8 @@ REFUSALS: dict[tuple[str, str, str], Callable[[], Any]] = {
     ("flash_attn_func", "qv", "qv"): lambda: _func(qv=_t(2, 8, 4, 64)),
     ("flash_attn_varlen_func", "qv", "qv"): lambda: _varlen(qv=_t(10, 4, 64)),
     ("flash_attn_with_kvcache", "qv", "qv"): lambda: _kvcache(qv=_t(2, 3, 4, 64)),
-    ("flash_attn_with_kvcache", "window_size", "fp8 window_size"): lambda: _kvcache_fp8(window_size=(2, 0)),
-    ("flash_attn_with_kvcache", "attention_chunk", "fp8 attention_chunk"): lambda: _kvcache_fp8(attention_chunk=4),
-    ("flash_attn_with_kvcache", "softcap", "fp8 softcap"): lambda: _kvcache_fp8(softcap=5.0),
-    ("flash_attn_with_kvcache", "s_aux", "fp8 s_aux"): lambda: _kvcache_fp8(s_aux=torch.zeros(4)),
-    ("flash_attn_with_kvcache", "fallback", "fp8 fallback"): lambda: _kvcache_fp8(fallback="sdpa"),
-    ("flash_attn_with_kvcache", "page_table", "fp8 page_table"): lambda: _kvcache_fp8(
-        page_table=_i32(0, 1).view(2, 1)),
-    ("flash_attn_with_kvcache", "cache_leftpad", "fp8 cache_leftpad"): lambda: flashcore.flash_attn_with_kvcache(
-        *(_t(*shape).to(torch.float8_e4m3fn) for shape in ((2, 1, 4, 128), (4, 16, 2, 128), (4, 16, 2, 128))),
-        cache_seqlens=_i32(5, 9), page_table=_i32(0, 1, 2, 3).view(2, 2), cache_leftpad=_i32(1, 2)),
     ("flash_attn_varlen_func", "debug_checks", "fp8 graph capture"): _captured(_varlen_fp8),
     ("flash_attn_with_kvcache", "debug_checks", "fp8 graph capture"): _captured(_kvcache_fp8),
-    ("flash_attn_with_kvcache", "rotary_cos", "rotary_cos"): lambda: _kvcache(
-        _FP8, k=_t(2, 1, 2, 64).to(_FP8), v=_t(2, 1, 2, 64).to(_FP8), rotary_cos=_t(64, 16), rotary_sin=_t(64, 16)),
 }
 
 

@@ -1,20 +1,21 @@
 """FP8 on the serving layouts, the host side on the CPU: what runs (packed batches, contiguous caches and hdim-128
-paged caches build an FP8 Call whose descales are [sequences, Hkv] and reach fc_params), what is refused by name
-(other pages, a paged left pad, windows, softcap, chunks, sinks, the fallback), descales with 16-bit inputs and
-descales of the wrong shape raise naming them, and FP8 appends go to the 16-bit append kernel as byte pairs. The
-kernel side is tests/test_fp8_layouts_gpu.py."""
+paged caches build an FP8 Call whose descales are [sequences, Hkv] and reach fc_params), what takes the bf16 copy
+of the cache instead (other pages, a paged left pad, windows, softcap, chunks, sinks, the fallback), descales with
+16-bit inputs and descales of the wrong shape raise naming them, and FP8 appends go to the 16-bit append kernel as
+byte pairs. The kernel side is tests/test_fp8_layouts_gpu.py."""
 
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
 
 import flashcore
-from flashcore import _lib, check_serving, launch, serving
+from flashcore import _lib, check_serving, fp8_cache, launch, serving
 from flashcore.call import Call
-from flashcore.errors import FlashCoreError, UnsupportedArgument
+from flashcore.errors import FlashCoreError
 
 E4M3 = torch.float8_e4m3fn
 SDPA = {"fallback": "sdpa"}  # the checks' CPU device type (FP8 itself refuses the fallback before running)
@@ -109,21 +110,16 @@ def _kvcache(d: int = 128, page_size: int = 64, **kw: Any) -> Any:
 PAGES = {"page_table": i32(0, 1, 2, 3).view(2, 2)}
 
 
-@pytest.mark.parametrize(("entry", "kwargs", "name"), [
-    (_kvcache, {"window_size": (8, 0)}, "fp8 window_size"),
-    (_kvcache, {"softcap": 30.0}, "fp8 softcap"),
-    (_kvcache, {"attention_chunk": 16}, "fp8 attention_chunk"),
-    (_kvcache, {"s_aux": torch.zeros(4)}, "fp8 s_aux"),
-    (_kvcache, {"fallback": "sdpa"}, "fp8 fallback"),
-    (_kvcache, {"d": 64, **PAGES}, "fp8 page_table"),
-    (_kvcache, {"d": 256, **PAGES}, "fp8 page_table"),
-    (_kvcache, {"page_size": 8, **PAGES}, "fp8 page_table"),
-    (_kvcache, {"cache_leftpad": i32(0, 1), **PAGES}, "fp8 cache_leftpad"),
-])
-# Packed FP8 rows with these run on the dequantized inputs instead (tests/test_fp8_modifiers.py).
-def test_fp8_serving_refuses_by_name(entry: Any, kwargs: dict[str, Any], name: str) -> None:
-    with pytest.raises(UnsupportedArgument, match=f"^{name}: "):
-        entry(**kwargs)
+@pytest.mark.parametrize("kwargs", [
+    {"window_size": (8, 0)}, {"softcap": 30.0}, {"attention_chunk": 16}, {"s_aux": torch.zeros(4)},
+    {"fallback": "sdpa"}, {"d": 64, **PAGES}, {"d": 256, **PAGES}, {"page_size": 8, **PAGES},
+    {"cache_leftpad": i32(0, 1), **PAGES},
+], ids=["window", "softcap", "chunk", "sinks", "fallback", "paged-d64", "paged-d256", "pages-8", "paged-leftpad"])
+def test_what_fp8_kernels_lack_on_a_cache_takes_the_bf16_copy(kwargs: dict[str, Any]) -> None:
+    # (tests/test_fp8_cache.py checks the values; here: the route, with no FP8 kernel call)
+    with mock.patch.object(fp8_cache, "run", return_value=("out", "lse")) as route:
+        assert _kvcache(**{"fallback": "sdpa", **kwargs}) == "out"
+    assert route.call_count == 1
 
 
 def test_fp8_paged_cache_at_head_dim_128_with_pages_of_16_keys_checks_into_a_call() -> None:
@@ -135,8 +131,9 @@ def test_fp8_paged_cache_at_head_dim_128_with_pages_of_16_keys_checks_into_a_cal
     call = serving.with_descales(call, torch.ones(2, 2), None, None)
     p = launch.params(call, torch.empty(2, 1, 4, 128, dtype=torch.bfloat16), None)
     assert p.dtype == _lib.FC_E4M3 and p.page_size == 16 and p.page_table == table.data_ptr()
-    with pytest.raises(UnsupportedArgument, match="^fp8 page_table: paged caches with FP8 inputs run at head dim 128"):
-        _kvcache(page_size=24, **PAGES)
+    with mock.patch.object(fp8_cache, "run", return_value=("out", "lse")) as route:
+        _kvcache(page_size=24, fallback="sdpa", **PAGES)
+    assert route.call_count == 1  # pages of 24 keys: not the FP8 kernel's TMA boxes
 
 
 def test_fp8_appends_go_as_byte_pairs() -> None:

@@ -1,7 +1,8 @@
 """FP8 calls with a window, softcap, chunks, sinks or fallback="sdpa" (flashcore/fp8_modifiers.py): flash_attn_func
 and flash_attn_varlen_func run them on the 16-bit path over the inputs dequantized to bf16, each value times its
-own factor; a KV cache refuses them by name. On the CPU (fallback="sdpa"); the references dequantize head by head and
-sequence by sequence, not with the module's broadcasting."""
+own factor; a KV cache runs them on a bf16 copy (flashcore/fp8_cache.py, tests/test_fp8_cache.py). On the CPU
+(fallback="sdpa"); the references dequantize head by head and sequence by sequence, not with the module's
+broadcasting."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import flashcore  # noqa: E402
-from flashcore import FlashCoreError, UnsupportedArgument, fp8, fp8_modifiers, reference  # noqa: E402
+from flashcore import FlashCoreError, fp8, fp8_modifiers, reference  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 
@@ -124,11 +125,13 @@ def test_packed_offsets_of_another_dtype_are_named(dtype: torch.dtype) -> None:
         flashcore.flash_attn_varlen_func(q, k, k, cu.to(dtype), cu, 5, 5, softcap=2.0, fallback="sdpa")
 
 
-def test_a_window_over_an_fp8_kv_cache_is_still_refused_by_name() -> None:
+def test_a_window_over_an_fp8_kv_cache_runs_on_its_bf16_copy() -> None:
     q, kc, vc = _fp8(2, 1, 4, 64, seed=25), _fp8(2, 16, 2, 64, seed=26), _fp8(2, 16, 2, 64, seed=27)
-    with pytest.raises(UnsupportedArgument, match="^fp8 window_size: a sliding window over an FP8 KV cache"):
-        flashcore.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([5, 9], dtype=torch.int32),
-                                          window_size=(4, 0))
+    lengths = torch.tensor([5, 9], dtype=torch.int32)
+    got = flashcore.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lengths, window_size=(4, 0), fallback="sdpa")
+    want = flashcore.flash_attn_with_kvcache(*(x.to(torch.bfloat16) for x in (q, kc, vc)), cache_seqlens=lengths,
+                                             window_size=(4, 0), fallback="sdpa")
+    assert torch.equal(got, want)  # (tests/test_fp8_cache.py: the factors, pages, appends)
 
 
 def test_fallback_on_the_kernels_gpu_keeps_the_fp8_kernel() -> None:

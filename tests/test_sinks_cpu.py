@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flashcore import _lib, launch, reference, serving
-from flashcore.errors import FlashCoreError, UnsupportedArgument
+from flashcore.errors import FlashCoreError
 from flashcore.flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 
 
@@ -136,12 +136,14 @@ def test_fp8_with_s_aux_runs_on_the_dequantized_inputs() -> None:
     assert torch.equal(got, flash_attn_func(*(q.to(torch.bfloat16),) * 3, s_aux=sinks, fallback="sdpa"))
 
 
-def test_fp8_with_s_aux_over_a_kv_cache_is_refused_by_name() -> None:
-    q = torch.zeros(1, 1, 2, 64).to(torch.float8_e4m3fn)
-    cache = torch.zeros(1, 8, 2, 64).to(torch.float8_e4m3fn)
-    with pytest.raises(UnsupportedArgument, match="^fp8 s_aux: "):
-        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=torch.tensor([4], dtype=torch.int32),
-                                s_aux=torch.zeros(2))
+def test_fp8_with_s_aux_over_a_kv_cache_runs_as_the_16_bit_call_on_its_values() -> None:
+    g = torch.Generator().manual_seed(3)
+    q, cache = (torch.randn(*s, generator=g).to(torch.float8_e4m3fn) for s in ((1, 1, 2, 64), (1, 8, 2, 64)))
+    sinks, lengths = torch.randn(2, generator=g), torch.tensor([4], dtype=torch.int32)
+    got = flash_attn_with_kvcache(q, cache, cache, cache_seqlens=lengths, s_aux=sinks, fallback="sdpa")
+    want = flash_attn_with_kvcache(q.to(torch.bfloat16), *(cache.to(torch.bfloat16),) * 2, cache_seqlens=lengths,
+                                   s_aux=sinks, fallback="sdpa")
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
 
 
 def test_a_strided_s_aux_is_made_contiguous_float32() -> None:

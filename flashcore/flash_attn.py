@@ -8,11 +8,11 @@ Sliding windows, softcap, packed variable-length batches, per-sequence cache len
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
 runs on dense batches (flashcore.attention_fp8), packed batches and contiguous KV caches (flashcore/serving.py).
 flash_attn_with_kvcache appends k and v (packed too: cu_seqlens_k_new) with FA3's rotary embedding on the library's
-append kernel (flashcore/append.py). An argument FlashCore does not support (a paged cache with FP8 inputs, ...)
-raises
+append kernel (flashcore/append.py). An argument FlashCore does not support (FA3's MLA operand qv) raises
 UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa;
 scheduler_metadata, checked against the call's shapes: flashcore/scheduler.py) are accepted. FlashCore is
-forward-only: inputs that need a gradient are refused as by flashcore.attention. Extension, keyword-only:
+forward-only: with inputs that need a gradient (grad mode on) these run as fa3-fwd's do, the output's backward
+raising FlashCoreError (flashcore/forward_only.py). Extension, keyword-only:
 `fallback="sdpa"` (plain torch) for CPU tensors and non-Hopper GPUs.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, fp8, fp8_modifiers, scheduler, serving
+from flashcore import append, check, check_serving, forward_only, fp8, fp8_modifiers, scheduler, serving
 from flashcore.api import attention
 from flashcore.call import is_fp8
 from flashcore.errors import FlashCoreError, UnsupportedArgument
@@ -52,6 +52,7 @@ def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_size: Any, 
     return attention(q, k, v, **kw)
 
 
+@forward_only.entry
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
                     causal: bool = False, qv: Any = None, q_descale: Any = None, k_descale: Any = None,
                     v_descale: Any = None, window_size: Any = (-1, -1), attention_chunk: int = 0,
@@ -83,6 +84,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     return (out, lse) if return_attn_probs else out
 
 
+@forward_only.entry
 def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, seqused_q: Any = None,
                            seqused_k: torch.Tensor | None = None, softmax_scale: float | None = None,
@@ -109,6 +111,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     return (out, lse) if return_attn_probs else out
 
 
+@forward_only.entry
 def flash_attn_with_kvcache(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None = None,
     v: torch.Tensor | None = None, qv: Any = None, rotary_cos: Any = None, rotary_sin: Any = None,

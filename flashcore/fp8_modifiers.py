@@ -1,6 +1,7 @@
 """FP8 inputs with what the FP8 kernels do not compile: a sliding window, softcap, chunked attention, attention sinks,
-or fallback="sdpa" (no Hopper GPU). flash_attn_func and flash_attn_varlen_func run such a call on the 16-bit path
-over the inputs dequantized to bf16, each value times its factor as FA3 defines it (q * q_descale[b, h // (Hq / Hkv)],
+fallback="sdpa" (no Hopper GPU), or a head dim without an FP8 kernel (96, 192, ...: FA3's FP8 serves them).
+flash_attn_func and flash_attn_varlen_func run such a call on the 16-bit path over the inputs dequantized to bf16,
+each value times its factor as FA3 defines it (q * q_descale[b, h // (Hq / Hkv)],
 k * k_descale[b, h], v * v_descale[b, h], factors float32 [B, Hkv], None meaning 1). Refusing them left FA3's FP8
 callers with a window or softcap no path at all.
 
@@ -8,9 +9,9 @@ What the caller gets: attention over those values computed with bf16 operands (P
 E4M3 before P V), closer to exact than FA3's FP8 kernel and not bit-equal to it; out is bf16, as FA3's FP8 out. The
 cost: passes that write bf16 copies of q, k and v (each product rounded once to bf16), then the 16-bit kernel's
 time, not FP8's (the product is taken in float32: 4 bytes per element of temporaries, q, k and v one at a time).
-FP8's head dims only (64, 128, 256), as without a modifier. A KV cache is not dequantized (a bf16 copy of a whole
-cache per decode step; a paged cache's pages may be shared by sequences with different factors):
-flash_attn_with_kvcache refuses these by name.
+Any head dim the 16-bit kernels run, one for q, k and v (FA3's FP8). A KV cache is not dequantized here (a paged
+cache's pages may be shared by sequences with different factors): flash_attn_with_kvcache runs these on a bf16 copy
+of its raw values instead (flashcore/fp8_cache.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def wanted(q: Any, window_size: Any, softcap: Any, attention_chunk: Any, fallbac
     kernel runs as without it)."""
     asked = check.fp8_unsupported(window_size, softcap, attention_chunk, check.fallback_choice(fallback), s_aux)
     asked["fp8 fallback"] = asked["fp8 fallback"] and _fallback_acts(q)
+    # a head dim FA3's FP8 serves that no FP8 kernel is compiled for (96, 192, ...): the 16-bit kernels hold it
+    asked["fp8 head dim"] = getattr(q, "dim", lambda: 0)() >= 1 and q.shape[-1] not in head_dims.FP8
     return any(asked.values())
 
 
@@ -62,10 +65,10 @@ def _inputs(tensors: tuple[Any, Any, Any], rank: int, layout: str) -> tuple[torc
     if k.shape[:-1] != v.shape[:-1] or (rank == 4 and q.shape[0] != k.shape[0]):
         raise FlashCoreError(f"q, k and v have shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}: expected "
                              f"{layout}, k and v alike but for the head dim" + (", one batch" if rank == 4 else ""))
-    # FP8's head dims whatever the modifiers: adding softcap must not change which shapes an FP8 call may have
-    if q.shape[-1] not in head_dims.FP8 or k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1]:
+    # One head dim for q, k and v (FA3's FP8), one the 16-bit kernels run
+    if q.shape[-1] not in head_dims.SUPPORTED or k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1]:
         raise FlashCoreError(f"head dims are {q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]} (q, k, v): FP8 inputs run "
-                             f"one head dim of {head_dims.FP8}")
+                             f"one head dim for q, k and v, of the {head_dims.describe(head_dims.SUPPORTED)}")
     return q, k, v
 
 

@@ -142,10 +142,20 @@ def test_fallback_on_the_kernels_gpu_keeps_the_fp8_kernel() -> None:
     assert kernel.call_args.args[0] is q
 
 
-def test_a_head_dim_fp8_does_not_run_stays_refused_with_a_modifier() -> None:
-    q, k, v = _fp8(1, 8, 2, 96, seed=43), _fp8(1, 8, 1, 96, seed=44), _fp8(1, 8, 1, 96, seed=45)
-    with pytest.raises(FlashCoreError, match=r"FP8 inputs run one head dim of \(64, 128, 256\)"):
-        flashcore.flash_attn_func(q, k, v, softcap=3.0, fallback="sdpa")
+@pytest.mark.parametrize("head_dim", [96, 192])
+def test_a_head_dim_without_an_fp8_kernel_runs_dequantized(head_dim: int) -> None:
+    q, k, v = (_fp8(1, 8, h, head_dim, seed=43 + h) for h in (2, 1, 1))
+    qd = _factors(1, 1, 46)
+    got = flashcore.flash_attn_func(q, k, v, causal=True, q_descale=qd, fallback="sdpa")
+    want = flashcore.flash_attn_func(_by_head(q[0], qd, [0] * 8, 2)[None], k.to(torch.bfloat16),
+                                     v.to(torch.bfloat16), causal=True, fallback="sdpa")
+    assert torch.equal(got, want)
+
+
+def test_fp8_head_dims_of_q_k_and_v_must_agree() -> None:
+    q, k = _fp8(1, 8, 2, 96, seed=47), _fp8(1, 8, 1, 64, seed=48)
+    with pytest.raises(FlashCoreError, match=r"head dims are 96, 64, 64 \(q, k, v\): FP8 inputs run one head dim"):
+        flashcore.flash_attn_func(q, k, k, fallback="sdpa")
 
 
 def test_a_bad_fallback_value_is_named_before_any_copy() -> None:

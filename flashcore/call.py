@@ -59,6 +59,9 @@ class Call:
     attention_chunk: int = 0  # > 0: FA3's chunked local attention (kernel/flashcore.h fc_params.attention_chunk)
     # attention sinks (s_aux): float32 [Hq] raw logits, one extra value-less key per row (fc_params.sinks)
     sinks: torch.Tensor | None = None
+    # FA3's MLA operand qv: [.., Hq, Dv] like q with v's head dim; every score gains qv . v (flashcore/mla.py: torch
+    # computes such a call, no kernel has the second product)
+    qv: torch.Tensor | None = None
 
     @property
     def fp8(self) -> bool:

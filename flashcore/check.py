@@ -29,7 +29,6 @@ V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
 
 # Why each FA3 argument FlashCore does not take is refused (UnsupportedArgument names it with this reason).
 UNSUPPORTED = {
-    "qv": "a second query operand (FA3's MLA path) is not supported",
     "fp8 graph capture": "FP8 inputs on packed rows or a contiguous cache have their index values checked on the "
                          "host, a device sync that a CUDA graph cannot capture; capture a paged cache (checked on "
                          "the device) or 16-bit inputs, or run the call outside the capture",

@@ -31,11 +31,11 @@ def warn_once(device: str) -> bool:
         return False
     _warned.add(device)
     warnings.warn(f"flashcore: {device} is not an SM 9.0 GPU; fallback='sdpa' computes attention with torch SDPA, "
-                  "not FlashCore's kernel", RuntimeWarning, stacklevel=_caller_level())
+                  "not FlashCore's kernel", RuntimeWarning, stacklevel=caller_level())
     return True
 
 
-def _caller_level() -> int:
+def caller_level() -> int:
     """warnings.warn's stacklevel of the first frame outside the flashcore package: the user's call, however many
     of the package's functions lie between it and here."""
     package = os.path.dirname(os.path.abspath(__file__))

@@ -8,9 +8,9 @@ Sliding windows, softcap, packed variable-length batches, per-sequence cache len
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
 runs on dense batches (flashcore.attention_fp8), packed batches and contiguous KV caches (flashcore/serving.py).
 flash_attn_with_kvcache appends k and v (packed too: cu_seqlens_k_new) with FA3's rotary embedding on the library's
-append kernel (flashcore/append.py). An argument FlashCore does not support (FA3's MLA operand qv) raises
-UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints (pack_gqa;
-scheduler_metadata, checked against the call's shapes: flashcore/scheduler.py) are accepted. FlashCore is
+append kernel (flashcore/append.py). FA3's MLA operand qv runs on torch (flashcore/mla.py). An argument FlashCore
+does not support raises UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints
+(pack_gqa; scheduler_metadata, checked against the call's shapes: flashcore/scheduler.py) are accepted. FlashCore is
 forward-only: with inputs that need a gradient (grad mode on) these run as fa3-fwd's do, the output's backward
 raising FlashCoreError (flashcore/forward_only.py). Extension, keyword-only:
 `fallback="sdpa"` (plain torch) for CPU tensors and non-Hopper GPUs.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashcore import append, check, check_serving, forward_only, fp8, fp8_modifiers, scheduler, serving
+from flashcore import append, check, check_serving, forward_only, fp8, fp8_modifiers, mla, scheduler, serving
 from flashcore.api import attention
 from flashcore.call import is_fp8
 from flashcore.errors import FlashCoreError, UnsupportedArgument
@@ -68,7 +68,12 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     positions are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted); each row's softmax
     gets one value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse
     includes it; a row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
-    check.refuse({"qv": qv is not None})
+    if qv is not None:  # MLA (flashcore/mla.py)
+        check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
+        out, lse = mla.dense(q, k, v, qv, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
+                             softcap=softcap, attention_chunk=attention_chunk, s_aux=s_aux,
+                             deterministic=deterministic, fallback=fallback)
+        return (out, lse) if return_attn_probs else out
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if is_fp8(q) and fp8_modifiers.wanted(q, window_size, softcap, attention_chunk, fallback, s_aux):
         q, k, v = fp8_modifiers.dense(q, k, v, descales)  # the 16-bit path (flashcore/fp8_modifiers.py)
@@ -101,7 +106,13 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     with return_attn_probs=True; the rows of out and softmax_lse past seqused_q[b] are not written (as in FA3:
     never read them). num_splits as flash_attn_func's: packed queries split the keys too.
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
-    check.refuse({"qv": qv is not None})
+    if qv is not None:  # MLA (flashcore/mla.py)
+        check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
+        out, lse = mla.varlen(q, k, v, qv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              seqused_q=seqused_q, seqused_k=seqused_k, causal=causal, softmax_scale=softmax_scale,
+                              window_size=window_size, softcap=softcap, attention_chunk=attention_chunk, s_aux=s_aux,
+                              deterministic=deterministic, fallback=fallback)
+        return (out, lse) if return_attn_probs else out
     out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
                               seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
@@ -154,11 +165,20 @@ def flash_attn_with_kvcache(
     debug_checks (extension): check the lengths, slots and pages on the host and raise at once for a bad index
     value found by the append (device syncs; see flashcore.serving). rotary_seqlens without rotary_cos is ignored,
     as FA3 ignores it."""
-    check.refuse({"qv": qv is not None})
     import torch
 
     scheduler.check_metadata(scheduler_metadata, q, k_cache, v_cache, cu_seqlens_q, page_table)
     window_size = check.window(window_size)  # before the append writes into the caches
+    if qv is not None:  # MLA (flashcore/mla.py)
+        check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
+        out, lse = mla.kvcache(q, k_cache, v_cache, qv, cache_seqlens, k=k, v=v, cache_batch_idx=cache_batch_idx,
+                               page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
+                               max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None, causal=causal,
+                               softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
+                               attention_chunk=attention_chunk, s_aux=s_aux, fallback=fallback,
+                               cu_seqlens_k_new=cu_seqlens_k_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                               rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved)
+        return (out, lse) if return_softmax_lse else out
     per_sequence = (cache_seqlens, cache_batch_idx, page_table, cache_leftpad, cu_seqlens_q, rotary_cos, rotary_sin,
                     cu_seqlens_k_new if k is not None else None)
     # FP8 takes the serving path for one length too (its descales; the dense FP8 call would slice the cache).

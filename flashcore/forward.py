@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
 
 def _device(call: Call) -> tuple[int, str, bool]:
-    """(CUDA index or -1, device name, computed by torch rather than the kernel)."""
+    """(CUDA index or -1, device name, computed by torch rather than the kernel: also every qv call)."""
     q = call.q
     if q.device.type == "cpu":  # only with fallback="sdpa": the checks refuse CPU tensors otherwise
         return -1, "CPU", True
     index = launch.device_index(q.device)
     capability, name = launch.device_info(index)
-    return index, name, launch.use_fallback(str(q.device), capability, name, call.fallback)
+    return index, name, launch.use_fallback(str(q.device), capability, name, call.fallback) or call.qv is not None
 
 
 def outputs(call: Call) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,22 +64,23 @@ def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> No
     import torch
 
     q, k, v = call.q, call.k, call.v
-    if call.layout == "dense" and not call.windowed and call.sinks is None:
+    if call.layout == "dense" and not call.windowed and call.sinks is None and call.qv is None:
         sdpa_fallback.warn_once(f"{q.device} ({name})")
         with torch.cuda.device(q.device) if q.device.type != "cpu" else contextlib.nullcontext():
             sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)
         return
     mods: dict[str, Any] = {"causal": call.causal, "scale": call.scale, "window": call.window,
                             "softcap": call.softcap, "chunk": call.attention_chunk, "sinks": call.sinks}
+    qv = call.qv
     if call.layout == "dense":
-        o, s = reference.dense(q, k, v, **mods)
+        o, s = reference.dense(q, k, v, qv=qv, **mods)
         out.copy_(o)
         lse.copy_(s)
     elif call.layout == "varlen":
         assert call.cu_seqlens_q is not None and call.cu_seqlens_k is not None
         used_q, used_k = (None if t is None else t.tolist() for t in (call.seqused_q, call.seqused_k))
         cu_q = call.cu_seqlens_q.tolist()
-        o, s = reference.varlen(q, k, v, cu_q, call.cu_seqlens_k.tolist(), used_k, used_q=used_q, **mods)
+        o, s = reference.varlen(q, k, v, cu_q, call.cu_seqlens_k.tolist(), used_k, used_q=used_q, qv=qv, **mods)
         for rows in reference.query_rows(cu_q, used_q):  # the kernel's rows: no other row is written
             out[rows] = o[rows]
             lse[:, rows] = s[:, rows]
@@ -90,9 +91,11 @@ def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> No
         for b, (n, pad) in enumerate(zip(call.cache_seqlens.tolist(), pads, strict=True)):
             kb, vb = reference.cached_keys(k, v, b, n, call.cache_batch_idx, call.page_table, pad)
             if packed is None:
-                out[b], lse[b] = reference.sequence(q[b], kb, vb, **mods)
+                out[b], lse[b] = reference.sequence(q[b], kb, vb, qv=None if qv is None else qv[b], **mods)
             else:  # packed queries: sequence b's rows of q, out and lse [Hq, total_q]
-                out[packed[b]], lse[:, packed[b]] = reference.sequence(q[packed[b]], kb, vb, **mods)
+                rows = packed[b]
+                out[rows], lse[:, rows] = reference.sequence(q[rows], kb, vb, qv=None if qv is None else qv[rows],
+                                                             **mods)
 
 
 def plan(call: Call) -> tuple[_lib.FcPlanInfo, tuning.TileConfig]:

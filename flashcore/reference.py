@@ -64,10 +64,11 @@ def sink_lse(sinks: torch.Tensor, shape: tuple[int, ...] | torch.Size, packed: b
 def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
              window: tuple[int, int] = (-1, -1), softcap: float = 0.0, chunk: int = 0,
              p_dtype: torch.dtype | None = None,
-             sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             sinks: torch.Tensor | None = None,
+             qv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One sequence: out [Sq, Hq, D] float32 and lse [Hq, Sq] float32. p_dtype: P is rounded to it before P V, as
     the FP8 kernel does (2^8 exp(s - row max), rounded, over the unrounded sum): the "same rounding" reference of
-    FA3's FP8 tests."""
+    FA3's FP8 tests. qv [Sq, Hq, Dv] (FA3's MLA operand): each score is (q . k + qv . v) x scale."""
     import torch
 
     sq, hq, d = q.shape
@@ -84,7 +85,10 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     step = max(1, CHUNK_BYTES // max(1, 4 * hq * sk))
     for start in range(0, sq, step):
         rows = slice(start, min(start + step, sq))
-        s = torch.matmul(q[rows].float().permute(1, 0, 2), k32) * scale  # [Hq, n, Sk]
+        s = torch.matmul(q[rows].float().permute(1, 0, 2), k32)  # [Hq, n, Sk]
+        if qv is not None:
+            s = s + torch.matmul(qv[rows].float().permute(1, 0, 2), v32.transpose(1, 2))
+        s = s * scale
         if softcap > 0:
             s = torch.tanh(s / softcap) * softcap
         s = s.masked_fill(~visible(sq, sk, rows, causal, window, q.device, chunk), -math.inf)
@@ -106,12 +110,13 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
 def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
           window: tuple[int, int] = (-1, -1), softcap: float = 0.0, chunk: int = 0,
           p_dtype: torch.dtype | None = None,
-          sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+          sinks: torch.Tensor | None = None,
+          qv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]: out [B, Sq, Hq, D] float32, lse [B, Hq, Sq] float32."""
     import torch
 
     pairs = [sequence(q[b], k[b], v[b], causal=causal, scale=scale, window=window, softcap=softcap, chunk=chunk,
-                      p_dtype=p_dtype, sinks=sinks)
+                      p_dtype=p_dtype, sinks=sinks, qv=None if qv is None else qv[b])
              for b in range(q.shape[0])]
     if not pairs:
         return (torch.zeros(q.shape, dtype=torch.float32, device=q.device),
@@ -122,7 +127,7 @@ def dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sc
 def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], cu_k: list[int],
            used_k: list[int] | None, *, causal: bool, scale: float, window: tuple[int, int] = (-1, -1),
            softcap: float = 0.0, chunk: int = 0, used_q: list[int] | None = None,
-           sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           sinks: torch.Tensor | None = None, qv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed q [total_q, Hq, D], k and v [total_k, Hkv, D] with host lists of offsets (and of used keys and
     queries: a sequence's lengths are then its used counts): out [total_q, Hq, D] float32 (rows outside every
     sequence's used queries 0), lse [Hq, total_q] float32 (-inf there)."""
@@ -134,7 +139,7 @@ def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int], c
         k_end = cu_k[b + 1] if used_k is None else cu_k[b] + used_k[b]
         ks = slice(cu_k[b], k_end)
         o, s = sequence(q[qs], k[ks], v[ks], causal=causal, scale=scale, window=window, softcap=softcap, chunk=chunk,
-                        sinks=sinks)
+                        sinks=sinks, qv=None if qv is None else qv[qs])
         out[qs], lse[:, qs] = o, s
     return out, lse
 

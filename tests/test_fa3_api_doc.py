@@ -183,9 +183,10 @@ def _captured(call: Callable[[], Any]) -> Callable[[], Any]:
 
 # (function, row, refused name) -> a call that sets it
 REFUSALS: dict[tuple[str, str, str], Callable[[], Any]] = {
-    ("flash_attn_func", "qv", "qv"): lambda: _func(qv=_t(2, 8, 4, 64)),
-    ("flash_attn_varlen_func", "qv", "qv"): lambda: _varlen(qv=_t(10, 4, 64)),
-    ("flash_attn_with_kvcache", "qv", "qv"): lambda: _kvcache(qv=_t(2, 3, 4, 64)),
+    ("flash_attn_func", "qv", "fp8 qv"): lambda: flashcore.flash_attn_func(
+        *(x.to(_FP8) for x in _dense()), qv=_t(2, 8, 4, 64).to(_FP8), fallback="sdpa"),
+    ("flash_attn_varlen_func", "qv", "fp8 qv"): lambda: _varlen_fp8(qv=_t(10, 4, 64).to(_FP8)),
+    ("flash_attn_with_kvcache", "qv", "fp8 qv"): lambda: _kvcache(_FP8, qv=_t(2, 3, 4, 64).to(_FP8)),
     ("flash_attn_varlen_func", "debug_checks", "fp8 graph capture"): _captured(_varlen_fp8),
     ("flash_attn_with_kvcache", "debug_checks", "fp8 graph capture"): _captured(_kvcache_fp8),
 }

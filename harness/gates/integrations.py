@@ -23,7 +23,8 @@ that says how to install it; a family that crashes is an ERROR of its own, the o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from types import ModuleType
 
 from harness.gates.base import FlashcoreGate, GateContext, SelfTest, finite_or_none, margin_le
@@ -119,16 +120,17 @@ def verdict_bits(subject: str, equal: bool, what: str) -> Check:
 # ---- measuring (GPU) ------------------------------------------------------------------------------
 
 
-def measure_hf(p: IntegrationsParams, seed: int, device: str, backend: str,
+def measure_hf(p: IntegrationsParams, seed: int, device: str, backend: str, seconds: dict[str, float],
                ) -> tuple[dict[str, dict[str, float]], dict[str, tuple[Status, str]]]:
     """Each family's numbers (harness/support/hf_models.py), on `device` with the attention backend registered as
     `backend`; and the families not measured: NOT_APPLICABLE where this transformers lacks the class, ERROR where the
-    family crashed (the others still run)."""
+    family crashed (the others still run). `seconds` gets each family's wall time (where the gate's time goes)."""
     measured, not_run = {}, {}
     for family in p.models:
         if why := hf_models.missing(family):
             not_run[family] = (Status.NOT_APPLICABLE, why)
             continue
+        start = time.perf_counter()
         try:
             measured[family] = hf_models.measure_family(family, p, gpu.workload_seed(seed, "hf", family), device,
                                                         backend)
@@ -136,11 +138,13 @@ def measure_hf(p: IntegrationsParams, seed: int, device: str, backend: str,
             not_run[family] = (Status.ERROR, f"{type(e).__name__}: {e}")
         finally:
             gpu.free_memory()
+            seconds[family] = round(time.perf_counter() - start, 2)
     return measured, not_run
 
 
-def measure_op(p: IntegrationsParams, seed: int) -> dict[str, bool]:
-    """torch.compile and CUDA-graph replays of flashcore.attention against eager calls, bit for bit."""
+def measure_op(p: IntegrationsParams, seed: int, seconds: dict[str, float]) -> dict[str, bool]:
+    """torch.compile and CUDA-graph replays of flashcore.attention against eager calls, bit for bit (`seconds`: the
+    compiled call's wall time, compilation included)."""
     import torch
 
     import flashcore
@@ -157,7 +161,9 @@ def measure_op(p: IntegrationsParams, seed: int) -> dict[str, bool]:
     q, k, v = inputs()
     with torch.no_grad():
         eager = layer(q, k, v)
+        start = time.perf_counter()
         compiled = torch.compile(layer, fullgraph=True)(q, k, v)
+        seconds["compile"] = round(time.perf_counter() - start, 2)
         static = inputs()
         layer(*static)  # warm-up outside the capture
         torch.cuda.synchronize()
@@ -179,6 +185,7 @@ class Measured:
     hf: dict[str, dict[str, float]]  # family -> its numbers
     hf_not_run: dict[str, tuple[Status, str]]  # family -> NOT_APPLICABLE or ERROR, and why
     op: dict[str, bool]
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per family, "transformers", "compile"
 
 
 def verdicts(m: Measured, p: IntegrationsParams) -> list[Check]:
@@ -198,6 +205,8 @@ def verdicts(m: Measured, p: IntegrationsParams) -> list[Check]:
 
 
 def measure(p: IntegrationsParams, seed: int, fault: int) -> Measured:
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
     try:
         import transformers  # noqa: F401
     except ImportError as e:
@@ -207,9 +216,10 @@ def measure(p: IntegrationsParams, seed: int, fault: int) -> Measured:
     else:
         import flashcore.integrations.transformers as fct
 
+        seconds["transformers"] = round(time.perf_counter() - start, 2)
         fct.register(debug_fault=fault)
-        hf, not_run = measure_hf(p, seed, "cuda", fct.NAME)
-    return Measured(hf, not_run, measure_op(p, seed + 1))
+        hf, not_run = measure_hf(p, seed, "cuda", fct.NAME, seconds)
+    return Measured(hf, not_run, measure_op(p, seed + 1, seconds), seconds)
 
 
 @register("integrations")
@@ -230,5 +240,6 @@ class IntegrationsGate(FlashcoreGate):
         finally:
             gpu.free_memory()
         not_run = {f: f"{status.value}: {why}" for f, (status, why) in m.hf_not_run.items()}
-        ctx.log(f"seed {seed}: hf {m.hf} (not run: {not_run}); op {m.op}")
-        return ctx.result(verdicts(m, p), details={"seed": seed, "hf": m.hf, "hf_not_run": not_run, "op": m.op})
+        ctx.log(f"seed {seed}: hf {m.hf} (not run: {not_run}); op {m.op}; seconds {m.seconds}")
+        return ctx.result(verdicts(m, p), details={"seed": seed, "hf": m.hf, "hf_not_run": not_run, "op": m.op,
+                                                   "seconds": m.seconds})

@@ -62,6 +62,7 @@ class Call:
     # FA3's MLA operand qv: [.., Hq, Dv] like q with v's head dim; every score gains qv . v (flashcore/mla.py: torch
     # computes such a call, no kernel has the second product)
     qv: torch.Tensor | None = None
+    torch_only: bool = False  # computed by torch on any device: qv, or MLA's head dims (flashcore/mla.py)
 
     @property
     def fp8(self) -> bool:

@@ -68,7 +68,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     positions are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted); each row's softmax
     gets one value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse
     includes it; a row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
-    if qv is not None:  # MLA (flashcore/mla.py)
+    if qv is not None or mla.latent(q, v):  # MLA (flashcore/mla.py)
         check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.dense(q, k, v, qv, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
                              softcap=softcap, attention_chunk=attention_chunk, s_aux=s_aux,
@@ -106,7 +106,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     with return_attn_probs=True; the rows of out and softmax_lse past seqused_q[b] are not written (as in FA3:
     never read them). num_splits as flash_attn_func's: packed queries split the keys too.
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
-    if qv is not None:  # MLA (flashcore/mla.py)
+    if qv is not None or mla.latent(q, v):  # MLA (flashcore/mla.py)
         check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.varlen(q, k, v, qv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               seqused_q=seqused_q, seqused_k=seqused_k, causal=causal, softmax_scale=softmax_scale,
@@ -169,7 +169,7 @@ def flash_attn_with_kvcache(
 
     scheduler.check_metadata(scheduler_metadata, q, k_cache, v_cache, cu_seqlens_q, page_table)
     window_size = check.window(window_size)  # before the append writes into the caches
-    if qv is not None:  # MLA (flashcore/mla.py)
+    if qv is not None or mla.latent(q, v_cache):  # MLA (flashcore/mla.py)
         check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.kvcache(q, k_cache, v_cache, qv, cache_seqlens, k=k, v=v, cache_batch_idx=cache_batch_idx,
                                page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,

@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
 
 def _device(call: Call) -> tuple[int, str, bool]:
-    """(CUDA index or -1, device name, computed by torch rather than the kernel: also every qv call)."""
+    """(CUDA index or -1, device name, computed by torch rather than the kernel: also every torch_only call)."""
     q = call.q
     if q.device.type == "cpu":  # only with fallback="sdpa": the checks refuse CPU tensors otherwise
         return -1, "CPU", True
     index = launch.device_index(q.device)
     capability, name = launch.device_info(index)
-    return index, name, launch.use_fallback(str(q.device), capability, name, call.fallback) or call.qv is not None
+    return index, name, launch.use_fallback(str(q.device), capability, name, call.fallback) or call.torch_only
 
 
 def outputs(call: Call) -> tuple[torch.Tensor, torch.Tensor]:

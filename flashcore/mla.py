@@ -1,12 +1,13 @@
 """FA3's MLA operand qv (DeepSeek's multi-head latent attention, as SGLang's FA3 backend calls it): q [.., Hq, D]
 holds the rotary part and qv [.., Hq, Dv] the latent part of each query, k [.., Hkv, D] and v [.., Hkv, Dv] the
 keys' rotary and latent parts; every score is (q . k + qv . v) x softmax_scale, whose default is (D + Dv)^-0.5 (FA3's),
-and out = softmax(scores) v. FA3 runs it at D 64 with Dv 256 or 512.
+and out = softmax(scores) v. FA3 runs it at D 64 with Dv 256 or 512, and those head dims without qv too (scores
+q . k x D^-0.5 by default): FlashCore's head-dim table has no kernel for them, so they take this path as well.
 
 No FlashCore kernel has the second product yet, so such a call is computed by torch in float32 on the tensors' own
-device (flashcore/forward.py routes every Call with qv there; flashcore/reference.py adds the product): correct on
-every layout the other calls take (dense, packed, KV caches with pages, appends, rotary, windows, softcap, chunks,
-sinks), at torch's speed, with one RuntimeWarning per process saying so. The index values of packed and cached
+device (a torch_only Call: flashcore/forward.py; flashcore/reference.py adds the product): correct on every layout
+the other calls take (dense, packed, KV caches with pages, appends, rotary, windows, softcap, chunks, sinks), at
+torch's speed, with one RuntimeWarning per process saying so. The index values of packed and cached
 calls are checked on the host first (a device sync): torch then indexes with them.
 
 The host checks are the other calls' (flashcore/check.py, flashcore/check_serving.py), run with v's first D columns
@@ -21,13 +22,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from flashcore import fallback as sdpa_fallback
+from flashcore import head_dims
 from flashcore.call import Call, is_fp8
 from flashcore.errors import FlashCoreError, UnsupportedArgument
 
 if TYPE_CHECKING:
     import torch
 
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()
 
 
 def stand_in(v: Any, q: Any) -> Any:
@@ -38,6 +40,17 @@ def stand_in(v: Any, q: Any) -> Any:
             and v.shape[-1] > q.shape[-1]:
         return v[..., :q.shape[-1]]
     return v
+
+
+def latent(q: Any, v: Any) -> bool:
+    """v's head dim is one FA3 pairs with q's only in its MLA kernels: q's up to 64 and v's above it, up to 512, a
+    multiple of 8, that the head-dim table does not pair with q's."""
+    import torch
+
+    if not (isinstance(q, torch.Tensor) and isinstance(v, torch.Tensor) and q.dim() >= 1 and v.dim() >= 1):
+        return False
+    d, dv = q.shape[-1], v.shape[-1]
+    return d <= 64 and d < dv <= 512 and dv % 8 == 0 and dv not in head_dims.HEAD_DIM_V.get(d, (d,))
 
 
 def refuse_fp8(q: Any, qv: Any) -> None:
@@ -68,21 +81,25 @@ def check_qv(qv: Any, q: torch.Tensor, v: Any) -> torch.Tensor:
 
 
 def with_qv(call: Call, v: torch.Tensor, qv: Any, softmax_scale: Any) -> Call:
-    """A checked call (made with the stand-in v) with v's every column and qv, at FA3's default scale for qv."""
-    qv = check_qv(qv, call.q, v)
+    """A checked call (made with the stand-in v) with v's every column and qv (or none: a latent v alone), at FA3's
+    default scale, (D + Dqv)^-0.5."""
+    if qv is not None:
+        qv = check_qv(qv, call.q, v)
     if tuple(v.shape[:-1]) != tuple(call.v.shape[:-1]):
         raise FlashCoreError(f"v has shape {tuple(v.shape)}: expected k's shape with its own head dim")
-    scale = call.scale if softmax_scale is not None else (call.q.shape[-1] + v.shape[-1]) ** -0.5
-    _warn_once(str(call.q.device))
-    return replace(call, v=v, qv=qv, scale=scale)
+    extra = 0 if qv is None else v.shape[-1]
+    scale = call.scale if softmax_scale is not None else (call.q.shape[-1] + extra) ** -0.5
+    _warn_once(str(call.q.device), "qv (FA3's MLA operand)" if qv is not None else
+               f"v's head dim {v.shape[-1]} with q's {call.q.shape[-1]} (FA3's MLA head dims)")
+    return replace(call, v=v, qv=qv, scale=scale, torch_only=True)
 
 
-def _warn_once(device: str) -> None:
-    if device in _warned:
+def _warn_once(device: str, what: str) -> None:
+    if (device, what) in _warned:
         return
-    _warned.add(device)
-    warnings.warn(f"flashcore: qv (FA3's MLA operand) on {device} is computed by torch in float32, not by "
-                  "FlashCore's kernel", RuntimeWarning, stacklevel=sdpa_fallback.caller_level())
+    _warned.add((device, what))
+    warnings.warn(f"flashcore: {what} on {device} is computed by torch in float32, not by FlashCore's kernel",
+                  RuntimeWarning, stacklevel=sdpa_fallback.caller_level())
 
 
 def dense(q: Any, k: Any, v: Any, qv: Any, *, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any,

@@ -75,8 +75,8 @@ def test_qv_of_the_wrong_shape_or_fp8_is_named() -> None:
         flashcore.flash_attn_func(q, k, v, qv=_t(1, 4, HQ, DV, seed=22).to(torch.float8_e4m3fn), fallback="sdpa")
 
 
-def test_without_qv_a_latent_v_head_dim_is_still_refused() -> None:
-    q, k, v = _t(1, 4, HQ, D, seed=23), _t(1, 4, HKV, D, seed=24), _t(1, 4, HKV, DV, seed=25)
+def test_a_v_head_dim_fa3_does_not_pair_with_qs_is_still_refused() -> None:
+    q, k, v = _t(1, 4, HQ, 128, seed=23), _t(1, 4, HKV, 128, seed=24), _t(1, 4, HKV, DV, seed=25)
     with pytest.raises(flashcore.FlashCoreError, match="v's head dim is 512"):
         flashcore.flash_attn_func(q, k, v, fallback="sdpa")
 
@@ -102,3 +102,11 @@ def test_an_mla_decode_on_the_gpu_matches_fp32_and_a_bad_page_raises_with_the_gp
     torch.cuda.synchronize()
     assert torch.isfinite(flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, qv=qv, cache_seqlens=lengths,
                                                             page_table=table)).all()
+
+
+def test_fa3s_mla_head_dims_without_qv_run_on_torch_at_d_to_the_minus_half() -> None:
+    q, k, v = _t(2, 5, HQ, D, seed=40), _t(2, 7, HKV, D, seed=41), _t(2, 7, HKV, 256, seed=42)
+    out = flashcore.flash_attn_func(q, k, v, causal=True, fallback="sdpa")
+    want, _ = reference.dense(q.float(), k.float(), v.float(), causal=True, scale=D ** -0.5)
+    assert out.shape == (2, 5, HQ, 256)
+    torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)

@@ -19,7 +19,7 @@ TYPED := harness $(if $(wildcard flashcore/*.py),flashcore)
 
 include kernel/kernel.mk
 
-.PHONY: help test selftest bench bench-baseline prepare tune tune-build clean distclean $(addprefix gate-phase,$(PHASES))
+.PHONY: help test selftest bench bench-baseline prepare tune tune-build fa3-tests clean distclean $(addprefix gate-phase,$(PHASES))
 
 help:
 	@echo "make build          build $(BUILD_DIR)/libflashcore.so, flashcore_driver, ptxas.log (needs nvcc)"
@@ -37,6 +37,7 @@ help:
 	@echo "make clean          remove $(BUILD_DIR)/ and tool caches; 'make distclean' also removes the venvs"
 	@echo "make planted        build the planted-bug binary the sanitizer selftest runs (tests/planted/)"
 	@echo "make kernel-id      print the hash of the kernel sources (fc_kernel_id; the tuned table is keyed by it)"
+	@echo "make fa3-tests      GPU: FA3's own forward tests on FlashCore (FA3_HOPPER=<flash-attention>/hopper, FA3_ARGS)"
 	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' GPUS=$(GPUS) PYTEST_ARGS='$(PYTEST_ARGS)'"
 	@echo "           BENCH_ARGS='$(BENCH_ARGS)' TUNE_ARGS='$(TUNE_ARGS)' NVCC_EXTRA='$(NVCC_EXTRA)' POINTS_FILE=$(POINTS_FILE) (kernel/kernel.mk)"
 
@@ -81,6 +82,14 @@ bench-baseline:
 # times the tuned library). Until then the checks that compare with a stored run are not applicable there.
 prepare:
 	@$(MAKE) -s tune && $(MAKE) -s bench-baseline
+
+# GPU host: FA3's hopper/test_flash_attn.py (a checkout's, not in this repository) pointed at FlashCore's FA3 names
+# (tools/fa3_tests/run.py), e.g. FA3_ARGS='--sample 150' for a deterministic sample.
+FA3_HOPPER ?=
+FA3_ARGS ?=
+fa3-tests:
+	@test -n "$(FA3_HOPPER)" || { echo "make fa3-tests: set FA3_HOPPER=<flash-attention checkout>/hopper" >&2; exit 2; }
+	@PY=$$(ci/pyenv.sh gate) && $(MAKE) -s build && $$PY tools/fa3_tests/run.py --hopper $(FA3_HOPPER) $(FA3_ARGS)
 
 # Every step runs even when an earlier one fails, so one run shows all problems; pytest's line comes last.
 test:

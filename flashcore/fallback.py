@@ -36,14 +36,19 @@ def warn_once(device: str) -> bool:
 
 
 def caller_level() -> int:
-    """warnings.warn's stacklevel of the first frame outside the flashcore package: the user's call, however many
-    of the package's functions lie between it and here."""
+    """warnings.warn's stacklevel of the first frame outside the flashcore package and torch's autograd Function
+    (the FA3 names' grad wrapper runs them inside one: flashcore/forward_only.py): the user's call, however many of
+    those frames lie between it and here."""
     package = os.path.dirname(os.path.abspath(__file__))
     frame: FrameType | None = sys._getframe(1)
     level = 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+    while frame is not None and _inside(os.path.abspath(frame.f_code.co_filename), package):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _inside(path: str, package: str) -> bool:
+    return path.startswith(package + os.sep) or path.endswith(os.sep + os.path.join("torch", "autograd", "function.py"))
 
 
 def visible(seqlen_q: int, seqlen_k: int, rows: slice, device: torch.device) -> torch.Tensor:

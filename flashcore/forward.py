@@ -60,11 +60,11 @@ def forward(call: Call, key: tuple[object, ...] | None = None) -> tuple[torch.Te
 
 def _on_torch(call: Call, out: torch.Tensor, lse: torch.Tensor, name: str) -> None:
     """The fallback: torch SDPA for plain dense calls (warned once per device), the float32 reference for the
-    serving layouts and score modifiers."""
+    serving layouts, score modifiers and torch_only calls (flashcore/mla.py warned for those)."""
     import torch
 
     q, k, v = call.q, call.k, call.v
-    if call.layout == "dense" and not call.windowed and call.sinks is None and call.qv is None:
+    if call.layout == "dense" and not call.windowed and call.sinks is None and not call.torch_only:
         sdpa_fallback.warn_once(f"{q.device} ({name})")
         with torch.cuda.device(q.device) if q.device.type != "cpu" else contextlib.nullcontext():
             sdpa_fallback.attention(q, k, v, out, lse, call.causal, call.scale, call.deterministic)

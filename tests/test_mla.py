@@ -110,3 +110,19 @@ def test_fa3s_mla_head_dims_without_qv_run_on_torch_at_d_to_the_minus_half() -> 
     want, _ = reference.dense(q.float(), k.float(), v.float(), causal=True, scale=D ** -0.5)
     assert out.shape == (2, 5, HQ, 256)
     torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_mla_head_dims_take_the_float32_reference_and_warn_once_at_the_callers_line() -> None:
+    import warnings
+
+    from flashcore import fallback, mla
+
+    q, k, v = _t(1, 3, HQ, D, seed=50), _t(1, 3, HKV, D, seed=51), _t(1, 3, HKV, 256, seed=52)
+    mla._warned.clear()
+    with warnings.catch_warnings(record=True) as caught, \
+            pytest.MonkeyPatch.context() as patch:
+        warnings.simplefilter("always")
+        patch.setattr(fallback, "attention", lambda *a, **k: pytest.fail("SDPA's path with its fallback warning"))
+        flashcore.flash_attn_func(q.requires_grad_(), k, v, fallback="sdpa")
+    mine = [w for w in caught if "FA3's MLA head dims" in str(w.message)]
+    assert len(mine) == 1 and mine[0].filename == __file__

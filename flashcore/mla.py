@@ -1,8 +1,9 @@
 """FA3's MLA operand qv (DeepSeek's multi-head latent attention, as SGLang's FA3 backend calls it): q [.., Hq, D]
 holds the rotary part and qv [.., Hq, Dv] the latent part of each query, k [.., Hkv, D] and v [.., Hkv, Dv] the
 keys' rotary and latent parts; every score is (q . k + qv . v) x softmax_scale, whose default is (D + Dv)^-0.5 (FA3's),
-and out = softmax(scores) v. FA3 runs it at D 64 with Dv 256 or 512, and those head dims without qv too (scores
-q . k x D^-0.5 by default): FlashCore's head-dim table has no kernel for them, so they take this path as well.
+and out = softmax(scores) v. FA3 runs it at D 64 with Dv 256 or 512, and any D up to 64 with a wider Dv up to 512
+without qv too (scores q . k x D^-0.5 by default): FlashCore's head-dim table has no kernel for those pairs, so they
+take this path as well.
 
 No FlashCore kernel has the second product yet, so such a call is computed by torch in float32 on the tensors' own
 device (a torch_only Call: flashcore/forward.py; flashcore/reference.py adds the product): correct on every layout

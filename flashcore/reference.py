@@ -80,15 +80,22 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     if sq == 0 or sk == 0:
         return out, lse
     group = hq // hkv
-    k32 = k.float().repeat_interleave(group, dim=1).permute(1, 2, 0)  # [Hq, D, Sk]
-    v32 = v.float().repeat_interleave(group, dim=1).permute(1, 0, 2)  # [Hq, Sk, Dv]
+    # Per K/V head, its group's query rows side by side: no copy of K or V per query head (an MLA decode's 16-128
+    # query heads share one K/V head); head h reads K/V head h // group, as repeat_interleave would give it.
+    k32 = k.float().permute(1, 2, 0)  # [Hkv, D, Sk]
+    v32 = v.float().permute(1, 0, 2)  # [Hkv, Sk, Dv]
+
+    def by_kv_head(x: torch.Tensor) -> torch.Tensor:  # [n, Hq, E] -> [Hkv, group * n, E]
+        return x.float().permute(1, 0, 2).reshape(hkv, group * x.shape[0], x.shape[2])
+
     step = max(1, CHUNK_BYTES // max(1, 4 * hq * sk))
     for start in range(0, sq, step):
         rows = slice(start, min(start + step, sq))
-        s = torch.matmul(q[rows].float().permute(1, 0, 2), k32)  # [Hq, n, Sk]
+        n = rows.stop - rows.start
+        s = torch.matmul(by_kv_head(q[rows]), k32)  # [Hkv, group * n, Sk]
         if qv is not None:
-            s = s + torch.matmul(qv[rows].float().permute(1, 0, 2), v32.transpose(1, 2))
-        s = s * scale
+            s = s + torch.matmul(by_kv_head(qv[rows]), v32.transpose(1, 2))
+        s = s.view(hq, n, sk) * scale
         if softcap > 0:
             s = torch.tanh(s / softcap) * softcap
         s = s.masked_fill(~visible(sq, sk, rows, causal, window, q.device, chunk), -math.inf)
@@ -102,7 +109,7 @@ def sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             row_max = torch.where(seen, s.amax(dim=-1), 0.0)[..., None]
             p_un = torch.exp(s - row_max) * P_OFFSET
             p = p_un.to(p_dtype).float() / p_un.sum(dim=-1, keepdim=True).clamp_min(1e-30)
-        out[rows] = torch.matmul(p, v32).permute(1, 0, 2)
+        out[rows] = torch.matmul(p.reshape(hkv, group * n, sk), v32).view(hq, n, -1).permute(1, 0, 2)
         lse[:, rows] = row_lse
     return out, lse
 

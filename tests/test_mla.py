@@ -104,11 +104,12 @@ def test_an_mla_decode_on_the_gpu_matches_fp32_and_a_bad_page_raises_with_the_gp
                                                             page_table=table)).all()
 
 
-def test_fa3s_mla_head_dims_without_qv_run_on_torch_at_d_to_the_minus_half() -> None:
-    q, k, v = _t(2, 5, HQ, D, seed=40), _t(2, 7, HKV, D, seed=41), _t(2, 7, HKV, 256, seed=42)
+@pytest.mark.parametrize("dv", [128, 256, 512])
+def test_fa3s_mla_head_dims_without_qv_run_on_torch_at_d_to_the_minus_half(dv: int) -> None:
+    q, k, v = _t(2, 5, HQ, D, seed=40), _t(2, 7, HKV, D, seed=41), _t(2, 7, HKV, dv, seed=42)
     out = flashcore.flash_attn_func(q, k, v, causal=True, fallback="sdpa")
     want, _ = reference.dense(q.float(), k.float(), v.float(), causal=True, scale=D ** -0.5)
-    assert out.shape == (2, 5, HQ, 256)
+    assert out.shape == (2, 5, HQ, dv)
     torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
 
 

@@ -29,6 +29,9 @@ V_TRANSPOSE = {"auto": 0, "pass": 1, "smem": 2}
 
 # Why each FA3 argument FlashCore does not take is refused (UnsupportedArgument names it with this reason).
 UNSUPPORTED = {
+    "dropout_p": "dropout is not supported (FlashCore is an inference forward; FA3 has none either): pass 0.0",
+    "alibi_slopes": "ALiBi biases are not supported (FA3 refuses them too)",
+    "cp_world_size": "context parallelism (a KV cache sharded over GPUs) is not supported: pass 1",
     "fp8 graph capture": "FP8 inputs on packed rows or a contiguous cache have their index values checked on the "
                          "host, a device sync that a CUDA graph cannot capture; capture a paged cache (checked on "
                          "the device) or 16-bit inputs, or run the call outside the capture",
@@ -43,6 +46,14 @@ def fp8_unsupported(window_size: Any, softcap: Any, attention_chunk: Any, fallba
     return {"fp8 window_size": window(window_size) != (-1, -1), "fp8 softcap": softcap != 0.0,
             "fp8 attention_chunk": chunk(attention_chunk) != 0, "fp8 fallback": fallback != "error",
             "fp8 s_aux": s_aux is not None}
+
+
+def fa3_splits(num_splits: Any) -> int | None:
+    """FA3's num_splits (0: its heuristic, 1: no split, n: n splits) as flashcore.attention's (None: automatic)."""
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise FlashCoreError(f"num_splits is {num_splits!r}: expected 0 (chosen automatically), 1 (no split-KV) or "
+                             "a split count")
+    return None if num_splits == 0 else num_splits
 
 
 def no_descales(q: object, descales: Mapping[str, object]) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from flashcore import append, check, check_serving, forward_only, fp8, fp8_modifiers, mla, scheduler, serving
 from flashcore.api import attention
 from flashcore.call import is_fp8
-from flashcore.errors import FlashCoreError, UnsupportedArgument
+from flashcore.errors import UnsupportedArgument
 from flashcore.scheduler import get_scheduler_metadata
 from flashcore.split_combine import flash_attn_combine
 
@@ -32,14 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_combine",
            "get_scheduler_metadata", "UnsupportedArgument"]
-
-
-def _splits(num_splits: Any) -> int | None:
-    """FA3's num_splits (0: its heuristic, 1: no split, n: n splits) as flashcore.attention's (None: automatic)."""
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
-        raise FlashCoreError(f"num_splits is {num_splits!r}: expected 0 (chosen automatically), 1 (no split-KV) or "
-                             "a split count")
-    return None if num_splits == 0 else num_splits
 
 
 def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window_size: Any, softcap: Any,
@@ -80,11 +72,11 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
         descales = dict.fromkeys(descales)
     if is_fp8(q):
         out, lse = fp8.attention_fp8(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
-                                 num_splits=_splits(num_splits), sm_margin=sm_margin, **descales)
+                                 num_splits=check.fa3_splits(num_splits), sm_margin=sm_margin, **descales)
         return (out, lse) if return_attn_probs else out
     check.no_descales(q, descales)
     out, lse = _dense(q, k, v, window_size, softcap, attention_chunk, s_aux, causal=causal,
-                      softmax_scale=softmax_scale, deterministic=deterministic, num_splits=_splits(num_splits),
+                      softmax_scale=softmax_scale, deterministic=deterministic, num_splits=check.fa3_splits(num_splits),
                       sm_margin=sm_margin, fallback=fallback)
     return (out, lse) if return_attn_probs else out
 
@@ -117,7 +109,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                               seqused_k=seqused_k,
                               causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                               attention_chunk=attention_chunk, deterministic=deterministic, fallback=fallback,
-                              debug_checks=debug_checks, num_splits=_splits(num_splits), sm_margin=sm_margin,
+                              debug_checks=debug_checks, num_splits=check.fa3_splits(num_splits), sm_margin=sm_margin,
                               s_aux=s_aux, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     return (out, lse) if return_attn_probs else out
 
@@ -187,7 +179,7 @@ def flash_attn_with_kvcache(
                                    page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
                                    max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None, causal=causal,
                                    softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
-                                   attention_chunk=attention_chunk, num_splits=_splits(num_splits),
+                                   attention_chunk=attention_chunk, num_splits=check.fa3_splits(num_splits),
                                    sm_margin=sm_margin, fallback=fallback, debug_checks=debug_checks,
                                    cu_seqlens_k_new=cu_seqlens_k_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                    rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved,
@@ -199,6 +191,6 @@ def flash_attn_with_kvcache(
     length = check_serving.cache_length(cache_seqlens, k_cache.shape[1], appending=k is not None)
     end = append.at(k_cache, v_cache, k, v, length) if k is not None or v is not None else length
     out, lse = _dense(q, k_cache[:, :end], v_cache[:, :end], window_size, softcap, attention_chunk, s_aux,
-                      causal=causal, softmax_scale=softmax_scale, num_splits=_splits(num_splits), sm_margin=sm_margin,
-                      fallback=fallback)
+                      causal=causal, softmax_scale=softmax_scale, num_splits=check.fa3_splits(num_splits),
+                      sm_margin=sm_margin, fallback=fallback)
     return (out, lse) if return_softmax_lse else out

@@ -233,8 +233,8 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
   cudaLaunchAttribute follow = programmatic_dependency();
   if (plan.zero_bytes > 0) {
     const int words = static_cast<int>(plan.zero_bytes / 4);
-    int* order_out = plan.order ? reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + plan.order_offset) : nullptr;
-    const BatchOrder order{order_out, p.seqused_k, p.cu_seqlens_k, p.batch};
+    // The order the zero kernel writes is the one the attention kernel reads (run_tiles set p.batch_order).
+    const BatchOrder order{const_cast<int*>(p.batch_order), p.seqused_k, p.cu_seqlens_k, p.batch};
     zero_words_kernel<<<zero_blocks(words, order.out != nullptr ? p.batch : 0), kZeroThreads, 0, stream>>>(
         reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + plan.zero_offset), words, order);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;

@@ -55,8 +55,8 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not probabilities).
     pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count. FP8: float8_e4m3fn q, k,
     v (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on flashcore.attention_fp8; out
-    is bf16. FP8 with a window, softcap, chunks, sinks or fallback="sdpa" runs on the 16-bit path over the inputs
-    dequantized to bf16 (flashcore/fp8_modifiers.py). s_aux (vLLM's FA3 fork, every entry point, keyword-only: FA3's
+    is bf16. FP8 with a window, softcap, chunks, sinks, fallback="sdpa" or another head dim runs on the 16-bit path
+    over the inputs dequantized to bf16 (flashcore/fp8_modifiers.py). s_aux (vLLM's FA3 fork, every entry point, keyword-only: FA3's
     positions are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted); each row's softmax
     gets one value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse
     includes it; a row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""

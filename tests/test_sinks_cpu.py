@@ -121,12 +121,24 @@ def test_varlen_and_paged_kvcache_take_s_aux_on_the_fallback() -> None:
     (torch.zeros(3), r"s_aux has shape \(3,\): expected \[Hq\] = \(4,\)"),
     (torch.zeros(1, 4), r"s_aux has shape \(1, 4\)"),
     (torch.zeros(4, device="meta"), "s_aux is on meta but q is on cpu"),
-    (torch.zeros(4, requires_grad=True), "s_aux requires grad"),
 ])
 def test_bad_s_aux_is_refused_by_name(s_aux: object, match: str) -> None:
     q, k = rand(1, 3, 4, 64), rand(1, 5, 2, 64)
     with pytest.raises(FlashCoreError, match=match):
         flash_attn_func(q, k, k, s_aux=s_aux, fallback="sdpa")
+
+
+def test_learnable_sinks_run_through_fa3s_names_and_their_backward_raises() -> None:
+    from flashcore import serving
+
+    q, k = rand(1, 3, 4, 64), rand(1, 5, 2, 64)
+    sinks = torch.zeros(4, requires_grad=True)
+    out = flash_attn_func(q, k, k, s_aux=sinks, fallback="sdpa")  # as fa3-fwd: the forward runs
+    with pytest.raises(FlashCoreError, match="forward-only"):
+        out.float().sum().backward()
+    assert sinks.grad is None
+    with pytest.raises(FlashCoreError, match="s_aux requires grad"):  # flashcore's own entry points refuse it
+        serving.dense(q, k, k, s_aux=sinks, fallback="sdpa")
 
 
 def test_fp8_with_s_aux_runs_on_the_dequantized_inputs() -> None:

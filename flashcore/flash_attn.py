@@ -6,7 +6,8 @@
 
 Sliding windows, softcap, packed variable-length batches, per-sequence cache lengths, cache_batch_idx and paged
 caches run on the kernel (flashcore/serving.py). FP8 (float8_e4m3fn q, k, v with q_descale, k_descale, v_descale)
-runs on dense batches (flashcore.attention_fp8), packed batches and contiguous KV caches (flashcore/serving.py).
+runs on dense batches (flashcore.attention_fp8), packed batches and KV caches (flashcore/serving.py; what the FP8
+kernels lack: flashcore/fp8_modifiers.py, flashcore/fp8_cache.py).
 flash_attn_with_kvcache appends k and v (packed too: cu_seqlens_k_new) with FA3's rotary embedding on the library's
 append kernel (flashcore/append.py). FA3's MLA operand qv runs on torch (flashcore/mla.py). An argument FlashCore
 does not support raises UnsupportedArgument naming it and the reason, before anything runs; FA3's pure speed hints
@@ -53,14 +54,15 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
                     s_aux: Any = None, fallback: str = "error") -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FA3's flash_attn_func: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D]; causal bottom-right aligned. Returns out, or
     (out, softmax_lse [B, Hq, Sq] fp32) with return_attn_probs=True (FA3 returns the LSE there, not probabilities).
-    pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count. FP8: float8_e4m3fn q, k,
-    v (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on flashcore.attention_fp8; out
-    is bf16. FP8 with a window, softcap, chunks, sinks, fallback="sdpa" or another head dim runs on the 16-bit path
-    over the inputs dequantized to bf16 (flashcore/fp8_modifiers.py). s_aux (vLLM's FA3 fork, every entry point, keyword-only: FA3's
-    positions are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted); each row's softmax
-    gets one value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{s_aux[h]}), lse
-    includes it; a row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
+    pack_gqa is a speed hint FlashCore decides itself; deterministic fixes the split count. FP8: float8_e4m3fn q, k, v
+    (head dim 64, 128 or 256) with FA3's float32 [B, Hkv] descales (None: 1) run on flashcore.attention_fp8; out is
+    bf16. FP8 with a window, softcap, chunks, sinks, fallback="sdpa" or another head dim runs on the 16-bit path over
+    the inputs dequantized to bf16 (flashcore/fp8_modifiers.py). s_aux (vLLM's FA3 fork, every entry point,
+    keyword-only: FA3's positions are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted);
+    each row's softmax gets one value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} +
+    e^{s_aux[h]}), lse includes it; a row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
     if qv is not None or mla.latent(q, v):  # MLA (flashcore/mla.py)
+        mla.refuse_fp8(q, qv, v)  # before the descales' check, which names FP8 inputs
         check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.dense(q, k, v, qv, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
                              softcap=softcap, attention_chunk=attention_chunk, s_aux=s_aux,
@@ -99,6 +101,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     never read them). num_splits as flash_attn_func's: packed queries split the keys too.
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
     if qv is not None or mla.latent(q, v):  # MLA (flashcore/mla.py)
+        mla.refuse_fp8(q, qv, v)  # before the descales' check, which names FP8 inputs
         check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.varlen(q, k, v, qv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               seqused_q=seqused_q, seqused_k=seqused_k, causal=causal, softmax_scale=softmax_scale,
@@ -146,14 +149,14 @@ def flash_attn_with_kvcache(
     key), within its causal and window bounds.
     k, v may also be packed [total_new, Hkv, D] with cu_seqlens_k_new int32 [B + 1]: sequence b appends rows
     [cu_seqlens_k_new[b], cu_seqlens_k_new[b + 1]) (cu_seqlens_k_new without k is ignored, as FA3 ignores it).
-    rotary_cos, rotary_sin [seqlen_ro, rotary_dim / 2] (q's dtype; rotary_dim a multiple of 16, <= D; needs k and
-    v): FA3's rotary embedding, interleaved (pairs 2i, 2i + 1) or not (pairs i, i + rotary_dim / 2); the appended
-    key j of sequence b is rotated at position rotary_seqlens[b] + j (default cache_seqlens[b] + j), q's row i at
-    that base + i when causal or local (a window FA3 keeps), else every row at the base; q itself is not changed
-    (the attention reads a rotated copy). With FP8 inputs rotary is refused. The append is one launch of the
-    library's kernel (no host sync): a slot, length, page, offset or rotary position out of range writes nothing
-    outside the caches (the sequence is skipped: its rotated q rows are NaN, its length -1) and
-    flashcore.check_errors() raises naming the tensor.
+    rotary_cos, rotary_sin [seqlen_ro, rotary_dim / 2] (q's dtype; rotary_dim a multiple of 16, <= D; needs k and v):
+    FA3's rotary embedding, interleaved (pairs 2i, 2i + 1) or not (pairs i, i + rotary_dim / 2); the appended key j of
+    sequence b is rotated at position rotary_seqlens[b] + j (default cache_seqlens[b] + j), q's row i at that base + i
+    when causal or local (a window FA3 keeps), else every row at the base; q itself is not changed (the attention reads
+    a rotated copy); FP8 caches rotate on their bf16 copy (flashcore/fp8_cache.py). The append is one launch of the
+    library's kernel (no host sync): a slot, length, page, offset or rotary position out of range writes nothing outside
+    the caches (the sequence is skipped: its rotated q rows are NaN, its length -1) and flashcore.check_errors() raises
+    naming the tensor.
     debug_checks (extension): check the lengths, slots and pages on the host and raise at once for a bad index
     value found by the append (device syncs; see flashcore.serving). rotary_seqlens without rotary_cos is ignored,
     as FA3 ignores it."""
@@ -162,6 +165,7 @@ def flash_attn_with_kvcache(
     scheduler.check_metadata(scheduler_metadata, q, k_cache, v_cache, cu_seqlens_q, page_table)
     window_size = check.window(window_size)  # before the append writes into the caches
     if qv is not None or mla.latent(q, v_cache):  # MLA (flashcore/mla.py)
+        mla.refuse_fp8(q, qv, v_cache)  # before the descales' check, which names FP8 inputs
         check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.kvcache(q, k_cache, v_cache, qv, cache_seqlens, k=k, v=v, cache_batch_idx=cache_batch_idx,
                                page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,

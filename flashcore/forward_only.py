@@ -3,7 +3,8 @@ its output carries a backward that raises FlashCoreError, as fa3-fwd's (forward-
 forward calls with such inputs (its own tests do, and so does evaluation code that leaves grad mode on); refusing the
 forward broke them, and detaching silently would let a training step run on no gradient. The backward raising keeps
 that impossible: a loss through the output cannot be backpropagated. flashcore.attention keeps refusing such inputs
-at the call (flashcore/validate.py no_grad_needed).
+at the call (flashcore/validate.py no_grad_needed). torch.compile(fullgraph=True) of such a call breaks the graph
+(the autograd Function holds a closure): compile it under torch.no_grad() or inference_mode(), as inference does.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def entry(fn: F) -> F:
         needing = _needing_grad(args, kwargs)
         if not needing:
             return fn(*args, **kwargs)
+        if kwargs.get("out") is not None:  # the caller's buffer cannot take the raising backward's place in a graph
+            raise FlashCoreError(f"{MESSAGE}; an out buffer with inputs that require grad is refused")
         return _function().apply(lambda: fn(*args, **kwargs), *needing)  # type: ignore[attr-defined]
 
     return run  # type: ignore[return-value]

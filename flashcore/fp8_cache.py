@@ -11,14 +11,16 @@ is multiplied by both factors (one rounding to bf16, as the dequantized path's),
 are). The LSE, softcap, window, chunks and sinks then see FA3's scores.
 
 An append (k, v: E4M3, appended as they are, or rotated) is written by the 16-bit path into the copy, whose every
-index value the kernel checks on the device, and the copy is then written back into the caller's caches whole (E4M3
-values round-trip exactly; rotated keys are clamped to E4M3's +-448 and rounded, as FA3's saturating store), so no
-index value is ever used by torch to address memory. This call's attention reads the rotated new keys at bf16
-precision; the cache keeps them in E4M3 for the next call.
+index value the kernel checks on the device; then each element of the copy that the append changed is stored into
+the caller's caches (rotated keys clamped to E4M3's +-448 and rounded, as FA3's saturating store), every other byte
+as it was: no index value is ever used by torch to address memory. The store rewrites the caches' bytes in one pass
+on the call's stream, so another stream must not write them during the call. This call's attention reads the
+rotated new keys at bf16 precision; the cache keeps them in E4M3 for the next call.
 
 The cost, stated in the README: a bf16 copy of both caches per call (twice the caches' bytes of memory, three passes
-over them, a fourth with an append), then the 16-bit kernel's time, not FP8's. No host sync, so a CUDA graph can
-capture it. out is bf16, as FA3's FP8 out.
+over them, more with an append), then the 16-bit kernel's time, not FP8's. A serving engine's cache pool that fills
+the GPU has no room for its copy: such a call raises torch.OutOfMemoryError before anything is written. No host
+sync, so a CUDA graph can capture it. out is bf16, as FA3's FP8 out.
 """
 
 from __future__ import annotations
@@ -74,6 +76,18 @@ def _bf16(t: Any) -> Any:
     return t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
 
 
+def _write_back(cache: torch.Tensor, work: torch.Tensor) -> None:
+    """The elements of `work` (the cache's bf16 copy after the append) whose bits differ from the cache's own bf16
+    values, stored into the E4M3 cache (clamped to +-448 and rounded, as FA3's saturating store: rotated keys can
+    leave the range); every other byte is stored as it was, NaN payloads included. Indexed by no index value, so a
+    bad slot or page id the append skipped changes nothing here either."""
+    import torch
+
+    changed = work.view(torch.int16) != cache.to(torch.bfloat16).view(torch.int16)
+    new = work.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
+    cache.view(torch.uint8).copy_(torch.where(changed, new, cache.view(torch.uint8)))
+
+
 def _per_row(factor: torch.Tensor, heads_q: int, rows: torch.Tensor | None) -> torch.Tensor:
     """A [B, Hkv] factor broadcast to q's or out's rows: [B, 1, Hq, 1], or [total, Hq, 1] for packed rows whose
     sequences are `rows`."""
@@ -122,11 +136,9 @@ def run(attend: Callable[..., tuple[torch.Tensor, torch.Tensor]], q: Any, k_cach
     k_work, v_work = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
     out16, lse = attend(q16, k_work, v_work, cache_seqlens, k=_bf16(k), v=_bf16(v), cu_seqlens_q=cu_seqlens_q,
                         rotary_cos=_bf16(rotary_cos), rotary_sin=_bf16(rotary_sin), out=out, **rest)
-    if k is not None:  # the append went into the copies: back into the caller's caches, whole
-        if rotary_cos is not None:
-            k_work.clamp_(-E4M3_MAX, E4M3_MAX)
-        k_cache.copy_(k_work)
-        v_cache.copy_(v_work)
+    if k is not None:  # the append went into the copies: its values back into the caller's caches
+        _write_back(k_cache, k_work)
+        _write_back(v_cache, v_work)
     if vd is not None:
         scaled = (out16.float() * _per_row(vd, heads_q, rows)).to(out16.dtype)
         if packed:  # rows in no sequence are not written, as without a factor

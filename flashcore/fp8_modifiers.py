@@ -9,9 +9,9 @@ What the caller gets: attention over those values computed with bf16 operands (P
 E4M3 before P V), closer to exact than FA3's FP8 kernel and not bit-equal to it; out is bf16, as FA3's FP8 out. The
 cost: passes that write bf16 copies of q, k and v (each product rounded once to bf16), then the 16-bit kernel's
 time, not FP8's (the product is taken in float32: 4 bytes per element of temporaries, q, k and v one at a time).
-Any head dim the 16-bit kernels run, one for q, k and v (FA3's FP8). A KV cache is not dequantized here (a paged
-cache's pages may be shared by sequences with different factors): flash_attn_with_kvcache runs these on a bf16 copy
-of its raw values instead (flashcore/fp8_cache.py).
+Any head dim the 16-bit kernels run, v's q's or a pair of the head-dim table (FA3's FP8 has 192 with 128). A KV
+cache is not dequantized here (a paged cache's pages may be shared by sequences with different factors):
+flash_attn_with_kvcache runs these on a bf16 copy of its raw values instead (flashcore/fp8_cache.py).
 """
 
 from __future__ import annotations
@@ -65,10 +65,12 @@ def _inputs(tensors: tuple[Any, Any, Any], rank: int, layout: str) -> tuple[torc
     if k.shape[:-1] != v.shape[:-1] or (rank == 4 and q.shape[0] != k.shape[0]):
         raise FlashCoreError(f"q, k and v have shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}: expected "
                              f"{layout}, k and v alike but for the head dim" + (", one batch" if rank == 4 else ""))
-    # One head dim for q, k and v (FA3's FP8), one the 16-bit kernels run
-    if q.shape[-1] not in head_dims.SUPPORTED or k.shape[-1] != q.shape[-1] or v.shape[-1] != q.shape[-1]:
-        raise FlashCoreError(f"head dims are {q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]} (q, k, v): FP8 inputs run "
-                             f"one head dim for q, k and v, of the {head_dims.describe(head_dims.SUPPORTED)}")
+    # q's and k's head dim one the 16-bit kernels run, v's q's or a pair of the table's (FA3's FP8 192 with 128)
+    d = q.shape[-1]
+    if d not in head_dims.SUPPORTED or k.shape[-1] != d or v.shape[-1] not in head_dims.HEAD_DIM_V[d]:
+        raise FlashCoreError(f"head dims are {d}, {k.shape[-1]}, {v.shape[-1]} (q, k, v): FP8 inputs run q's and k's "
+                             f"head dim of the {head_dims.describe(head_dims.SUPPORTED)}, v's the same or one the "
+                             "head-dim table pairs with it (192 with 128)")
     return q, k, v
 
 

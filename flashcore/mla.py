@@ -54,11 +54,25 @@ def latent(q: Any, v: Any) -> bool:
     return d <= 64 and d < dv <= 512 and dv % 8 == 0 and dv not in head_dims.HEAD_DIM_V.get(d, (d,))
 
 
-def refuse_fp8(q: Any, qv: Any) -> None:
-    """FP8 q or qv: refused by name, before any other check (FA3 has no FP8 qv either)."""
-    if is_fp8(q) or is_fp8(qv):
+def refuse_fp8(q: Any, qv: Any, v: Any) -> None:
+    """FP8 q or qv: refused before any other check, qv by name (FA3 has no FP8 qv either); an FP8 v wider than q
+    without qv (no FP8 kernel of FA3 pairs them) named too."""
+    if is_fp8(qv) or (is_fp8(q) and qv is not None):
         raise UnsupportedArgument("fp8 qv: MLA's qv with FP8 inputs is not supported (FA3 refuses it too); pass "
                                   "bf16 or fp16 q, qv, k and v")
+    if is_fp8(q):
+        raise FlashCoreError(f"v's head dim is {v.shape[-1]} with q's {q.shape[-1]}: FP8 inputs take v's head dim "
+                             "equal to q's (or a pair of the head-dim table, as 192 with 128)")
+
+
+def _same_rows(name: str, new: Any, k_new: Any, cache: Any) -> None:
+    """An appended v: k's shape with the cache's head dim (the shared checks saw its first D columns only)."""
+    import torch
+
+    want = (*k_new.shape[:-1], cache.shape[-1])
+    if not isinstance(new, torch.Tensor) or tuple(new.shape) != want:
+        got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
+        raise FlashCoreError(f"{name} is {got}: the appended values have k's shape with v_cache's head dim, {want}")
 
 
 def check_qv(qv: Any, q: torch.Tensor, v: Any) -> torch.Tensor:
@@ -106,7 +120,7 @@ def _warn_once(device: str, what: str) -> None:
 def dense(q: Any, k: Any, v: Any, qv: Any, *, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any,
           attention_chunk: Any, s_aux: Any, deterministic: Any, fallback: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """flash_attn_func with qv: (out, lse)."""
-    refuse_fp8(q, qv)
+    refuse_fp8(q, qv, v)
     from flashcore import check
     from flashcore.forward import forward
 
@@ -124,7 +138,7 @@ def varlen(q: Any, k: Any, v: Any, qv: Any, cu_seqlens_q: Any, cu_seqlens_k: Any
            softcap: Any, attention_chunk: Any, s_aux: Any, deterministic: Any,
            fallback: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """flash_attn_varlen_func with qv: (out, lse), the offsets checked on the host."""
-    refuse_fp8(q, qv)
+    refuse_fp8(q, qv, v)
     from flashcore import check, check_serving
     from flashcore.forward import forward
 
@@ -146,11 +160,13 @@ def kvcache(q: Any, k_cache: Any, v_cache: Any, qv: Any, cache_seqlens: Any, *, 
             rotary_interleaved: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """flash_attn_with_kvcache with qv: the append (v's every column), then (out, lse), the index values checked
     on the host."""
-    refuse_fp8(q, qv)
+    refuse_fp8(q, qv, v_cache)
     from flashcore import check, check_serving, serving
     from flashcore.forward import forward
 
     packed_new = k is not None and cu_seqlens_k_new is not None
+    if not packed_new and k is not None and v is not None:  # the shared checks see v's first D columns only
+        _same_rows("v", v, k, v_cache)
     call = check_serving.kvcache(q, k_cache, stand_in(v_cache, q), cache_seqlens,
                                  k_new=None if packed_new else k, v_new=None if packed_new else stand_in(v, q),
                                  cache_batch_idx=cache_batch_idx, page_table=page_table, cache_leftpad=cache_leftpad,

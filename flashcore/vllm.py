@@ -17,6 +17,8 @@ cu_seqlens_k (flashcore.serving.varlen). q_v is FA3's qv (flashcore/mla.py). out
 and returned. What FlashCore does not compute is refused by name (UnsupportedArgument): dropout, ALiBi slopes (FA3
 has neither), context parallelism (cp_world_size > 1). fa_version 2 and 3 are both served by FlashCore's kernel;
 deterministic is, as in FA3, a backward-pass option (FlashCore's forward is deterministic at a fixed split count).
+An FP8 pool with what the FP8 kernels lack (a window, softcap or sinks: GPT-OSS's and Gemma's layers) runs on a bf16
+copy of the pool (flashcore/fp8_cache.py): a pool that fills the GPU has no room for it (torch.OutOfMemoryError).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from flashcore import check, forward_only, launch, mla, scheduler, serving
 from flashcore.errors import FlashCoreError
-from flashcore.scheduler import get_scheduler_metadata
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +54,21 @@ def fa_version_unsupported_reason(fa_version: int, device: Any = None) -> str | 
 
 def is_fa_version_supported(fa_version: int, device: Any = None) -> bool:
     return fa_version_unsupported_reason(fa_version, device) is None
+
+
+def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int, num_heads_q: int,
+                           num_heads_kv: int, headdim: int, cache_seqlens: torch.Tensor, qkv_dtype: Any = None,
+                           headdim_v: int | None = None, cu_seqlens_q: Any = None, cu_seqlens_k_new: Any = None,
+                           cache_leftpad: Any = None, page_size: int | None = None, max_seqlen_k_new: int = 0,
+                           causal: bool = False, window_size: Any = (-1, -1), has_softcap: bool = False,
+                           num_splits: int = 0, pack_gqa: bool | None = None, sm_margin: int = 0) -> torch.Tensor:
+    """vllm_flash_attn's get_scheduler_metadata (its positional order: no attention_chunk), FlashCore's record of the
+    call's shapes (flashcore.get_scheduler_metadata)."""
+    return scheduler.get_scheduler_metadata(
+        batch_size, max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim, cache_seqlens, qkv_dtype=qkv_dtype,
+        headdim_v=headdim_v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new, cache_leftpad=cache_leftpad,
+        page_size=page_size, max_seqlen_k_new=max_seqlen_k_new, causal=causal, window_size=window_size,
+        has_softcap=has_softcap, num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin)
 
 
 def _window(window_size: Any) -> Any:
@@ -90,6 +106,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
     if block_table is not None:
         scheduler.check_metadata(scheduler_metadata, q, k, v, cu_seqlens_q, block_table)
         if q_v is not None or mla.latent(q, v):
+            mla.refuse_fp8(q, q_v, v)
             check.no_descales(q, descales)
             result = mla.kvcache(q, k, v, q_v, seqused_k, k=None, v=None, cache_batch_idx=None,
                                  page_table=block_table, cache_leftpad=None, cu_seqlens_q=cu_seqlens_q,
@@ -104,6 +121,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
                                  debug_checks=debug_checks, out=out, s_aux=s_aux, **descales)
         return (o, lse) if return_softmax_lse else o
     if q_v is not None or mla.latent(q, v):
+        mla.refuse_fp8(q, q_v, v)
         check.no_descales(q, descales)
         result = mla.varlen(q, k, v, q_v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
                             seqused_k=None, causal=causal, softmax_scale=softmax_scale, window_size=window,

@@ -176,3 +176,40 @@ def test_fp8_cache_calls_fa3_makes_run_on_the_kernel_and_match_fp32(page_size: i
                         [f.cpu() for f in factors], causal=True, window=(40, 0), chunk=64)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.float().cpu(), want, atol=3e-2, rtol=3e-2)
+
+
+def test_an_append_leaves_every_other_byte_of_the_fp8_cache_as_it_was_nan_payloads_too() -> None:
+    k_cache, v_cache = _fp8(2, 16, HKV, D, seed=70), _fp8(2, 16, HKV, D, seed=71)
+    k_cache[:, 10:].view(torch.uint8).fill_(0xFF)  # E4M3 NaN with the sign bit: a bf16 round trip gives 0x7F
+    v_cache[:, 10:].view(torch.uint8).fill_(0xFF)
+    before_k, before_v = k_cache.clone(), v_cache.clone()
+    q, k_new, v_new = _fp8(2, 1, HQ, D, seed=72), _fp8(2, 1, HKV, D, seed=73), _fp8(2, 1, HKV, D, seed=74)
+    flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, softcap=3.0, fallback="sdpa",
+                                      cache_seqlens=torch.tensor([3, 7], dtype=torch.int32))
+    new_rows = torch.zeros(2, 16, dtype=torch.bool)
+    new_rows[0, 3] = new_rows[1, 7] = True
+    for cache, before, new in ((k_cache, before_k, k_new), (v_cache, before_v, v_new)):
+        assert torch.equal(cache[~new_rows].view(torch.uint8), before[~new_rows].view(torch.uint8))
+        assert torch.equal(cache[new_rows].view(torch.uint8), new.reshape(2, HKV, D).view(torch.uint8))
+
+
+def test_descales_with_rotary_scale_q_before_its_rotation_and_out_after() -> None:
+    k_cache, v_cache = _fp8(2, 32, HKV, D, seed=80), _fp8(2, 32, HKV, D, seed=81)
+    q, k_new, v_new = _fp8(2, 1, HQ, D, seed=82), _fp8(2, 1, HKV, D, seed=83), _fp8(2, 1, HKV, D, seed=84)
+    cos, sin = torch.rand(64, 16, generator=_gen(85)), torch.rand(64, 16, generator=_gen(86))
+    factors = [_factors(2, s) for s in (87, 88, 89)]
+    lengths = torch.tensor([5, 20], dtype=torch.int32)
+    scaled = [(k_cache.clone(), v_cache.clone())]
+    got = flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos.to(FP8),
+                                            rotary_sin=sin.to(FP8), cache_seqlens=lengths, q_descale=factors[0],
+                                            k_descale=factors[1], v_descale=factors[2], causal=True, fallback="sdpa")
+    # the same on bf16 values scaled by hand: q x qd x kd, the output x vd (rotation is linear)
+    k16, v16 = (c.to(torch.bfloat16) for c in scaled[0])
+    group = HQ // HKV
+    qf = (q.float() * (factors[0] * factors[1]).repeat_interleave(group, 1)[:, None, :, None]).to(torch.bfloat16)
+    want = flashcore.flash_attn_with_kvcache(qf, k16, v16, k_new.to(torch.bfloat16), v_new.to(torch.bfloat16),
+                                             rotary_cos=cos.to(FP8).to(torch.bfloat16),
+                                             rotary_sin=sin.to(FP8).to(torch.bfloat16), cache_seqlens=lengths,
+                                             causal=True, fallback="sdpa")
+    want = want.float() * factors[2].repeat_interleave(group, 1)[:, None, :, None]
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)

@@ -154,7 +154,7 @@ def test_a_head_dim_without_an_fp8_kernel_runs_dequantized(head_dim: int) -> Non
 
 def test_fp8_head_dims_of_q_k_and_v_must_agree() -> None:
     q, k = _fp8(1, 8, 2, 96, seed=47), _fp8(1, 8, 1, 64, seed=48)
-    with pytest.raises(FlashCoreError, match=r"head dims are 96, 64, 64 \(q, k, v\): FP8 inputs run one head dim"):
+    with pytest.raises(FlashCoreError, match=r"head dims are 96, 64, 64 \(q, k, v\): FP8 inputs run q's and k's"):
         flashcore.flash_attn_func(q, k, k, fallback="sdpa")
 
 
@@ -181,3 +181,10 @@ def test_fp8_modifiers_on_the_kernel_match_fp32_on_the_dequantized_inputs(kw: di
     exact, _ = reference.dense(*(x.float() for x in deq), causal=True, scale=128 ** -0.5, **ref_kw)
     assert torch.isfinite(out).all() and torch.equal(out, same_path)
     torch.testing.assert_close(out.float(), exact, atol=2e-2, rtol=2e-2)
+
+
+def test_fa3s_fp8_pair_192_with_128_runs_dequantized() -> None:
+    q, k, v = _fp8(1, 8, 2, 192, seed=90), _fp8(1, 8, 1, 192, seed=91), _fp8(1, 8, 1, 128, seed=92)
+    got = flashcore.flash_attn_func(q, k, v, causal=True, fallback="sdpa")
+    want = flashcore.flash_attn_func(*(x.to(torch.bfloat16) for x in (q, k, v)), causal=True, fallback="sdpa")
+    assert got.shape == (1, 8, 2, 128) and torch.equal(got, want)

@@ -127,3 +127,20 @@ def test_mla_head_dims_take_the_float32_reference_and_warn_once_at_the_callers_l
         flashcore.flash_attn_func(q.requires_grad_(), k, v, fallback="sdpa")
     mine = [w for w in caught if "FA3's MLA head dims" in str(w.message)]
     assert len(mine) == 1 and mine[0].filename == __file__
+
+
+def test_an_appended_v_narrower_than_the_latent_cache_is_named_before_anything_is_written() -> None:
+    k_cache, v_cache = _t(2, 8, HKV, D, seed=60), _t(2, 8, HKV, DV, seed=61)
+    q, qv, k_new = _t(2, 1, HQ, D, seed=62), _t(2, 1, HQ, DV, seed=63), _t(2, 1, HKV, D, seed=64)
+    before = (k_cache.clone(), v_cache.clone())
+    with pytest.raises(flashcore.FlashCoreError, match=r"v is \(2, 1, 1, 256\): the appended values have k's shape "
+                                                       r"with v_cache's head dim, \(2, 1, 1, 512\)"):
+        flashcore.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, _t(2, 1, HKV, 256, seed=65), qv=qv,
+                                          cache_seqlens=torch.tensor([2, 3], dtype=torch.int32), fallback="sdpa")
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+
+
+def test_fp8_with_a_latent_v_and_no_qv_is_named_for_what_it_is() -> None:
+    q, k, v = (_t(1, 4, h, d, seed=66).to(torch.float8_e4m3fn) for h, d in ((HQ, D), (HKV, D), (HKV, 256)))
+    with pytest.raises(flashcore.FlashCoreError, match="v's head dim is 256 with q's 64: FP8 inputs take"):
+        flashcore.flash_attn_func(q, k, v, q_descale=torch.ones(1, HKV), fallback="sdpa")

@@ -104,3 +104,21 @@ def test_vllms_paged_call_on_the_kernel_matches_fp32_and_leaves_padding_rows() -
     torch.testing.assert_close(out[:22].float().cpu(), _expected(cpu, causal=True, window=(8, 0), softcap=20.0),
                                atol=2e-2, rtol=2e-2)
     assert out[22].isnan().all()
+
+
+def test_an_out_buffer_with_inputs_that_need_grad_is_refused_and_left_alone() -> None:
+    b = _batch()
+    b["q"] = b["q"].clone().requires_grad_()
+    out = torch.zeros(23, HQ, D, dtype=torch.bfloat16)
+    with pytest.raises(flashcore.FlashCoreError, match="an out buffer with inputs that require grad is refused"):
+        vllm.flash_attn_varlen_func(**b, out=out, causal=True, fallback="sdpa")
+    assert not out.requires_grad and not out.any()
+
+
+def test_vllms_scheduler_metadata_takes_its_positional_order() -> None:
+    lengths = torch.tensor([37, 60, 5], dtype=torch.int32)
+    got = vllm.get_scheduler_metadata(3, 20, 60, HQ, HKV, D, lengths, torch.bfloat16, None, None, None, None, BLOCK, 0,
+                                      True, (-1, -1), True)
+    want = flashcore.get_scheduler_metadata(3, 20, 60, HQ, HKV, D, lengths, page_size=BLOCK, causal=True,
+                                            has_softcap=True)
+    assert torch.equal(got, want)

@@ -9,8 +9,8 @@ apply_rotary_emb (so that FA3's rotary cases are generated), and a conftest that
 with --tests, whose dtype parameter holds --dtype, and a deterministic one in --sample of those (crc32 of the test
 id). Backward is off (FLASH_ATTENTION_DISABLE_BACKWARD, FlashCore is forward-only); FA3's race-condition test still
 calls backward and allocates 70 GiB, so it is left out unless --tests names it. Needs a Hopper GPU, einops and
-pytest. Prints the passed / failed / skipped counts per test function and the most common failure lines, and exits
-1 when a test failed.
+pytest. Prints the passed and failed counts per test function, pytest's last line (skips included) and the most
+common failure lines, and exits 1 when a test failed.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=args.timeout)
             log, code = run.stdout + run.stderr, run.returncode
-        except subprocess.TimeoutExpired as e:
-            log, code = f"{e.stdout or ''}\ntimed out after {args.timeout} s", 124
+        except subprocess.TimeoutExpired as e:  # its output comes as bytes whatever text= said
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            log, code = f"{out}\ntimed out after {args.timeout} s", 124
     if args.log:
         args.log.write_text(log)
     by_test, errors = summary(log)

@@ -37,7 +37,7 @@ help:
 	@echo "make clean          remove $(BUILD_DIR)/ and tool caches; 'make distclean' also removes the venvs"
 	@echo "make planted        build the planted-bug binary the sanitizer selftest runs (tests/planted/)"
 	@echo "make kernel-id      print the hash of the kernel sources (fc_kernel_id; the tuned table is keyed by it)"
-	@echo "make fa3-tests      GPU: FA3's own forward tests on FlashCore (FA3_HOPPER=<flash-attention>/hopper, FA3_ARGS)"
+	@echo "make fa3-tests      GPU: FA3's own forward tests on FlashCore (FA3_HOPPER=<flash-attention>/hopper FA3_ARGS=...)"
 	@echo "variables: PYTHON=$(PYTHON) NVCC=$(NVCC) BUILD_DIR=$(BUILD_DIR) GATE_ARGS='$(GATE_ARGS)' GPUS=$(GPUS) PYTEST_ARGS='$(PYTEST_ARGS)'"
 	@echo "           BENCH_ARGS='$(BENCH_ARGS)' TUNE_ARGS='$(TUNE_ARGS)' NVCC_EXTRA='$(NVCC_EXTRA)' POINTS_FILE=$(POINTS_FILE) (kernel/kernel.mk)"
 

@@ -120,12 +120,13 @@ def verdict_bits(subject: str, equal: bool, what: str) -> Check:
 # ---- measuring (GPU) ------------------------------------------------------------------------------
 
 
-def measure_hf(p: IntegrationsParams, seed: int, device: str, backend: str, seconds: dict[str, float],
+def measure_hf(p: IntegrationsParams, seed: int, device: str, backend: str, seconds: dict[str, float] | None = None,
                ) -> tuple[dict[str, dict[str, float]], dict[str, tuple[Status, str]]]:
     """Each family's numbers (harness/support/hf_models.py), on `device` with the attention backend registered as
     `backend`; and the families not measured: NOT_APPLICABLE where this transformers lacks the class, ERROR where the
     family crashed (the others still run). `seconds` gets each family's wall time (where the gate's time goes)."""
     measured, not_run = {}, {}
+    seconds = {} if seconds is None else seconds
     for family in p.models:
         if why := hf_models.missing(family):
             not_run[family] = (Status.NOT_APPLICABLE, why)

@@ -88,13 +88,6 @@ def _write_back(cache: torch.Tensor, work: torch.Tensor) -> None:
     cache.view(torch.uint8).copy_(torch.where(changed, new, cache.view(torch.uint8)))
 
 
-def _per_row(factor: torch.Tensor, heads_q: int, rows: torch.Tensor | None) -> torch.Tensor:
-    """A [B, Hkv] factor broadcast to q's or out's rows: [B, 1, Hq, 1], or [total, Hq, 1] for packed rows whose
-    sequences are `rows`."""
-    per_head = factor.float().repeat_interleave(heads_q // factor.shape[1], dim=1)  # [B, Hq]
-    return per_head[:, None, :, None] if rows is None else per_head[rows][:, :, None]
-
-
 def run(attend: Callable[..., tuple[torch.Tensor, torch.Tensor]], q: Any, k_cache: Any, v_cache: Any,
         cache_seqlens: Any, *, k: Any, v: Any, cu_seqlens_q: Any, rotary_cos: Any, rotary_sin: Any, out: Any,
         q_descale: Any, k_descale: Any, v_descale: Any, **rest: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,7 +125,7 @@ def run(attend: Callable[..., tuple[torch.Tensor, torch.Tensor]], q: Any, k_cach
     if qd is not None or kd is not None:
         factor = (torch.ones(batch, heads_kv, device=q.device) if qd is None else qd.float()) * \
             (1.0 if kd is None else kd.float())
-        q16 = (q.float() * _per_row(factor, heads_q, rows)).to(torch.bfloat16)
+        q16 = fp8_modifiers.times_factor(q, factor, heads_kv, rows).to(torch.bfloat16)
     k_work, v_work = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
     out16, lse = attend(q16, k_work, v_work, cache_seqlens, k=_bf16(k), v=_bf16(v), cu_seqlens_q=cu_seqlens_q,
                         rotary_cos=_bf16(rotary_cos), rotary_sin=_bf16(rotary_sin), out=out, **rest)
@@ -140,7 +133,7 @@ def run(attend: Callable[..., tuple[torch.Tensor, torch.Tensor]], q: Any, k_cach
         _write_back(k_cache, k_work)
         _write_back(v_cache, v_work)
     if vd is not None:
-        scaled = (out16.float() * _per_row(vd, heads_q, rows)).to(out16.dtype)
+        scaled = fp8_modifiers.times_factor(out16, vd, heads_kv, rows).to(out16.dtype)
         if packed:  # rows in no sequence are not written, as without a factor
             index = torch.arange(q.shape[0], device=q.device)
             inside = ((index >= cu_seqlens_q[0]) & (index < cu_seqlens_q[-1]))[:, None, None]

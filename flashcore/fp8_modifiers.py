@@ -108,6 +108,16 @@ def sequence_of_rows(cu_seqlens: Any, rows: int, name: str, device: torch.device
     return seq.clamp_(max=cu_seqlens.shape[0] - 2)
 
 
+def times_factor(x: torch.Tensor, factor: torch.Tensor | None, heads_kv: int,
+                 rows: torch.Tensor | None = None) -> torch.Tensor:
+    """x ([B, S, H, E], or packed [total, H, E] whose rows belong to sequences `rows`) as float32 times its
+    sequence's [B, Hkv] factor (None: 1), head h taking factor h // (H / Hkv): reference.dequantize's rule, a packed
+    row read as a sequence of one row with its own sequence's factors."""
+    if rows is None:
+        return reference.dequantize(x, factor, heads_kv)
+    return reference.dequantize(x.unsqueeze(1), None if factor is None else factor[rows], heads_kv).squeeze(1)
+
+
 def packed(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, descales: dict[str, Any]
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """[total, H, D] packed FP8 q, k, v and their [B, Hkv] factors (B = len(cu_seqlens_q) - 1) -> bf16 q, k, v."""
@@ -121,7 +131,6 @@ def packed(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, descale
         raise FlashCoreError(f"cu_seqlens_k has {cu_seqlens_k.shape[0]} entries and cu_seqlens_q "
                              f"{cu_seqlens_q.shape[0]}: one offset per sequence, plus one")
     factors = _factors(descales, batch, heads_kv, q.device)
-    # each packed row as a sequence of one row with its own sequence's factors
     return tuple(  # type: ignore[return-value]
-        reference.dequantize(x.unsqueeze(1), None if f is None else f[rows], heads_kv).squeeze(1).to(torch.bfloat16)
+        times_factor(x, f, heads_kv, rows).to(torch.bfloat16)
         for x, f, rows in zip((q, k, v), factors, (rows_q, rows_k, rows_k), strict=True))

@@ -61,14 +61,12 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
     keyword-only: FA3's positions are kept): attention sinks, [Hq] raw logits (float32, or a float tensor converted);
     each row's softmax gets one value-less key of score s_aux[h]: out = sum_j e^{s_j} v_j / (sum_j e^{s_j} +
     e^{s_aux[h]}), lse includes it; a row with no key gets out = 0, lse = s_aux[h] (flashcore.serving)."""
+    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if qv is not None or mla.latent(q, v):  # MLA (flashcore/mla.py)
-        mla.refuse_fp8(q, qv, v)  # before the descales' check, which names FP8 inputs
-        check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.dense(q, k, v, qv, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
                              softcap=softcap, attention_chunk=attention_chunk, s_aux=s_aux,
-                             deterministic=deterministic, fallback=fallback)
+                             deterministic=deterministic, fallback=fallback, descales=descales)
         return (out, lse) if return_attn_probs else out
-    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if is_fp8(q) and fp8_modifiers.wanted(q, window_size, softcap, attention_chunk, fallback, s_aux):
         q, k, v = fp8_modifiers.dense(q, k, v, descales)  # the 16-bit path (flashcore/fp8_modifiers.py)
         descales = dict.fromkeys(descales)
@@ -101,12 +99,11 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     never read them). num_splits as flash_attn_func's: packed queries split the keys too.
     debug_checks (extension): check the offsets on the host (one device sync; see flashcore.serving)."""
     if qv is not None or mla.latent(q, v):  # MLA (flashcore/mla.py)
-        mla.refuse_fp8(q, qv, v)  # before the descales' check, which names FP8 inputs
-        check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.varlen(q, k, v, qv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               seqused_q=seqused_q, seqused_k=seqused_k, causal=causal, softmax_scale=softmax_scale,
                               window_size=window_size, softcap=softcap, attention_chunk=attention_chunk, s_aux=s_aux,
-                              deterministic=deterministic, fallback=fallback)
+                              deterministic=deterministic, fallback=fallback,
+                              descales={"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         return (out, lse) if return_attn_probs else out
     out, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=seqused_q,
                               seqused_k=seqused_k,
@@ -165,15 +162,14 @@ def flash_attn_with_kvcache(
     scheduler.check_metadata(scheduler_metadata, q, k_cache, v_cache, cu_seqlens_q, page_table)
     window_size = check.window(window_size)  # before the append writes into the caches
     if qv is not None or mla.latent(q, v_cache):  # MLA (flashcore/mla.py)
-        mla.refuse_fp8(q, qv, v_cache)  # before the descales' check, which names FP8 inputs
-        check.no_descales(q, {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         out, lse = mla.kvcache(q, k_cache, v_cache, qv, cache_seqlens, k=k, v=v, cache_batch_idx=cache_batch_idx,
                                page_table=page_table, cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
                                max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None, causal=causal,
                                softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
                                attention_chunk=attention_chunk, s_aux=s_aux, fallback=fallback,
                                cu_seqlens_k_new=cu_seqlens_k_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                               rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved)
+                               rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved,
+                               descales={"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale})
         return (out, lse) if return_softmax_lse else out
     per_sequence = (cache_seqlens, cache_batch_idx, page_table, cache_leftpad, cu_seqlens_q, rotary_cos, rotary_sin,
                     cu_seqlens_k_new if k is not None else None)

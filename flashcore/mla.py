@@ -19,6 +19,7 @@ shapes are checked here.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -54,15 +55,19 @@ def latent(q: Any, v: Any) -> bool:
     return d <= 64 and d < dv <= 512 and dv % 8 == 0 and dv not in head_dims.HEAD_DIM_V.get(d, (d,))
 
 
-def refuse_fp8(q: Any, qv: Any, v: Any) -> None:
+def refuse_fp8(q: Any, qv: Any, v: Any, descales: Mapping[str, Any]) -> None:
     """FP8 q or qv: refused before any other check, qv by name (FA3 has no FP8 qv either); an FP8 v wider than q
-    without qv (no FP8 kernel of FA3 pairs them) named too."""
+    without qv (no FP8 kernel of FA3 pairs them) named too. Then descales, which scale FP8 inputs only, raise (after
+    the FP8 refusals: their check's message names the inputs' dtype)."""
     if is_fp8(qv) or (is_fp8(q) and qv is not None):
         raise UnsupportedArgument("fp8 qv: MLA's qv with FP8 inputs is not supported (FA3 refuses it too); pass "
                                   "bf16 or fp16 q, qv, k and v")
     if is_fp8(q):
         raise FlashCoreError(f"v's head dim is {v.shape[-1]} with q's {q.shape[-1]}: FP8 inputs take v's head dim "
                              "equal to q's (or a pair of the head-dim table, as 192 with 128)")
+    from flashcore import check
+
+    check.no_descales(q, descales)
 
 
 def _same_rows(name: str, new: Any, k_new: Any, cache: Any) -> None:
@@ -118,10 +123,12 @@ def _warn_once(device: str, what: str) -> None:
 
 
 def dense(q: Any, k: Any, v: Any, qv: Any, *, causal: Any, softmax_scale: Any, window_size: Any, softcap: Any,
-          attention_chunk: Any, s_aux: Any, deterministic: Any, fallback: Any) -> tuple[torch.Tensor, torch.Tensor]:
+          attention_chunk: Any, s_aux: Any, deterministic: Any, fallback: Any,
+          descales: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """flash_attn_func with qv: (out, lse)."""
-    refuse_fp8(q, qv, v)
     from flashcore import check
+
+    refuse_fp8(q, qv, v, descales)
     from flashcore.forward import forward
 
     fallback = check.fallback_choice(fallback)
@@ -135,11 +142,12 @@ def dense(q: Any, k: Any, v: Any, qv: Any, *, causal: Any, softmax_scale: Any, w
 
 def varlen(q: Any, k: Any, v: Any, qv: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: Any,
            max_seqlen_k: Any, *, seqused_q: Any, seqused_k: Any, causal: Any, softmax_scale: Any, window_size: Any,
-           softcap: Any, attention_chunk: Any, s_aux: Any, deterministic: Any,
-           fallback: Any) -> tuple[torch.Tensor, torch.Tensor]:
+           softcap: Any, attention_chunk: Any, s_aux: Any, deterministic: Any, fallback: Any,
+           descales: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """flash_attn_varlen_func with qv: (out, lse), the offsets checked on the host."""
-    refuse_fp8(q, qv, v)
     from flashcore import check, check_serving
+
+    refuse_fp8(q, qv, v, descales)
     from flashcore.forward import forward
 
     call = check_serving.varlen(q, k, stand_in(v, q), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -157,11 +165,12 @@ def kvcache(q: Any, k_cache: Any, v_cache: Any, qv: Any, cache_seqlens: Any, *, 
             cache_batch_idx: Any, page_table: Any, cache_leftpad: Any, cu_seqlens_q: Any, max_seqlen_q: Any,
             causal: Any, softmax_scale: Any, window_size: Any, softcap: Any, attention_chunk: Any, s_aux: Any,
             fallback: Any, cu_seqlens_k_new: Any, rotary_cos: Any, rotary_sin: Any, rotary_seqlens: Any,
-            rotary_interleaved: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            rotary_interleaved: Any, descales: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """flash_attn_with_kvcache with qv: the append (v's every column), then (out, lse), the index values checked
     on the host."""
-    refuse_fp8(q, qv, v_cache)
     from flashcore import check, check_serving, serving
+
+    refuse_fp8(q, qv, v_cache, descales)
     from flashcore.forward import forward
 
     packed_new = k is not None and cu_seqlens_k_new is not None

@@ -106,14 +106,12 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
     if block_table is not None:
         scheduler.check_metadata(scheduler_metadata, q, k, v, cu_seqlens_q, block_table)
         if q_v is not None or mla.latent(q, v):
-            mla.refuse_fp8(q, q_v, v)
-            check.no_descales(q, descales)
             result = mla.kvcache(q, k, v, q_v, seqused_k, k=None, v=None, cache_batch_idx=None,
                                  page_table=block_table, cache_leftpad=None, cu_seqlens_q=cu_seqlens_q,
                                  max_seqlen_q=max_seqlen_q, causal=causal, softmax_scale=softmax_scale,
                                  window_size=window, softcap=softcap, attention_chunk=0, s_aux=s_aux,
                                  fallback=fallback, cu_seqlens_k_new=None, rotary_cos=None, rotary_sin=None,
-                                 rotary_seqlens=None, rotary_interleaved=True)
+                                 rotary_seqlens=None, rotary_interleaved=True, descales=descales)
             return _into(out, result, cu_seqlens_q, return_softmax_lse)
         o, lse = serving.kvcache(q, k, v, seqused_k, page_table=block_table, cu_seqlens_q=cu_seqlens_q,
                                  max_seqlen_q=max_seqlen_q, causal=causal, softmax_scale=softmax_scale,
@@ -121,11 +119,10 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
                                  debug_checks=debug_checks, out=out, s_aux=s_aux, **descales)
         return (o, lse) if return_softmax_lse else o
     if q_v is not None or mla.latent(q, v):
-        mla.refuse_fp8(q, q_v, v)
-        check.no_descales(q, descales)
         result = mla.varlen(q, k, v, q_v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
                             seqused_k=None, causal=causal, softmax_scale=softmax_scale, window_size=window,
-                            softcap=softcap, attention_chunk=0, s_aux=s_aux, deterministic=False, fallback=fallback)
+                            softcap=softcap, attention_chunk=0, s_aux=s_aux, deterministic=False, fallback=fallback,
+                            descales=descales)
         return _into(out, result, cu_seqlens_q, return_softmax_lse)
     o, lse = serving.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
                             softmax_scale=softmax_scale, window_size=window, softcap=softcap, fallback=fallback,

@@ -29,7 +29,9 @@ def _needing_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, .
     return tuple(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.requires_grad)
 
 
+@functools.cache
 def _no_backward() -> type:
+    """Built on first use and kept (torch is imported only when a call needs grad)."""
     import torch
 
     class NoBackward(torch.autograd.Function):
@@ -50,11 +52,6 @@ def _no_backward() -> type:
     return NoBackward
 
 
-@functools.cache
-def _function() -> type:
-    return _no_backward()
-
-
 def entry(fn: F) -> F:
     """An FA3 entry point (returning out, or a tuple whose first item is out) as fa3-fwd runs it under grad."""
     @functools.wraps(fn)
@@ -64,6 +61,6 @@ def entry(fn: F) -> F:
             return fn(*args, **kwargs)
         if kwargs.get("out") is not None:  # the caller's buffer cannot take the raising backward's place in a graph
             raise FlashCoreError(f"{MESSAGE}; an out buffer with inputs that require grad is refused")
-        return _function().apply(lambda: fn(*args, **kwargs), *needing)  # type: ignore[attr-defined]
+        return _no_backward().apply(lambda: fn(*args, **kwargs), *needing)  # type: ignore[attr-defined]
 
     return run  # type: ignore[return-value]

@@ -182,10 +182,13 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                              rotary_seqlens=rotary_seqlens, rotary_interleaved=rotary_interleaved, s_aux=s_aux)
     debug = check_serving.host_checks(debug_checks, q, page_table)
     key = None
-    if not is_fp8(q) and not debug and out is None and lse is None and s_aux is None:
+    # FP8 repeats take the fast path too where no index value is checked on the host (a paged cache: the FP8
+    # kernels check its values on the device); the descales are tensors of the key, their values device data.
+    if not debug and out is None and lse is None and s_aux is None:
         per_sequence = isinstance(cache_seqlens, torch.Tensor)  # else FA3's one int (or None) for all, an argument
         tensors = (q, k_cache, v_cache, cache_seqlens if per_sequence else None, cache_batch_idx, page_table, k, v,
-                   cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_seqlens)
+                   cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, rotary_cos, rotary_sin, rotary_seqlens,
+                   q_descale, k_descale, v_descale)
         args = (causal, softmax_scale, window_size, softcap, attention_chunk, num_splits, sm_margin, fallback,
                 None if per_sequence else cache_seqlens, max_seqlen_q, rotary_interleaved)
         key = fastpath.serving_signature("kvcache", tensors, args)
@@ -204,11 +207,15 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                                                check_serving.cache_capacity(k_cache, page_table),
                                                q.shape[1] if cu_seqlens_q is None else max_seqlen_q)
                     rot = rotary.Rotary(rotary_cos, rotary_sin, rotary_seqlens, rotary_interleaved, per_row)
-                lengths, rotated = append.run(k_cache, v_cache, k, v, lengths, cache_batch_idx, page_table,
+                kc, vc, kn, vn = k_cache, v_cache, k, v
+                if is_fp8(q):  # as the checked call's append: FP8 rows copied as 16-bit byte pairs
+                    kc, vc, kn, vn = (t.view(torch.float16) for t in (kc, vc, kn, vn))
+                lengths, rotated = append.run(kc, vc, kn, vn, lengths, cache_batch_idx, page_table,
                                               cu_new=cu_seqlens_k_new, rotary=rot, q=q, cu_q=cu_seqlens_q)
                 q = q if rotated is None else rotated
             arrays = {"cu_seqlens_q": cu_seqlens_q, "seqused_k": lengths, "kv_batch_idx": cache_batch_idx,
-                      "leftpad_k": cache_leftpad, "page_table": page_table}
+                      "leftpad_k": cache_leftpad, "page_table": page_table, "q_descale": q_descale,
+                      "k_descale": k_descale, "v_descale": v_descale}
             packed = cu_seqlens_q is not None
             return launch.again(entry, q, k_cache, v_cache, lse_shape(q, packed), arrays,
                                 -math.inf if packed else None)

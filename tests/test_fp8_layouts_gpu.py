@@ -250,3 +250,53 @@ def test_fp8_paged_bad_page_id_makes_its_sequence_nan_and_is_named() -> None:
         kb, vb = (t.view(E4M3) for t in reference.cached_keys(k_pages.view(torch.uint8), v_pages.view(torch.uint8), b,
                                                                int(lengths[b]), None, table))
         check_sequence(out[b], lse[b], q[b], kb, vb, [s[b:b + 1] for s in ds], False)
+
+
+def test_fp8_paged_repeats_take_the_fast_path_with_new_values_descales_and_appends() -> None:
+    """A paged FP8 call's repeats (same layouts; new q, lengths, descales and appended keys) reuse one remembered
+    launch and stay right; its page ids stay checked on the device (a bad one in a repeat: NaN, named); a contiguous
+    FP8 cache's repeats keep the host checks (no remembered launch)."""
+    from flashcore import device_errors
+
+    torch.manual_seed(17)
+    batch, page_size, per, hq, hkv, d, new = 3, 64, 8, 16, 4, 128, 2
+    k_pages, v_pages = fp8(batch * per, page_size, hkv, d), fp8(batch * per, page_size, hkv, d)
+    table = torch.randperm(batch * per, device="cuda").to(torch.int32).view(batch, per)
+    counts = []
+    for _ in range(3):
+        q, ds = fp8(batch, 1, hq, d), descales(batch, hkv)
+        k_new, v_new = fp8(batch, new, hkv, d), fp8(batch, new, hkv, d)
+        lengths = torch.randint(0, per * page_size - new + 1, (batch,), dtype=torch.int32, device="cuda")
+        before = lengths.tolist()
+        out, lse = flashcore.flash_attn_with_kvcache(q, k_pages, v_pages, k_new, v_new, cache_seqlens=lengths,
+                                                     page_table=table, q_descale=ds[0], k_descale=ds[1],
+                                                     v_descale=ds[2], return_softmax_lse=True)
+        counts.append(serving.fast_entries())
+        for b, n in enumerate(before):
+            kb, vb = (t.view(E4M3) for t in reference.cached_keys(k_pages.view(torch.uint8),
+                                                                   v_pages.view(torch.uint8), b, n + new, None, table))
+            assert torch.equal(kb[n:].view(torch.uint8), k_new[b].view(torch.uint8))
+            check_sequence(out[b], lse[b], q[b], kb, vb, [s[b:b + 1] for s in ds], False)
+    assert counts[0] == counts[1] == counts[2]
+    device_errors.words("cuda").zero_()
+    bad = table.clone()
+    bad[1, 0] = batch * per + 5  # past the cache's pages: sequence 1's first page
+    q, ds = fp8(batch, 1, hq, d), descales(batch, hkv)
+    lengths = torch.tensor([10, 100, 5], dtype=torch.int32, device="cuda")
+    out, lse = flashcore.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=lengths, page_table=bad,
+                                                 q_descale=ds[0], k_descale=ds[1], v_descale=ds[2],
+                                                 return_softmax_lse=True)
+    out, lse = flashcore.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=lengths, page_table=bad,
+                                                 q_descale=ds[0], k_descale=ds[1], v_descale=ds[2],
+                                                 return_softmax_lse=True)  # the repeat, on the fast path
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1].float()).all()
+    with pytest.raises(flashcore.FlashCoreError, match="page_table"):
+        flashcore.check_errors()
+    cache_k, cache_v = fp8(batch, 512, hkv, d), fp8(batch, 512, hkv, d)
+    held = serving.fast_entries()
+    for _ in range(2):
+        q = fp8(batch, 1, hq, d)
+        lengths = torch.tensor([1, 512, 0], dtype=torch.int32, device="cuda")
+        flashcore.flash_attn_with_kvcache(q, cache_k, cache_v, cache_seqlens=lengths)
+    assert serving.fast_entries() == held

@@ -58,6 +58,8 @@ def test_memcheck_leak() -> None:
     log = load("memcheck-leak")
     assert (log.errors, log.leak_bytes, log.app_failed) == (1, 1024, False)
     assert [(f.kind, f.size, f.count) for f in log.findings] == [("leak", 1024, 1)]
+    # where it was allocated: the first host frame past cudaMalloc and its template wrapper
+    assert log.findings[0].location == "main in planted"
 
 
 def test_memcheck_without_padding_misses_the_overrun() -> None:

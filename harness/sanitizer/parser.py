@@ -60,6 +60,10 @@ RACE_MORE = re.compile(r"^and (?P<acc>\w+) access at (?P<where>.+?)(?: \[(?P<n>[
 HAZARD_SIDE = re.compile(r"^(?P<acc>Read|Write) Thread \((?P<thread>[\d, ]+)\) at (?P<where>.+)$")
 HAZARD_COUNT = re.compile(rf"\[{_N} hazards?\]\s*$")
 SKIP = ("Saved host backtrace", "Host Frame:")
+# A host frame of a leak's allocation backtrace: "Host Frame: main [0x8e09] in planted". The leak's location is the
+# first frame that is not the CUDA runtime's or driver's own (cudaMalloc, its template wrapper, cuMemAlloc).
+HOST_FRAME = re.compile(r"^Host Frame: ?(?P<func>.+?) \[0x[0-9a-fA-F]+\] in (?P<module>\S+)$")
+CUDA_API = re.compile(r"^(?:\w+ )?(?:cuda|cu)[A-Z]\w*")
 
 
 def _int(text: str) -> int:
@@ -100,6 +104,10 @@ class _Report:
     detail: list[str] = field(default_factory=list)
 
     def add(self, line: str) -> None:
+        if self.kind == "leak" and self.location is None and (m := HOST_FRAME.match(line)):
+            if not CUDA_API.match(m["func"]):
+                self.location = f"{m['func']} in {m['module']}"
+            return
         if line.startswith(SKIP):
             return
         if (m := AT.match(line)) and self.kernel is None:

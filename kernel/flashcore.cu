@@ -146,24 +146,39 @@ constexpr int fp8_point() {
          (kVtSmem ? kPointVtSmem : 0);
 }
 
-// with_point for FP8 inputs: f(std::integral_constant<int, one of the two fp8_points>), by fp8_v_transpose (AUTO: by
-// the shape, kernel/tile_choice.h use_fp8_vt_smem), after checking that the call names no other point.
+// FP8's decode point where the head dim has one (Fp8Choice::kOneWgDecode): one consumer warpgroup, V transposed in
+// shared memory; else the shared-memory default point (the decode choice then never differs).
+template <int kHeadDim>
+constexpr int fp8_decode_point() {
+  using C = Fp8Choice<kHeadDim>;
+  if constexpr (C::kOneWgDecode) {
+    return point_code(C::kDecodeBlockN, C::kDecodeStages, 1, 0, C::kRescaleEarly, C::kVtSmemProducerRegs) |
+           kPointVtSmem;
+  } else {
+    return fp8_point<kHeadDim, true>();
+  }
+}
+
+// with_point for FP8 inputs: f(std::integral_constant<int, one of the fp8_points>), by fp8_v_transpose (AUTO: by the
+// shape, kernel/tile_choice.h use_fp8_vt_smem), then, V in shared memory, the decode point for tiles of at most 64
+// query rows (use_one_wg_point, as with_point), after checking that the call names no other point.
 template <int kHeadDim, typename F>
-int with_fp8_point(const fc_params* in, F&& f) {
+int with_fp8_point(const fc_params* in, const KernelParams& p, F&& f) {
   constexpr int kPass = fp8_point<kHeadDim, false>(), kSmem = fp8_point<kHeadDim, true>();
-  if ((in->point != 0 && in->point != kPass && in->point != kSmem) ||
+  constexpr int kDecode = fp8_decode_point<kHeadDim>();
+  if ((in->point != 0 && in->point != kPass && in->point != kSmem && in->point != kDecode) ||
       (in->block_n != 0 && in->block_n != (kPass & 511))) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one tile (%d keys; points 0x%x and 0x%x, "
-                        "V^T from a copy in the workspace or transposed in shared memory: fp8_v_transpose picks): "
-                        "leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim, kPass & 511,
-                        static_cast<unsigned>(kPass), static_cast<unsigned>(kSmem), static_cast<unsigned>(in->point),
-                        in->block_n);
+                        "V^T from a copy in the workspace or transposed in shared memory: fp8_v_transpose picks; "
+                        "decode at 0x%x): leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim,
+                        kPass & 511, static_cast<unsigned>(kPass), static_cast<unsigned>(kSmem),
+                        static_cast<unsigned>(kDecode), static_cast<unsigned>(in->point), in->block_n);
   }
   // Sequences with rows of their own (packed, per-sequence lengths, cache slots) take the shared-memory transpose:
   // the copy is laid out per dense batch entry, seqlen_k keys each (kernel/fp8_vt_fused.cuh), and for a cache it
   // would transpose every entry's whole capacity on every call.
   const bool per_sequence = rows_per_sequence(in);
-  bool smem = in->point != 0 ? in->point == kSmem
+  bool smem = in->point != 0 ? in->point != kPass
                              : per_sequence || use_fp8_vt_smem<kHeadDim>(in->seqlen_q, in->seqlen_k,
                                                                           in->heads_q / in->heads_kv, in->causal != 0);
   if (in->fp8_v_transpose != FC_FP8_VT_AUTO) {
@@ -181,16 +196,25 @@ int with_fp8_point(const fc_params* in, F&& f) {
                         "FC_FP8_VT_AUTO or FC_FP8_VT_SMEM (got point 0x%x, fp8_v_transpose %d)",
                         static_cast<unsigned>(in->point), in->fp8_v_transpose);
   }
-  if (smem) return f(std::integral_constant<int, kSmem>{});
-  return f(std::integral_constant<int, kPass>{});
+  if (!smem) return f(std::integral_constant<int, kPass>{});
+  if constexpr (kDecode != kSmem) {
+    // Only the automatic choice takes it: a call that names where V is transposed keeps the default tile, so the
+    // two ways still give the same bits (they differ only in where V^T comes from).
+    constexpr int kDefaultRows = 64 * Fp8Choice<kHeadDim>::kConsumerWGs;
+    const bool decode = in->point != 0 ? in->point == kDecode
+                                       : in->block_n == 0 && in->fp8_v_transpose == FC_FP8_VT_AUTO &&
+                                             use_one_wg_point(p.seqlen_q, p.group, kDefaultRows);
+    if (decode) return f(std::integral_constant<int, kDecode>{});
+  }
+  return f(std::integral_constant<int, kSmem>{});
 }
 
 // with_fp8_point where FP8 has a kernel of the head dim: FC_HEAD_DIM_TABLE's fp8_supported ones. check_fp8 refuses FP8
 // at the others (hdims 96 and 192 are 16-bit only: no Fp8Choice) before a call gets here.
 template <int kHeadDim, typename F>
-int with_fp8_kernel_point(const fc_params* in, F&& f) {
+int with_fp8_kernel_point(const fc_params* in, const KernelParams& p, F&& f) {
   if constexpr (fp8_head_dim(kHeadDim)) {
-    return with_fp8_point<kHeadDim>(in, static_cast<F&&>(f));
+    return with_fp8_point<kHeadDim>(in, p, static_cast<F&&>(f));
   } else {
     return report_error(FC_ERR_INVALID_ARGUMENT, "head_dim %lld with FP8 inputs: no FP8 kernel of head dim %d",
                         static_cast<long long>(in->head_dim), kHeadDim);
@@ -200,7 +224,7 @@ int with_fp8_kernel_point(const fc_params* in, F&& f) {
 template <int kHeadDim>
 int run_fp8(const fc_params* in, const KernelParams& p, cudaStream_t stream) {
   return with_fp8_kernel_point<kHeadDim>(
-      in, [&](auto point) { return run_tiles<kHeadDim, decltype(point)::value, E4m3>(in, p, stream); });
+      in, p, [&](auto point) { return run_tiles<kHeadDim, decltype(point)::value, E4m3>(in, p, stream); });
 }
 
 template <int kHeadDim, typename Element>
@@ -227,7 +251,7 @@ int plan_info(const fc_params* in, const KernelParams& p, fc_plan_info* out) {
     point = decltype(pt)::value;
     return make_plan<kHeadDim, decltype(pt)::value>(in, p, &plan);
   };
-  const int status = in->dtype == FC_E4M3 ? with_fp8_kernel_point<kHeadDim>(in, plan_at)
+  const int status = in->dtype == FC_E4M3 ? with_fp8_kernel_point<kHeadDim>(in, p, plan_at)
                                           : with_point<kHeadDim>(in, p, plan_at);
   if (status != FC_OK) return status;
   out->num_splits = plan.num_splits;

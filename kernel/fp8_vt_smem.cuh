@@ -25,11 +25,11 @@ constexpr int kVtStop = -1;    // the producer's word for "no more blocks"; othe
                                // (o_empty_wait below; set for the tile's first block only)
 
 // Whether a point runs paged caches: the 16-bit 2-consumer points (hopper_config.h kPagedCapable) and the FP8 ones
-// with V transposed here whose producer warpgroup keeps 40 registers for the page walk beside 2 consumers (hdim
-// 128; hdim 256's 24-register one spilled 108-188 B with it). The transposing warps read the raw ring either way.
+// with V transposed here whose producer warpgroup keeps 40 registers for the page walk beside 1 or 2 consumers (hdim
+// 128's default and decode points; hdim 256's 24-register one spilled 108-188 B with it). The transposing warps read the raw ring either way.
 template <typename Cfg>
 inline constexpr bool kRunsPages =
-    Cfg::kPagedCapable || (Cfg::kVtSmem && Cfg::kConsumerWGs == 2 && Cfg::Registers::kPagedProducer >= 40);
+    Cfg::kPagedCapable || (Cfg::kVtSmem && Cfg::kConsumerWGs <= 2 && Cfg::Registers::kPagedProducer >= 40);
 
 // The O-over-V wait word that the producer thread computes for a tile's V(0) and V(1) (hopper_mainloop.h): bit w
 // (w < 3), wait for consumer warpgroup w's kOEmpty + w phase, whose parity is bit 3. The producer thread waits on it

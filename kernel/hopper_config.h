@@ -150,7 +150,9 @@ struct HopperTileConfig {
   static constexpr bool kRescaleEarly = Point::kRescaleEarly;
   static_assert(kStages >= 2 && kStages <= 8, "the K/V ring needs 2..8 stages");
   static_assert(kConsumerWGs > 1 || !kPingPong, "ping-pong needs 2 or more consumer warpgroups (a ring of one)");
-  static_assert(!kFp8 || kConsumerWGs >= 2, "FP8 runs on 2 or 3 consumer warpgroups (tile_choice.h Fp8Choice)");
+  static_assert(!kFp8 || kConsumerWGs >= 2 || Point::kVtSmem,
+                "FP8 runs on 2 or 3 consumer warpgroups, or 1 for decode with V transposed in shared memory "
+                "(tile_choice.h Fp8Choice)");
   // Q, K and 16-bit V TMA boxes and wgmma atoms are one swizzle span wide: 128 bytes (64 16-bit or 128 FP8 columns),
   // or 64 bytes where a row is not whole 128-byte spans (FP8 hdim 64: one; 16-bit hdim 96: three of 32 columns):
   // 64-byte swizzle, 8-row groups of 512 bytes.

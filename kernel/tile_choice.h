@@ -94,6 +94,7 @@ struct Fp8Choice<64> {
   static constexpr bool kSoftmaxRing = false;
   static constexpr bool kVtHeadCount = false;
   static constexpr bool kFastFinalize = false;
+  static constexpr bool kOneWgDecode = false;
 };
 template <>
 struct Fp8Choice<128> {
@@ -105,6 +106,12 @@ struct Fp8Choice<128> {
   static constexpr bool kSoftmaxRing = true;
   static constexpr bool kVtHeadCount = false;
   static constexpr bool kFastFinalize = true;
+  // Decode (tiles of at most 64 query rows, use_one_wg_point) on one consumer warpgroup, BLOCK_M 64, as the 16-bit
+  // decode point (hopper_config.h decode_point): two consumers of 128 rows ran every GEMM and softmax on rows that
+  // hold nothing. The 16-bit decode point's 128 keys and 3 stages; V transposed in shared memory (decode's rows per
+  // K/V head are far below kVtSmemRows), the producer's 40 registers for the page walk.
+  static constexpr bool kOneWgDecode = true;
+  static constexpr int kDecodeBlockN = 128, kDecodeStages = 3;
 };
 template <>
 struct Fp8Choice<256> {
@@ -117,6 +124,7 @@ struct Fp8Choice<256> {
   static constexpr bool kSoftmaxRing = false;
   static constexpr bool kVtHeadCount = true;
   static constexpr bool kFastFinalize = true;
+  static constexpr bool kOneWgDecode = false;  // not built: the producer's 24 registers leave no room for a page walk
 };
 
 // The FP8 choices a kernel reads (kernel/hopper_config.h, hopper_mainloop.h): Fp8Choice's with FP8 inputs, the 16-bit

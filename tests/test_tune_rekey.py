@@ -126,6 +126,39 @@ def test_different_sass_is_refused_naming_the_kernel() -> None:
         rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", differ)
 
 
+def with_kernel(text: str, mangled: str) -> str:
+    """The listing with one more kernel, of one instruction."""
+    return text + f"\t\tFunction : {mangled}\n        /*0000*/                   EXIT ;    /* 0x000000000000794d */\n"
+
+
+FP8_KERNEL = "_ZN9flashcore30attention_forward_wgmma_kernelILi128ELi4221056ENS_4E4m3ELb0ELb0ELb0ELb0EEEvv"
+BF16_KERNEL = "_ZN9flashcore30attention_forward_wgmma_kernelILi128ELi4221056ENS_4Bf16ELb0ELb0ELb0ELb0EEEvv"
+
+
+def test_an_added_fp8_kernel_keeps_the_tables_and_is_recorded() -> None:
+    """The tables hold bf16 and fp16 buckets only: a new FP8 kernel beside unchanged ones changes none of them."""
+    added = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(with_kernel(listing(), FP8_KERNEL)))
+    assert not added.same and added.tables_hold and added.only_new == (FP8_KERNEL,)
+    text, count = rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", added)
+    assert count == 1 and "    kernels: 4\n    added_fp8: 1\n" in text
+    assert [t.kernel_id for t in parse_tables(text)] == ["bbbb000000000002", "ffff000000000009"]
+
+
+@pytest.mark.parametrize("mangled", [BF16_KERNEL, "_ZN9flashcore13combine_splitEv"])
+def test_an_added_16_bit_or_other_kernel_is_refused(mangled: str) -> None:
+    """A new 16-bit attention kernel is a point a table could name; a new kernel of another kind is not explained."""
+    added = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(with_kernel(listing(), mangled)))
+    assert not added.tables_hold
+    with pytest.raises(rk.RekeyError, match="SASS differs"):
+        rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", added)
+
+
+def test_an_added_fp8_kernel_does_not_excuse_a_changed_one() -> None:
+    old = listing()
+    new = with_kernel(listing("BRA 0x10"), FP8_KERNEL)
+    assert not sass.compare_kernels(sass.parse_sass(old), sass.parse_sass(new)).tables_hold
+
+
 def test_rekey_refuses_when_no_table_has_the_old_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = tmp_path / "tuned.yaml"
     table.write_text(TABLE)

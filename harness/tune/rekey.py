@@ -3,12 +3,14 @@ that left the machine code as it was.
 
 The tables of flashcore/tuned.yaml are keyed by fc_kernel_id(), a hash of the kernel sources, so moving code, renaming a
 file or rewording a comment makes every table stale although the GPU runs the same instructions. This command dumps
-the SASS of every kernel of both libraries (harness/tune/sass.py) and, only when each kernel is identical and neither
-library has a kernel the other lacks, rewrites the kernel_id of every table measured on the old library's kernel to
-the new library's, recording where it came from:
+the SASS of every kernel of both libraries (harness/tune/sass.py) and, only when each kernel of the old library is
+identical in the new one and the new one adds none but FP8 kernels (which no table names: the tables hold bf16 and
+fp16 buckets), rewrites the kernel_id of every table measured on the old library's kernel to the new library's,
+recording where it came from:
 
     kernel_id: <new id>
-    rekeyed_from: {kernel_id: <old id>, sass_sha256: <digest of every kernel's SASS>, kernels: <count>}
+    rekeyed_from: {kernel_id: <old id>, sass_sha256: <digest of every kernel's SASS>, kernels: <count>,
+                   added_fp8: <FP8 kernels only in the new library, when any>}
 
 Otherwise it refuses, naming the kernels that differ, and the file stays as it was: those tables need `make tune`.
 The old library must be a build of the sources the tables were measured on (its fc_kernel_id is their kernel_id).
@@ -48,7 +50,7 @@ def rekey_text(text: str, old_id: str, new_id: str, sass: SassComparison) -> tup
     """The table file with every `kernel_id: old_id` line of a table replaced by new_id and its `rekeyed_from`
     record (an earlier record of that table, which follows its kernel_id, is replaced); the count of tables
     rewritten. Line edits keep the file's order, comments and formatting."""
-    if not sass.same:
+    if not sass.tables_hold:
         raise RekeyError("the SASS differs: " + ", ".join(sass.names.get(n, n) for n in sass.differing()))
     out: list[str] = []
     count = 0
@@ -70,6 +72,8 @@ def rekey_text(text: str, old_id: str, new_id: str, sass: SassComparison) -> tup
             out.append(f"{m.group(1)}kernel_id: {new_id}\n")
             out.append(f"{pad}rekeyed_from:\n{pad}  kernel_id: {old_id}\n{pad}  sass_sha256: {sass.new_digest}\n"
                        f"{pad}  kernels: {sass.total}\n")
+            if sass.only_new:
+                out.append(f"{pad}  added_fp8: {len(sass.only_new)}\n")
             count += 1
             record_pad = pad
             continue

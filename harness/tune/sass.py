@@ -118,6 +118,11 @@ def is_attention_kernel(name: str) -> bool:
     return "attention_forward" in name
 
 
+def is_fp8_kernel(name: str) -> bool:
+    """An attention kernel instantiated for FP8 inputs (template argument flashcore::E4m3, mangled `4E4m3`)."""
+    return is_attention_kernel(name) and "4E4m3" in name
+
+
 @dataclass(frozen=True)
 class SassComparison:
     """Two libraries' kernels paired by name. Pure data."""
@@ -138,6 +143,12 @@ class SassComparison:
     def same(self) -> bool:
         """Every kernel identical, none in one library only."""
         return not (self.changed or self.only_old or self.only_new)
+
+    @property
+    def tables_hold(self) -> bool:
+        """Every kernel a tuned table can name is as it was: none changed, none gone, and the kernels only in the new
+        library are FP8 ones, which no table names (tables hold bf16 and fp16 buckets: flashcore/tuning.py)."""
+        return not (self.changed or self.only_old) and all(is_fp8_kernel(n) for n in self.only_new)
 
     def differing(self) -> tuple[str, ...]:
         """The kernels that are not identical in both, changed first."""

@@ -1,0 +1,77 @@
+"""FP8's decode point (kernel/tile_choice.h Fp8Choice<128>::kOneWgDecode: one consumer warpgroup, BLOCK_M 64, V
+transposed in shared memory) on the H100/H200: the plan takes it for FP8 hdim-128 calls whose every tile holds at most
+64 query rows (use_one_wg_point, as the 16-bit decode point), never for more rows or other head dims; and its results
+hold FA3's FP8 accuracy rule (tests/test_fp8_layouts_gpu.py check_sequence) on ragged caches (lengths 0 and 1 among
+them), GQA 8:1, 4:1 and MHA, split-KV (auto, 1, 3), short causal queries, slots and shuffled pages of 16 and 64 keys.
+Key rows no call may read hold E4M3 NaN; out and lse are NaN first; fresh random inputs per case."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashcore
+from flashcore import reference, serving
+from tests.test_fp8_layouts_gpu import E4M3, check_sequence, descales, fp8, poison
+
+pytestmark = pytest.mark.gpu
+DECODE = "n128-s3-w1-pp0-re0-r40"
+
+
+@pytest.fixture(autouse=True)
+def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLASHCORE_TUNE", "0")
+
+
+@pytest.mark.parametrize(("sq", "hq", "hkv", "d", "decode"), [
+    (1, 32, 8, 128, True), (4, 32, 8, 128, True), (16, 4, 4, 128, True), (64, 4, 4, 128, True),
+    (65, 4, 4, 128, False), (16, 16, 2, 128, False), (1, 32, 8, 64, False), (1, 32, 8, 256, False),
+])  # fmt: skip
+def test_the_fp8_plan_takes_the_decode_point_for_tiles_of_64_rows(sq: int, hq: int, hkv: int, d: int,
+                                                                   decode: bool) -> None:
+    q, k, v = fp8(2, sq, hq, d), fp8(2, 3000, hkv, d), fp8(2, 3000, hkv, d)
+    assert (flashcore.plan(q, k, v).point == DECODE) == decode
+
+
+@pytest.mark.parametrize("splits", [None, 1, 3])
+@pytest.mark.parametrize(("hq", "hkv", "sq", "causal"), [(32, 8, 1, False), (32, 4, 1, False), (8, 8, 1, False),
+                                                         (16, 4, 4, True), (4, 4, 16, True)])
+def test_fp8_cache_decode_on_the_decode_point(hq: int, hkv: int, sq: int, causal: bool, splits: int | None) -> None:
+    lengths = (1, 4097, 0, 1000, 129, 7, 8191)
+    batch, capacity, d = len(lengths), 8192, 128
+    k_cache, v_cache = fp8(batch, capacity, hkv, d), fp8(batch, capacity, hkv, d)
+    for b, n in enumerate(lengths):
+        poison(k_cache[b, n:])
+        poison(v_cache[b, n:])
+    q, ds = fp8(batch, sq, hq, d), descales(batch, hkv)
+    assert flashcore.plan(q, k_cache, v_cache).point == DECODE
+    out = torch.full((batch, sq, hq, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    lse = torch.full((batch, hq, sq), float("nan"), device="cuda")
+    serving.kvcache(q, k_cache, v_cache, torch.tensor(lengths, dtype=torch.int32, device="cuda"), causal=causal,
+                    num_splits=splits, out=out, lse=lse, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+    for b, n in enumerate(lengths):
+        if causal and n < sq:
+            continue  # bottom-right causal with fewer keys than queries: rows see nothing (the layouts tests cover it)
+        check_sequence(out[b], lse[b], q[b], k_cache[b, :n], v_cache[b, :n], [s[b:b + 1] for s in ds], causal)
+
+
+@pytest.mark.parametrize("splits", [None, 3])
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_fp8_paged_decode_on_the_decode_point(page_size: int, splits: int | None) -> None:
+    batch, hq, hkv, d = 5, 32, 8, 128
+    lengths = (1, 2000, 0, 333, 64)
+    per = -(-max(lengths) // page_size)
+    k_pages, v_pages = fp8(batch * per + 3, page_size, hkv, d), fp8(batch * per + 3, page_size, hkv, d)
+    table = torch.randperm(batch * per + 3, device="cuda")[:batch * per].to(torch.int32).view(batch, per)
+    for b, n in enumerate(lengths):  # the slots past each length, in its pages: NaN
+        flat = torch.arange(n, per * page_size, device="cuda")
+        for pages in (k_pages, v_pages):
+            pages.view(torch.uint8)[table[b, flat // page_size].long(), flat % page_size] = 0x7F
+    q, ds = fp8(batch, 1, hq, d), descales(batch, hkv)
+    out, lse = flashcore.flash_attn_with_kvcache(
+        q, k_pages, v_pages, cache_seqlens=torch.tensor(lengths, dtype=torch.int32, device="cuda"), page_table=table,
+        num_splits=splits or 0, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], return_softmax_lse=True)
+    for b, n in enumerate(lengths):
+        kb, vb = (t.view(E4M3) for t in reference.cached_keys(k_pages.view(torch.uint8), v_pages.view(torch.uint8), b,
+                                                               n, None, table))
+        check_sequence(out[b], lse[b], q[b], kb, vb, [s[b:b + 1] for s in ds], False)

@@ -135,6 +135,14 @@ FP8_KERNEL = "_ZN9flashcore30attention_forward_wgmma_kernelILi128ELi4221056ENS_4
 BF16_KERNEL = "_ZN9flashcore30attention_forward_wgmma_kernelILi128ELi4221056ENS_4Bf16ELb0ELb0ELb0ELb0EEEvv"
 
 
+def test_an_anonymous_namespace_built_elsewhere_pairs_with_its_kernel() -> None:
+    """nvcc's anonymous-namespace names carry a hash of the build directory: another checkout, the same kernel."""
+    name = "_ZN9flashcore41_GLOBAL__N__{}_9_append_cu_a443ce5e13append_kernelI6__halfLi2EEEv16fc_append_paramsi"
+    here = sass.parse_sass(with_kernel(listing(), name.format("3bd0f406")))
+    there = sass.parse_sass(with_kernel(listing(), name.format("5bb7facd")))
+    assert sass.compare_kernels(here, there).same
+
+
 def test_an_added_fp8_kernel_keeps_the_tables_and_is_recorded() -> None:
     """The tables hold bf16 and fp16 buckets only: a new FP8 kernel beside unchanged ones changes none of them."""
     added = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(with_kernel(listing(), FP8_KERNEL)))

@@ -64,9 +64,16 @@ def dump_sass(library: Path, tool: Path | None = None) -> str:
     return done.stdout
 
 
+# nvcc names an anonymous namespace `_GLOBAL__N__<8 hex digits>_<file>_<hash>`, the first hash changing with the
+# build's directory: the same kernel built from another checkout has another name. Zeroed, the name keeps its length
+# (so it still demangles) and pairs the two.
+_ANON_NAMESPACE = re.compile(r"_GLOBAL__N__[0-9a-f]{8}_")
+
+
 def parse_sass(text: str) -> dict[str, tuple[str, ...]]:
-    """Kernel name (mangled) -> its listing, one normalized line per instruction or encoding word. A name that occurs
-    in two objects of the library gets `#2`, `#3`, ... in listing order."""
+    """Kernel name (mangled, anonymous namespaces' build hash zeroed) -> its listing, one normalized line per
+    instruction or encoding word. A name that occurs in two objects of the library gets `#2`, `#3`, ... in listing
+    order."""
     kernels: dict[str, tuple[str, ...]] = {}
     name: str | None = None
     lines: list[str] = []
@@ -82,7 +89,7 @@ def parse_sass(text: str) -> dict[str, tuple[str, ...]]:
     for raw in text.splitlines():
         if m := _FUNCTION.match(raw):
             close()
-            name, lines = m.group(1), []
+            name, lines = _ANON_NAMESPACE.sub("_GLOBAL__N__00000000_", m.group(1)), []
         elif raw.startswith("Fatbin ") or raw.strip().startswith(("code for ", ".target")):
             close()  # the next object's header: the listing of the last kernel ended
             name, lines = None, []

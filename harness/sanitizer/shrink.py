@@ -49,14 +49,22 @@ def equal_tiles(wl: Workload) -> bool:
     return wl.dense and not wl.causal and wl.window == (-1, -1)
 
 
-@functools.lru_cache(maxsize=4096)  # pure: the gate asks for a run's shape to deal, order and run it
 def racecheck_shape(wl: Workload, min_tiles_per_sm: int, sms: int) -> Workload:
     """The shape racecheck runs for `wl` on a GPU of `sms` SMs: the fewest batch entries x K/V heads (fewer batch
     entries first) that keep `min_tiles_per_sm` x `sms` tiles and the stream-K tail's presence; `wl` itself when
     nothing smaller qualifies, when `min_tiles_per_sm` is 0 or when its layout or query count is not reduced."""
+    batch, heads_kv = _dims(wl, min_tiles_per_sm, sms)
+    if (batch, heads_kv) == (wl.batch, wl.heads_kv):
+        return wl
+    return dataclasses.replace(wl, batch=batch, heads_q=heads_kv * (wl.heads_q // wl.heads_kv), heads_kv=heads_kv)
+
+
+@functools.lru_cache(maxsize=4096)  # pure: the gate asks for a run's shape to deal, order and run it
+def _dims(wl: Workload, min_tiles_per_sm: int, sms: int) -> tuple[int, int]:
+    """(batch, K/V heads) of racecheck_shape."""
     floor = min_tiles_per_sm * sms
     if floor <= 0 or wl.layout not in LAYOUTS or wl.seqlen_q <= BLOCK_M[-1] or fewest_tiles(wl) < floor:
-        return wl
+        return wl.batch, wl.heads_kv
     group = wl.heads_q // wl.heads_kv
 
     def keeps(r: Workload) -> bool:
@@ -68,7 +76,8 @@ def racecheck_shape(wl: Workload, min_tiles_per_sm: int, sms: int) -> Workload:
     batches = range(1, wl.batch + 1) if wl.dense else (wl.batch,)  # varlen: the list of lengths stays whole
     candidates = (dataclasses.replace(wl, batch=b, heads_q=h * group, heads_kv=h)
                   for b in batches for h in range(1, wl.heads_kv + 1))
-    return min((r for r in candidates if keeps(r)), key=lambda r: (r.batch * r.heads_kv, r.batch), default=wl)
+    best = min((r for r in candidates if keeps(r)), key=lambda r: (r.batch * r.heads_kv, r.batch), default=wl)
+    return best.batch, best.heads_kv
 
 
 def reduced(ran: Workload, wl: Workload) -> bool:

@@ -1,7 +1,7 @@
 """The sanitizer gates with `racecheck_min_tiles_per_sm`: racecheck runs the reduced shape (harness/sanitizer/shrink.py)
 and says so, the other tools run the whole one, the cost model deals and orders by the shape each run takes, a race
-on a reduced run still fails the gate, the planted racecheck case does not depend on it;
-on the CPU, with the stand-in compute-sanitizer of test_sanitizer_gate."""
+on a reduced run still fails the gate, the planted racecheck case does not depend on it, and the YAML knob is parsed
+strictly; on the CPU, with the stand-in compute-sanitizer of test_sanitizer_gate."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO, make_context, workload
 from test_render_samples import gate, run_of
 from test_sanitizer_gate import install_fake, params, replay
@@ -24,7 +25,7 @@ from harness.results import GateResult, Status
 from harness.sanitizer import cost_fit, parallel
 from harness.sanitizer.cost import COST_FILE, load_cost_model, longest_first, run_cost
 from harness.sanitizer.model import TOOLS
-from harness.schema import Workload
+from harness.schema import ConfigError, Workload
 from harness.selftest_runs import planted_sanitizer
 
 MODEL = load_cost_model(REPO / COST_FILE)
@@ -154,3 +155,41 @@ def test_the_planted_racecheck_case_runs_the_planted_program_whatever_the_knob(
         "sanitizer": Status.FAIL}
     assert planted_sanitizer("racecheck", "clean")(config, planted_root / "out" / "clean", False) == {
         "sanitizer": Status.PASS}
+
+
+# ---- the YAML -------------------------------------------------------------------------------------
+
+GATES = {"sanitizer": 1, "sanitizer-all": 7}
+
+
+def test_both_sanitizer_gates_reduce_racecheck_alike() -> None:
+    config = load_config(REPO / "gates")
+    values = {g.name: g.params.racecheck_min_tiles_per_sm for g in config.gates_through(7) if g.name in GATES}
+    assert values == {"sanitizer": 3, "sanitizer-all": 3}
+
+
+@pytest.mark.parametrize("name", GATES)
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("racecheck_min_tiles_per_sm", -1, "must be >= 0"),
+    ("racecheck_min_tiles_per_sm", 1.5, "must be an integer"),
+    ("racecheck_min_tiles_per_sm", "3", "must be an integer"),
+    ("racecheck_min_tiles_per_sm", True, "must be an integer"),
+    ("racecheck_min_tile_per_sm", 3, "unknown key"),
+])
+def test_bad_knob_values_are_config_errors(gates_dir: Path, name: str, key: str, value: object, why: str) -> None:
+    path = gates_dir / "phases.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["phases"][GATES[name]]["gates"][name][key] = value
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=why) as e:
+        load_config(gates_dir)
+    assert f"{name}.{key}" in e.value.key
+
+
+def test_absent_knob_is_no_reduction(gates_dir: Path) -> None:
+    path = gates_dir / "phases.yaml"
+    data = yaml.safe_load(path.read_text())
+    del data["phases"][7]["gates"]["sanitizer-all"]["racecheck_min_tiles_per_sm"]
+    path.write_text(yaml.safe_dump(data))
+    p = next(g for g in load_config(gates_dir).gates_through(7) if g.name == "sanitizer-all").params
+    assert p.racecheck_min_tiles_per_sm == 0

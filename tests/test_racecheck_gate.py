@@ -19,7 +19,7 @@ from test_sanitizer_selftest import planted_root  # noqa: F401 - the fixture
 import harness.gates.sanitizer as sanitizer_gate
 from harness.config import load_config
 from harness.driver_args import driver_args
-from harness.gates.sanitizer import Setup, run_sanitizer
+from harness.gates.sanitizer import SanitizerGate, Setup, run_sanitizer
 from harness.render import render_html
 from harness.results import GateResult, Status
 from harness.sanitizer import cost_fit, parallel
@@ -27,6 +27,7 @@ from harness.sanitizer.cost import COST_FILE, load_cost_model, longest_first, ru
 from harness.sanitizer.model import TOOLS
 from harness.schema import ConfigError, Workload
 from harness.selftest_runs import planted_sanitizer
+from harness.shard_plan import PARTS_ENV
 
 MODEL = load_cost_model(REPO / COST_FILE)
 BIG = workload("big", b=4, hq=16, hkv=16, sq=8192, sk=8192, d=128, causal=True)  # racecheck: B1 H10/10 at 132 SMs
@@ -95,6 +96,18 @@ def test_no_knob_or_no_sm_count_runs_every_whole_shape(fake: Path, monkeypatch: 
     assert commands(fake)[("racecheck", "big")].startswith(flags(BIG))
     assert "SM count is unknown" in result.details["racecheck_shapes"] and result.details["sm_count"] is None
     assert all("reduced" not in r for r in result.details["runs"])
+
+
+def test_each_part_names_the_whole_gates_reduced_racechecks(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sharded run joins the parts' details by the first part's text: each part counts the whole gate's."""
+    notes = []
+    for i in (1, 2):
+        monkeypatch.setenv(PARTS_ENV, f"sanitizer={i}/2")
+        p = params(workloads=("big", "small"), racecheck_min_tiles_per_sm=3)
+        result = SanitizerGate().run(make_context(fake / f"run{i}", "sanitizer", p, (BIG, SMALL), repo_root=fake))
+        assert len({c.workload for c in result.checks}) == 1  # a share of the workloads ...
+        notes.append(result.details["racecheck_shapes"])
+    assert notes[0] == notes[1] and "for 1 of 2 workloads" in notes[0]  # ... and the gate's note
 
 
 def test_a_race_on_the_reduced_run_still_fails_the_gate(fake: Path) -> None:

@@ -275,7 +275,8 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
                                "suppressions": len(s.suppressions), "wall_s_by_tool": wall, "runs": runs,
                                "workloads_by_tool": {t: list(p.workloads_for(t)) for t in p.tools},
                                "at_once": at_once, "at_once_why": why, "sm_count": s.sms,
-                               "racecheck_shapes": s.shapes_note([ctx.config.workloads[w] for t, w in plan
+                               # of the whole gate's racechecks, so that every part (and their join) says the same
+                               "racecheck_shapes": s.shapes_note([ctx.config.workloads[w] for t, w in p.plan()
                                                                   if t == "racecheck"]),
                                "part": f"{part[0]}/{part[1]}" if part else None}
     text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN])

@@ -5,7 +5,9 @@ build/flashcore_driver, whose buffers are plain cudaMalloc allocations. One chec
 the verdict (harness/sanitizer/verdict.py) fails closed: only a complete log with nothing unsuppressed passes.
 Each tool runs on `workloads`, or on its own `<tool>_workloads` when set. Runs start longest first by the run-cost
 model (harness/sanitizer/cost.py), several at once; the report lists them tool by tool. `run_sanitizer` with a Budget is
-the phase-7 variant over every workload (harness/gates/sanitizer_all.py).
+the phase-7 variant over every workload (harness/gates/sanitizer_all.py). With `racecheck_min_tiles_per_sm`, racecheck
+runs a big workload with fewer batch entries and heads (harness/sanitizer/shrink.py says why that is sound); the other
+tools always run the whole shape.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from harness.env import find_cuda_tool
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
-from harness.sanitizer import parallel, runner
+from harness.sanitizer import parallel, runner, shrink
 from harness.sanitizer.budget import Budget, budget_check, not_run_check
 from harness.sanitizer.cost import COST_FILE, CostModel, load_cost_model, longest_first, run_cost
 from harness.sanitizer.model import TOOLS
 from harness.sanitizer.suppressions import Suppression, load_suppressions
-from harness.schema import PHASES_FILE, ConfigError, param
+from harness.schema import PHASES_FILE, ConfigError, Workload, param
 from harness.shard_plan import part_for
 from harness.support import gpu
 
@@ -60,6 +62,9 @@ class SanitizerParams:
     parallel_max: int = param(default=1, ge=1)
     parallel_cpus_per_run: int = param(default=1, ge=1)
     parallel_gpu_mib_per_run: int = param(default=4096, gt=0)
+    # racecheck on fewer batch entries and heads, keeping this many query tiles per SM of the GPU (harness/sanitizer/
+    # shrink.py); 0: every racecheck on the whole shape
+    racecheck_min_tiles_per_sm: int = param(default=0, ge=0)
 
     def __post_init__(self) -> None:
         bad = [t for t in self.tools if t not in TOOLS]
@@ -126,6 +131,24 @@ class Setup:
     version: str
     hopper: dict[str, bool]
     cost: CostModel
+    sms: int | None = None  # SMs of the GPU the driver runs on; None: unknown, or no racecheck is reduced
+    min_tiles_per_sm: int = 0
+
+    def shape(self, tool: str, wl: Workload) -> Workload:
+        """The shape `tool` runs for `wl`: racecheck's may be reduced, every other tool's is the workload's own."""
+        if tool != "racecheck" or not self.sms or not self.min_tiles_per_sm:
+            return wl
+        return shrink.racecheck_shape(wl, self.min_tiles_per_sm, self.sms)
+
+    def shapes_note(self, workloads: list[Workload]) -> str:
+        """One line on the racecheck shapes, for the details and the report."""
+        if not self.min_tiles_per_sm:
+            return "racecheck on every whole shape (racecheck_min_tiles_per_sm 0)"
+        if not self.sms:
+            return "racecheck on every whole shape: the GPU's SM count is unknown"
+        n = sum(shrink.reduced(self.shape("racecheck", w), w) for w in workloads)
+        return (f"racecheck on fewer batch entries and heads for {n} of {len(workloads)} workloads, >= "
+                f"{self.min_tiles_per_sm} query tiles per SM of {self.sms} kept ({shrink.WHY})")
 
 
 def setup(ctx: GateContext) -> Setup | GateResult:
@@ -151,7 +174,18 @@ def setup(ctx: GateContext) -> Setup | GateResult:
         version, hopper = runner.probe(sanitizer)
     except (OSError, subprocess.SubprocessError) as e:
         return ctx.verdict_only(Status.ERROR, f"compute-sanitizer cannot run: {e}")
-    return Setup(sanitizer, suppressions, version, hopper, cost)
+    reduce = p.racecheck_min_tiles_per_sm if "racecheck" in p.tools else 0
+    # the driver's GPU is this process's device 0 (the same CUDA_VISIBLE_DEVICES); unknown: no shape is reduced
+    sms = gpu_sm_count() if reduce else None
+    return Setup(sanitizer, suppressions, version, hopper, cost, sms, reduce)
+
+
+def gpu_sm_count() -> int | None:
+    """The SM count of this process's GPU 0, as the run's environment records it (harness/env.py); None without."""
+    from harness.env import torch_info
+
+    sms = torch_info().get("gpu_sm_count")
+    return sms if isinstance(sms, int) and sms > 0 else None
 
 
 @dataclass(frozen=True)
@@ -168,9 +202,11 @@ def run_one(ctx: GateContext, s: Setup, budget: Budget | None, tool: str, name: 
     """One compute-sanitizer run (thread-safe: its own log file, its own process); with a spent budget, none."""
     p: SanitizerParams = ctx.params
     wl = ctx.config.workloads[name]
+    ran = s.shape(tool, wl)
+    shape = shrink.describe(ran, wl, s.min_tiles_per_sm)
     if budget is not None and budget.left() <= 0:
         return RunOutcome(not_run_check(budget, tool, name), not_run={
-            "tool": tool, "workload": name, "shape": wl.label, "reason": budget.not_run_message()})
+            "tool": tool, "workload": name, "shape": shape, "reason": budget.not_run_message()})
     timeout_s, by_budget = (p.timeout_s(tool), False) if budget is None else budget.timeout(p.timeout_s(tool))
     left = "" if budget is None else f", {budget.left():.0f} s of budget_s left"
     ctx.step(f"{tool} {name} ({label}{left})")
@@ -179,7 +215,7 @@ def run_one(ctx: GateContext, s: Setup, budget: Budget | None, tool: str, name: 
     seed = gpu.workload_seed(ctx.seed, ctx.spec.name, name)
     log_rel = f"{LOG_DIR}/{ctx.spec.name}/{tool}-{name}.log"
     driver = ctx.repo_root / p.driver
-    o = runner.check(s.sanitizer, tool, [str(driver), *driver_args(wl, iters=1, seed=seed, fault=ctx.fault)],
+    o = runner.check(s.sanitizer, tool, [str(driver), *driver_args(ran, iters=1, seed=seed, fault=ctx.fault)],
                      ctx.run_dir / log_rel, opts, completion=COMPLETION)
     check, view = outcome_check(o, name), outcome_view(o, name, log_rel, p.report_log_chars)
     cut = budget is not None and by_budget and o.timed_out
@@ -187,17 +223,21 @@ def run_one(ctx: GateContext, s: Setup, budget: Budget | None, tool: str, name: 
         check = dataclasses.replace(check, message=budget.cut_message(o.wall_s))
         view["reason"] = check.message
     ctx.step(f"{tool} {name}: {view['status']} in {o.wall_s:.1f} s")
-    ctx.log(f"{tool} {name} ({wl.label}): exit {o.exit_code}, {o.wall_s:.1f} s: "
+    ctx.log(f"{tool} {name} ({shape}): exit {o.exit_code}, {o.wall_s:.1f} s: "
             f"{view['status']}: {view['reason']}\n  {' '.join(o.command)}")
-    # model_s: the seconds the run-cost model expected, beside wall_s: each run shows how far off the model is
-    return RunOutcome(check, run={**view, "shape": wl.label, "model_s": round(s.cost.seconds(tool, wl), 1)}, cut=cut)
+    # model_s: the seconds the run-cost model expected, beside wall_s: each run shows how far off the model is;
+    # `reduced`: the batch and heads a reduced racecheck ran (harness/sanitizer/cost_fit.py fits to them)
+    run = {**view, "shape": shape, "model_s": round(s.cost.seconds(tool, ran), 1)}
+    if shrink.reduced(ran, wl):
+        run["reduced"] = {"batch": ran.batch, "heads_q": ran.heads_q, "heads_kv": ran.heads_kv}
+    return RunOutcome(check, run=run, cut=cut)
 
 
 def run_all(ctx: GateContext, s: Setup, budget: Budget | None, plan: list[tuple[str, str]],
             at_once: int) -> list[RunOutcome]:
     """Every planned run, `at_once` at a time, started longest first by the cost model (the slowest racechecks
     overlap the many short runs instead of ending the part alone), the outcomes in plan order."""
-    start = longest_first(plan, run_cost(s.cost, ctx.config.workloads))
+    start = longest_first(plan, run_cost(s.cost, ctx.config.workloads, s.shape))
     labels = {i: f"run {n + 1}/{len(plan)}" for n, i in enumerate(start)}
     if at_once <= 1:
         done = {i: run_one(ctx, s, budget, *plan[i], labels[i]) for i in start}
@@ -215,7 +255,10 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
     s = setup(ctx)
     if isinstance(s, GateResult):
         return s
-    plan = p.plan() if part is None else parallel.share(p.plan(), run_cost(s.cost, ctx.config.workloads), *part)
+    # every worker deals by the shapes its runs take: the reduced racechecks' at its GPU's SM count (the GPUs of one
+    # host are one model, so every worker deals alike)
+    cost = run_cost(s.cost, ctx.config.workloads, s.shape)
+    plan = p.plan() if part is None else parallel.share(p.plan(), cost, *part)
     if part is not None and not plan:  # more parts than workloads: the other parts hold every run
         return ctx.verdict_only(Status.NOT_APPLICABLE, f"part {part[0]} of {part[1]} holds no workload")
     at_once, why = parallel.concurrency(parallel.Limits(p.parallel_max, p.parallel_cpus_per_run,
@@ -231,7 +274,10 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
                                "hopper_checks": s.hopper, "suppressions_file": p.suppressions,
                                "suppressions": len(s.suppressions), "wall_s_by_tool": wall, "runs": runs,
                                "workloads_by_tool": {t: list(p.workloads_for(t)) for t in p.tools},
-                               "at_once": at_once, "at_once_why": why,
+                               "at_once": at_once, "at_once_why": why, "sm_count": s.sms,
+                               # of the whole gate's racechecks, so that every part (and their join) says the same
+                               "racecheck_shapes": s.shapes_note([ctx.config.workloads[w] for t, w in p.plan()
+                                                                  if t == "racecheck"]),
                                "part": f"{part[0]}/{part[1]}" if part else None}
     text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN])
     if budget is not None:

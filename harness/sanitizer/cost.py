@@ -58,9 +58,13 @@ class CostModel:
         return c.base_s + c.s_per_g_scores * scores(wl) / 1e9
 
 
-def run_cost(model: CostModel, workloads: Mapping[str, Workload]) -> Callable[[str, str], float]:
-    """(tool, workload name) -> the model's seconds for that run."""
-    return lambda tool, name: model.seconds(tool, workloads[name])
+def run_cost(model: CostModel, workloads: Mapping[str, Workload],
+             shape: Callable[[str, Workload], Workload] | None = None) -> Callable[[str, str], float]:
+    """(tool, workload name) -> the model's seconds for that run, of the shape `shape(tool, workload)` runs (the
+    racecheck run's may be reduced: harness/sanitizer/shrink.py); the workload's own without `shape`."""
+    if shape is None:
+        return lambda tool, name: model.seconds(tool, workloads[name])
+    return lambda tool, name: model.seconds(tool, shape(tool, workloads[name]))
 
 
 def longest_first(plan: Sequence[Run], cost: Callable[[str, str], float]) -> list[int]:

@@ -11,6 +11,7 @@ ratios). Runs that timed out have no duration and are left out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,10 +26,20 @@ Sample = tuple[str, float, float]  # (tool, score elements / 10^9, wall seconds)
 
 
 def samples_from(runs: Sequence[Any], workloads: Mapping[str, Workload]) -> list[Sample]:
-    """The timed runs among `runs` (a sanitizer gate's details.runs) whose workload is still defined."""
-    return [(r["tool"], scores(workloads[r["workload"]]) / 1e9, float(r["wall_s"])) for r in runs
+    """The timed runs among `runs` (a sanitizer gate's details.runs) whose workload is still defined, each at the
+    shape it ran (a reduced racecheck's `reduced` batch and heads)."""
+    return [(r["tool"], scores(ran_shape(r, workloads[r["workload"]])) / 1e9, float(r["wall_s"])) for r in runs
             if isinstance(r, dict) and r.get("tool") in TOOLS and r.get("workload") in workloads
             and isinstance(r.get("wall_s"), int | float) and not r.get("timed_out")]
+
+
+def ran_shape(run: Mapping[str, Any], wl: Workload) -> Workload:
+    """`wl` with the batch and heads the run's `reduced` record names (harness/gates/sanitizer.py), else `wl`."""
+    got = run.get("reduced")
+    if not isinstance(got, dict):
+        return wl
+    dims = {k: got[k] for k in ("batch", "heads_q", "heads_kv") if isinstance(got.get(k), int) and got[k] > 0}
+    return dataclasses.replace(wl, **dims)
 
 
 def samples(path: Path, workloads: Mapping[str, Workload]) -> list[Sample]:

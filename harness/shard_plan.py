@@ -11,17 +11,17 @@ CPU-bound and leave a Hopper GPU mostly idle); a gate in `measures` (perf, ncu: 
 GPU would move its figures) never shares its GPU with another worker. Each worker is a `Worker` (its GPU, which of
 that GPU's workers it is); a one-worker run (one GPU, `workers_per_gpu: 1`) is one stage, its gates one at a time.
 
-Stages: first the `isolated` gates (the perf group), while no other gate runs on the host: a perf measurement
-then never shares its GPU, or the host's CPUs, PCIe or power budget, with another worker's sanitizer or ncu runs,
-so a sharded run judges its paired ratios as stably as a lone one. With several GPUs and `isolated_parts` the
-group runs as one part per GPU at the same time, each part every isolated gate on a share of the group's workloads
+Stages: first the `isolated` gates (the perf group), while no other gate runs on the host: a perf measurement then
+never shares its GPU, or the host's CPUs, PCIe or power budget, with another worker's sanitizer or ncu runs, so a
+sharded run judges its paired ratios as stably as a lone one. With several GPUs and `isolated_parts` the group runs
+as one part per GPU at the same time, each part every isolated gate on a share of the group's workloads
 (harness/shard_perf.py deals them by `workload_seconds`); otherwise whole in one worker on the first GPU. Then, on
-one GPU, the other `measures` gates (ncu) in one worker, alone on the host's GPU, and the rest over that GPU's
-`workers_per_gpu` workers; on several GPUs the other `measures` gates are one worker alone on the first GPU (ncu
-needs its GPU, not the host: the other GPUs' workers run beside it, as one worker per GPU always did) and the rest
-fill it and the other GPUs' `workers_per_gpu` workers each, longest first. A `split` gate runs as one part per
-worker of its stage that shares its GPU (the measuring worker has its share of the stage already), never two parts
-in one worker.
+one GPU, the other `measures` gates (ncu) in one worker, alone on the host's GPU (the `host_only` gates, which use
+no GPU, in a second worker beside it), and the rest over that GPU's `workers_per_gpu` workers; on several GPUs the
+other `measures` gates are one worker alone on the first GPU (ncu needs its GPU, not the host: the other GPUs'
+workers run beside it, as one worker per GPU always did) and the rest fill it and the other GPUs' `workers_per_gpu`
+workers each, longest first. A `split` gate runs as one part per worker of its stage that shares its GPU (the
+measuring worker has its share of the stage already), never two parts in one worker.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from harness.schema import ConfigError, read_yaml
 
 SHARD_FILE = "shard.yaml"
 _KEYS = ("first", "together", "isolated", "isolated_parts", "split", "default_seconds", "seconds",
-         "default_workload_seconds", "workload_seconds", "workers_per_gpu", "measures")
+         "default_workload_seconds", "workload_seconds", "workers_per_gpu", "measures", "host_only")
 PART_SEP = "@"  # "sanitizer-all@1/2": part 1 of 2 of a split gate, in a placement
 PARTS_ENV = "FLASHCORE_GATE_PARTS"  # set in a worker: "sanitizer-all=1/2[,...]", the parts it runs
 WORKERS_ENV = "FLASHCORE_WORKERS"  # set in a worker: how many workers share the host (its CPU share)
@@ -57,6 +57,7 @@ class ShardSettings:
     workload_seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     workers_per_gpu: int = 1  # workers sharing a GPU where no gate of theirs measures
     measures: tuple[str, ...] = ()  # gates that never share their GPU with another worker (the isolated ones too)
+    host_only: tuple[str, ...] = ()  # gates that use no GPU: on one GPU they run beside the measuring worker
 
     def weight(self, gate: str, history: Mapping[str, float]) -> float:
         return history.get(gate, self.seconds.get(gate, self.default_seconds))
@@ -111,13 +112,22 @@ def load_shard_settings(gates_dir: Path) -> ShardSettings:
             raise ConfigError(file, key, raw, "a mapping name: seconds")
         return {str(k): positive(f"{key}.{k}", v) for k, v in raw.items()}
 
+    host_only = names("host_only", data.get("host_only", []))
+    for h in host_only:
+        if h in measures or h in split or h in names("first", data.get("first")):
+            raise ConfigError(file, "host_only", list(host_only), f"{h} is also in first, measures or split: a "
+                              "host-only gate runs beside the measuring worker, whole")
+    for i, g in enumerate(groups):
+        if set(g) & set(host_only) and not set(g) <= set(host_only):
+            raise ConfigError(file, f"together[{i}]", list(g), "partly host_only: a group runs in one worker, so "
+                              "list all of it in host_only or none")
     parts = data.get("isolated_parts", False)
     if not isinstance(parts, bool):
         raise ConfigError(file, "isolated_parts", parts, "true or false")
     return ShardSettings(names("first", data.get("first")), groups, positive("default_seconds",
                          data.get("default_seconds")), isolated, split, MappingProxyType(table("seconds")),
                          parts, positive("default_workload_seconds", data.get("default_workload_seconds", 1.0)),
-                         MappingProxyType(table("workload_seconds")), per_gpu, measures)
+                         MappingProxyType(table("workload_seconds")), per_gpu, measures, host_only)
 
 
 def deal(items: Sequence[tuple[str, float]], n: int) -> list[list[str]]:
@@ -253,7 +263,13 @@ def stages(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, s
     measured = [g for g in rest if g in settings.measures]
     out = [isolated_stage(alone, gpus, settings, holds)] if alone else []
     if len(gpus) == 1:
-        out.append({Worker(g): ts for g, ts in plan(measured, gpus, settings, seconds).items()})
+        alone_on_gpu = {Worker(g): ts for g, ts in plan(measured, gpus, settings, seconds).items()}
+        host = [g for g in rest if g in settings.host_only]
+        if alone_on_gpu and host:  # beside the measuring worker: its figures move only with others' kernels
+            beside = plan(host, [Worker(gpus[0], 2, 2)], settings, seconds)
+            alone_on_gpu = {Worker(gpus[0], 1, 2): alone_on_gpu[Worker(gpus[0])], **beside}
+            rest = [g for g in rest if g not in host]
+        out.append(alone_on_gpu)
         rest = [g for g in rest if g not in measured]
         out.append(plan(rest, [Worker(gpus[0], s, per) for s in range(1, per + 1)], settings, seconds, split=True))
     else:
@@ -264,11 +280,15 @@ def stages(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, s
 
 
 def stage_kind(n: int, stage: Mapping[Worker, Sequence[str]], count: int, settings: ShardSettings) -> str:
-    """'isolated' (the perf group, alone on the host), 'measures' (alone on its one GPU) or 'shared'."""
+    """'isolated' (the perf group, alone on the host), 'measures' (alone on its one GPU, host-only gates at most
+    beside it) or 'shared'."""
     gates = {gate_of(t) for ts in stage.values() for t in ts}
     if count > 1 and n == 1 and gates <= set(settings.isolated):
         return "isolated"
-    return "measures" if count > 1 and len(stage) == 1 and gates <= set(settings.measures) else "shared"
+    measuring = [w for w, ts in stage.items() if {gate_of(t) for t in ts} <= set(settings.measures)]
+    host = [w for w, ts in stage.items() if {gate_of(t) for t in ts} <= set(settings.host_only)]
+    alone = len(measuring) == 1 and len(measuring) + len(host) == len(stage) and len({w.gpu for w in stage}) == 1
+    return "measures" if count > 1 and alone else "shared"
 
 
 def stage_names(stages_: Sequence[Mapping[Worker, Sequence[str]]], settings: ShardSettings) -> list[str]:
@@ -280,7 +300,7 @@ def stage_names(stages_: Sequence[Mapping[Worker, Sequence[str]]], settings: Sha
             return (f"isolated in {len(stage)} parts at once" if any(PART_SEP in t for ts in stage.values() for t in ts)
                     else "isolated, alone on the host")
         if kind == "measures":
-            return "measuring, alone on the GPU"
+            return "measuring, alone on the GPU" + (", host-only gates beside it" if len(stage) > 1 else "")
         per = max(w.of for w in stage)
         return f"stage {n}/{len(stages_)}" + (f", {per} workers per GPU" if per > 1 else "")
 

@@ -203,10 +203,10 @@ def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytes
 
 def test_one_gpu_runs_several_workers_and_one_dead_worker_fails_the_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """make gate-phase7 GPUS=0 with stand-in workers: the perf group, then the ncu group, each alone on the GPU,
-    then workers_per_gpu workers sharing it, each sanitizer gate in one part per worker; every gate once in the merged
-    results. Then the worker running correctness dies: its gates are ERRORs naming it, the run fails, the other
-    workers' gates still pass."""
+    """make gate-phase7 GPUS=0 with stand-in workers: the perf group, then the ncu group, each alone on the GPU (the
+    host-only structure gates in a second worker beside ncu), then workers_per_gpu workers sharing it, each sanitizer
+    gate in one part per worker; every gate once in the merged results. Then the worker running correctness dies:
+    its gates are ERRORs naming it, the run fails, the other workers' gates still pass."""
     _stand_in_workers(tmp_path, monkeypatch)
     settings = shard.load_shard_settings(REPO / "gates")
     per = settings.workers_per_gpu
@@ -217,19 +217,23 @@ def test_one_gpu_runs_several_workers_and_one_dead_worker_fails_the_run(
     parts = next(g for g in data["gates"] if g["name"] == "sanitizer-all")["details"]["parts"]
     assert len(parts) == per and data["environment"]["workers_per_gpu"] == per
     stages = data["environment"]["stages"]
-    assert [list(st) for st in stages] == [["GPU 0"], ["GPU 0"], [f"GPU 0 worker {k}/{per}" for k in range(1, per + 1)]]
+    measuring = ["GPU 0 worker 1/2", "GPU 0 worker 2/2"]
+    assert [list(st) for st in stages] == [["GPU 0"], measuring, [f"GPU 0 worker {k}/{per}" for k in range(1, per + 1)]]
     assert set(stages[0]["GPU 0"]) == set(settings.isolated)
-    assert set(stages[1]["GPU 0"]) == set(settings.measures) - set(settings.isolated)
+    assert set(stages[1][measuring[0]]) == set(settings.measures) - set(settings.isolated)
+    assert set(stages[1][measuring[1]]) == set(settings.host_only)
+    assert not set(settings.host_only) & {g for gs in stages[2].values() for g in gs}
     shards = tmp_path / "run/shards"
     alone = [json.loads((shards / d / "results.json").read_text())["environment"]
-             for d in ("isolated-gpu0", "measures-gpu0")]
+             for d in ("isolated-gpu0", "measures-gpu0-w1", "measures-gpu0-w2")]
     shared = [json.loads((shards / f"gpu0-w{k}/results.json").read_text())["environment"] for k in range(1, per + 1)]
-    assert [e["workers"] for e in alone + shared] == ["1", "1"] + [str(per)] * per  # each one's share of the cores
+    assert [e["workers"] for e in alone + shared] == ["1", "2", "2"] + [str(per)] * per  # their share of the cores
     held = sorted(part for e in shared for part in e["parts"].split(","))
     assert held == sorted(f"{g}={k}/{per}" for g in ("sanitizer", "sanitizer-all") for k in range(1, per + 1))
     assert all(len(e["parts"].split(",")) == 2 for e in shared)  # each worker one part of each
     text = data["environment"]["critical_path"]["text"]
-    assert "isolated, alone on the host: GPU 0" in text and "measuring, alone on the GPU: GPU 0" in text
+    assert "isolated, alone on the host: GPU 0" in text and "measuring, alone on the GPU, host-only gates beside it: " \
+        "GPU 0 worker" in text
     assert re.search(rf"stage 3/3, {per} workers per GPU: GPU 0 worker \d/{per} \d+ s \(", text)
     capsys.readouterr()
     monkeypatch.setenv("FAKE_DIE_GATE", "correctness")

@@ -94,9 +94,40 @@ def test_isolation_rule_perf_group_runs_first_alone() -> None:
 
 
 def measuring_workers_alone(got: list[dict[Worker, list[str]]], settings: ShardSettings) -> bool:
-    """In every stage, a worker running a `measures` gate is the only worker on its GPU."""
-    return all(sum(o.gpu == w.gpu for o in stage) == 1 for stage in got for w, ts in stage.items()
-               if any(gate_of(t) in settings.measures for t in ts))
+    """In every stage, a worker running a `measures` gate is the only worker on its GPU but for workers of
+    `host_only` gates alone (which use no GPU)."""
+    def host_only(ts: list[str]) -> bool:
+        return all(gate_of(t) in settings.host_only for t in ts)
+
+    return all(sum(o.gpu == w.gpu and not host_only(stage[o]) for o in stage) == 1 for stage in got
+               for w, ts in stage.items() if any(gate_of(t) in settings.measures for t in ts))
+
+
+HOST = dataclasses.replace(SHARED3, together=(("perf-a", "perf-b"), ("struct-a", "struct-b")),
+                           host_only=("struct-a", "struct-b"))
+GATES_HOST = [*GATES[:4], "struct-a", "struct-b", *GATES[4:]]
+
+
+def test_one_gpu_runs_the_host_only_gates_beside_the_measuring_worker() -> None:
+    got = stages(GATES_HOST, [0], HOST, {})
+    assert got[1] == {Worker(0, 1, 2): ["ncu"], Worker(0, 2, 2): ["struct-a", "struct-b"]}
+    assert not any(gate_of(t).startswith("struct") for ts in got[2].values() for t in ts)
+    assert measuring_workers_alone(got, HOST)
+    assert stage_names(got, HOST)[1] == "measuring, alone on the GPU, host-only gates beside it"
+    # the control: listed nowhere, the same gates lengthen the shared stage and the measuring stage stays one worker
+    plain = stages(GATES_HOST, [0], dataclasses.replace(HOST, host_only=()), {})
+    assert plain[1] == {Worker(0): ["ncu"]} and any(gate_of(t) == "struct-a" for ts in plain[2].values() for t in ts)
+    assert not measuring_workers_alone([{Worker(0, 1, 2): ["ncu"], Worker(0, 2, 2): ["correctness"]}], HOST)
+
+
+@pytest.mark.parametrize("gpus", [[0, 1], [0, 1, 2]])
+def test_several_gpus_deal_the_host_only_gates_with_the_rest(gpus: list[int]) -> None:
+    assert stages(GATES_HOST, gpus, HOST, {}) == stages(GATES_HOST, gpus, dataclasses.replace(HOST, host_only=()), {})
+
+
+def test_without_a_measuring_gate_the_host_only_gates_stay_in_the_shared_stage() -> None:
+    got = stages([g for g in GATES_HOST if g != "ncu"], [0], HOST, {})
+    assert len(got) == 2 and any(gate_of(t) == "struct-a" for ts in got[1].values() for t in ts)
 
 
 def test_one_gpu_with_three_workers_runs_the_rest_in_three_with_sanitizer_all_in_three_parts() -> None:
@@ -165,6 +196,11 @@ def test_the_perf_group_stage_is_the_same_with_several_workers_per_gpu(gpus: lis
     (("           ncu-dram, ncu-sm,", "           ncu-sm,"), "together[1]", "['ncu-dram'"),
     (("           ncu-dram,", "           sanitizer-all, ncu-dram,"), "split", "['sanitizer', 'sanitizer-all']"),
     (("measures: [perf-fa2,", "measures: [7, perf-fa2,"), "measures", "[7, "),
+    (("host_only: [structure-tma, structure-wgmma]", "host_only: [structure-tma]"), "together[2]",
+     "['structure-tma'"),
+    (("host_only: [structure-tma, structure-wgmma]", "host_only: [structure-tma, structure-wgmma, ncu-sm]"),
+     "host_only", "['structure-tma', 'structure-wgmma', 'ncu-sm']"),
+    (("host_only: [structure-tma, structure-wgmma]", "host_only: structure-tma"), "host_only", "'structure-tma'"),
 ])  # fmt: skip
 def test_bad_workers_or_measures_name_file_key_and_value(gates_dir: Path, edit: tuple[str, str], key: str,
                                                         value: str) -> None:
@@ -181,6 +217,7 @@ def test_repository_shard_file_isolates_the_perf_group_and_splits_both_sanitizer
     assert set(s.together[0]) == set(s.isolated) and s.split == ("sanitizer", "sanitizer-all")
     assert s.seconds["sanitizer-all"] > s.seconds["perf-fa2"] > s.default_seconds
     assert s.workers_per_gpu > 1 and set(s.isolated) | set(s.together[1]) == set(s.measures)  # ncu: measures
+    assert set(s.host_only) == set(s.together[2]) == {"structure-tma", "structure-wgmma"}  # cuobjdump, no GPU
 
 
 @pytest.mark.parametrize(("edit", "key"), [

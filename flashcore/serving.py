@@ -209,7 +209,8 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                     rot = rotary.Rotary(rotary_cos, rotary_sin, rotary_seqlens, rotary_interleaved, per_row)
                 kc, vc, kn, vn = k_cache, v_cache, k, v
                 if is_fp8(q):  # as the checked call's append: FP8 rows copied as 16-bit byte pairs
-                    kc, vc, kn, vn = (t.view(torch.float16) for t in (kc, vc, kn, vn))
+                    kc, vc, kn, vn = (byte_pairs(name, t) for name, t in
+                                      (("k_cache", kc), ("v_cache", vc), ("k", kn), ("v", vn)))
                 lengths, rotated = append.run(kc, vc, kn, vn, lengths, cache_batch_idx, page_table,
                                               cu_new=cu_seqlens_k_new, rotary=rot, q=q, cu_q=cu_seqlens_q)
                 q = q if rotated is None else rotated

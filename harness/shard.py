@@ -186,6 +186,15 @@ def joined(parts: Sequence[tuple[int, GateResult]]) -> GateResult:
                          "checks": len(r.checks), "message": r.message} for gpu, r in parts]
     status = combine([r.status for r in results])
     message = "; ".join(f"part {n} of {len(parts)} (GPU {gpu}): {r.message}" for n, (gpu, r) in enumerate(parts, 1))
+    # each part deals the gate's runs itself: parts dealt from different inputs may have left a run out or run it
+    # twice, so their join is no verdict
+    dealt = sorted({repr((r.details or {}).get("dealt_by")) for r in results})
+    if "dealt_by" in details:  # the parts' one input, not their numbers summed
+        details["dealt_by"] = (first.details or {}).get("dealt_by")
+    if len(dealt) > 1:
+        status = Status.ERROR
+        message = f"the parts were dealt from different inputs ({' / '.join(dealt)}): runs may be missing or " \
+                  f"doubled; {message}"
     return dataclasses.replace(first, status=status, checks=tuple(c for r in results for c in r.checks),
                                message=message, elapsed_s=max(r.elapsed_s for r in results),
                                logs=tuple(x for r in results for x in r.logs), details=details)

@@ -23,6 +23,17 @@ def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLASHCORE_TUNE", "0")
 
 
+def cache_point(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
+                page_table: torch.Tensor | None = None, causal: bool = False) -> str:
+    """The point the checked cache call itself plans (fc_plan on its Call): what the cache calls below run."""
+    from flashcore import check_serving, forward, points
+
+    call = check_serving.kvcache(q, k_cache, v_cache, lengths, k_new=None, v_new=None, cache_batch_idx=None,
+                                 page_table=page_table, causal=causal, softmax_scale=None, window_size=(-1, -1),
+                                 softcap=0.0, num_splits=None, sm_margin=0, fallback="error", out=None, lse=None)
+    return points.Point.from_code(forward.plan(call)[0].point).name
+
+
 @pytest.mark.parametrize(("sq", "hq", "hkv", "d", "decode"), [
     (1, 32, 8, 128, True), (4, 32, 8, 128, True), (16, 4, 4, 128, True), (64, 4, 4, 128, True),
     (65, 4, 4, 128, False), (16, 16, 2, 128, False), (1, 32, 8, 64, False), (1, 32, 8, 256, False),
@@ -44,10 +55,11 @@ def test_fp8_cache_decode_on_the_decode_point(hq: int, hkv: int, sq: int, causal
         poison(k_cache[b, n:])
         poison(v_cache[b, n:])
     q, ds = fp8(batch, sq, hq, d), descales(batch, hkv)
-    assert flashcore.plan(q, k_cache, v_cache).point == DECODE
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    assert cache_point(q, k_cache, v_cache, seqlens, causal=causal) == DECODE
     out = torch.full((batch, sq, hq, d), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((batch, hq, sq), float("nan"), device="cuda")
-    serving.kvcache(q, k_cache, v_cache, torch.tensor(lengths, dtype=torch.int32, device="cuda"), causal=causal,
+    serving.kvcache(q, k_cache, v_cache, seqlens, causal=causal,
                     num_splits=splits, out=out, lse=lse, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
     for b, n in enumerate(lengths):
         if causal and n < sq:
@@ -68,8 +80,10 @@ def test_fp8_paged_decode_on_the_decode_point(page_size: int, splits: int | None
         for pages in (k_pages, v_pages):
             pages.view(torch.uint8)[table[b, flat // page_size].long(), flat % page_size] = 0x7F
     q, ds = fp8(batch, 1, hq, d), descales(batch, hkv)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    assert cache_point(q, k_pages, v_pages, seqlens, page_table=table) == DECODE
     out, lse = flashcore.flash_attn_with_kvcache(
-        q, k_pages, v_pages, cache_seqlens=torch.tensor(lengths, dtype=torch.int32, device="cuda"), page_table=table,
+        q, k_pages, v_pages, cache_seqlens=seqlens, page_table=table,
         num_splits=splits or 0, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], return_softmax_lse=True)
     for b, n in enumerate(lengths):
         kb, vb = (t.view(E4M3) for t in reference.cached_keys(k_pages.view(torch.uint8), v_pages.view(torch.uint8), b,

@@ -336,6 +336,20 @@ def test_joined_parts_keep_every_check_and_the_worst_status() -> None:
     assert [r.name for r in shards[1]] == ["api"]
 
 
+def test_parts_dealt_from_different_sm_counts_join_as_an_error() -> None:
+    """Each sanitizer part deals the runs by the shapes its GPU's SM count gives the racechecks: parts that disagree
+    may have dropped or doubled a run, so the joined gate is an ERROR saying so; parts that agree join as before."""
+    def part(n: int, sms: int | None) -> GateResult:
+        return GateResult("sanitizer-all", 7, Status.PASS, (Check(f"w{n}", "memcheck", 0, 0, Status.PASS),),
+                          f"part {n}", 1.0, (), {"runs": [n], "dealt_by": {"sm_count": sms}})
+
+    bad = shard.join_parts([(0, part(1, 132)), (1, part(2, None))])[0][0]
+    assert bad.status is Status.ERROR and "dealt from different inputs" in bad.message and "132" in bad.message
+    good = shard.join_parts([(0, part(1, 132)), (1, part(2, 132))])[0][0]
+    assert good.status is Status.PASS and good.details["runs"] == [1, 2]
+    assert good.details["dealt_by"] == {"sm_count": 132}  # the input, not summed over the parts
+
+
 def test_shipped_estimates_come_from_a_run_and_print_as_the_yaml_block(capsys: pytest.CaptureFixture[str]) -> None:
     from harness import shard_costs
 

@@ -278,7 +278,10 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
                                # of the whole gate's racechecks, so that every part (and their join) says the same
                                "racecheck_shapes": s.shapes_note([ctx.config.workloads[w] for t, w in p.plan()
                                                                   if t == "racecheck"]),
-                               "part": f"{part[0]}/{part[1]}" if part else None}
+                               "part": f"{part[0]}/{part[1]}" if part else None,
+                               # what this part's share was dealt by: parts that disagree may have left runs out or
+                               # run them twice, which the join refuses (harness/shard.py joined)
+                               "dealt_by": {"sm_count": s.sms}}
     text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN])
     if budget is not None:
         spent = budget_check(budget, cut, [f"{r['tool']} {r['workload']}" for r in not_run])

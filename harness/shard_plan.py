@@ -86,19 +86,21 @@ def load_shard_settings(gates_dir: Path) -> ShardSettings:
     if not isinstance(together, list):
         raise ConfigError(file, "together", together, "a list of lists of gate names")
     groups = tuple(names(f"together[{i}]", g) for i, g in enumerate(together))
+
+    def whole_groups(listed: Collection[str], why: str) -> None:
+        """A together group runs in one worker: all of it in `listed` or none."""
+        for i, g in enumerate(groups):
+            if set(g) & set(listed) and not set(g) <= set(listed):
+                raise ConfigError(file, f"together[{i}]", list(g), why)
+
     isolated = names("isolated", data.get("isolated", []))
-    for i, g in enumerate(groups):
-        if set(g) & set(isolated) and not set(g) <= set(isolated):
-            raise ConfigError(file, f"together[{i}]", list(g), "partly isolated: a group runs in one worker, "
-                              "so isolate all of it or none")
+    whole_groups(isolated, "partly isolated: a group runs in one worker, so isolate all of it or none")
     measures = names("measures", data.get("measures", list(isolated)))
     if lost := [g for g in isolated if g not in measures]:
         raise ConfigError(file, "measures", list(measures), f"{', '.join(lost)} isolated but not listed: an isolated "
                           "gate measures, list it")
-    for i, g in enumerate(groups):
-        if set(g) & set(measures) and not set(g) <= set(measures):
-            raise ConfigError(file, f"together[{i}]", list(g), "partly in measures: a group runs in one worker, "
-                              "which shares its GPU or not, so list all of it in measures or none")
+    whole_groups(measures, "partly in measures: a group runs in one worker, which shares its GPU or not, so list "
+                 "all of it in measures or none")
     split = names("split", data.get("split", []))
     for s in split:
         if any(s in g for g in groups) or s in measures:
@@ -112,19 +114,17 @@ def load_shard_settings(gates_dir: Path) -> ShardSettings:
             raise ConfigError(file, key, raw, "a mapping name: seconds")
         return {str(k): positive(f"{key}.{k}", v) for k, v in raw.items()}
 
+    first = names("first", data.get("first"))
     host_only = names("host_only", data.get("host_only", []))
     for h in host_only:
-        if h in measures or h in split or h in names("first", data.get("first")):
+        if h in measures or h in split or h in first:
             raise ConfigError(file, "host_only", list(host_only), f"{h} is also in first, measures or split: a "
                               "host-only gate runs beside the measuring worker, whole")
-    for i, g in enumerate(groups):
-        if set(g) & set(host_only) and not set(g) <= set(host_only):
-            raise ConfigError(file, f"together[{i}]", list(g), "partly host_only: a group runs in one worker, so "
-                              "list all of it in host_only or none")
+    whole_groups(host_only, "partly host_only: a group runs in one worker, so list all of it in host_only or none")
     parts = data.get("isolated_parts", False)
     if not isinstance(parts, bool):
         raise ConfigError(file, "isolated_parts", parts, "true or false")
-    return ShardSettings(names("first", data.get("first")), groups, positive("default_seconds",
+    return ShardSettings(first, groups, positive("default_seconds",
                          data.get("default_seconds")), isolated, split, MappingProxyType(table("seconds")),
                          parts, positive("default_workload_seconds", data.get("default_workload_seconds", 1.0)),
                          MappingProxyType(table("workload_seconds")), per_gpu, measures, host_only)

@@ -207,10 +207,7 @@ def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache
                                                check_serving.cache_capacity(k_cache, page_table),
                                                q.shape[1] if cu_seqlens_q is None else max_seqlen_q)
                     rot = rotary.Rotary(rotary_cos, rotary_sin, rotary_seqlens, rotary_interleaved, per_row)
-                kc, vc, kn, vn = k_cache, v_cache, k, v
-                if is_fp8(q):  # as the checked call's append: FP8 rows copied as 16-bit byte pairs
-                    kc, vc, kn, vn = (byte_pairs(name, t) for name, t in
-                                      (("k_cache", kc), ("v_cache", vc), ("k", kn), ("v", vn)))
+                kc, vc, kn, vn = append_operands(is_fp8(q), k_cache, v_cache, k, v)
                 lengths, rotated = append.run(kc, vc, kn, vn, lengths, cache_batch_idx, page_table,
                                               cu_new=cu_seqlens_k_new, rotary=rot, q=q, cu_q=cu_seqlens_q)
                 q = q if rotated is None else rotated
@@ -262,13 +259,20 @@ def appended(call: Call, k: Any, v: Any, cache_seqlens: Any, cu_seqlens_k_new: A
                          appending=k is not None, batch=call.batch, head_dim=call.q.shape[-1], per_row=per_row)
     if k is None:
         return call
-    k_cache, v_cache = call.k, call.v
-    if call.fp8:  # no rotary (those calls take flashcore/fp8_cache.py): FP8 rows are copied as 16-bit byte pairs
-        k_cache, v_cache, k, v = (byte_pairs(name, t) for name, t in
-                                  (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)))
+    # no rotary with FP8 (those calls take flashcore/fp8_cache.py)
+    k_cache, v_cache, k, v = append_operands(call.fp8, call.k, call.v, k, v)
     lengths, q = append.run(k_cache, v_cache, k, v, call.cache_seqlens, call.cache_batch_idx, call.page_table,
                             cu_new=cu_new, rotary=rot, q=call.q, cu_q=call.cu_seqlens_q, debug=debug)
     return replace(call, cache_seqlens=lengths, q=call.q if q is None else q)
+
+
+def append_operands(fp8: bool, k_cache: Any, v_cache: Any, k: Any, v: Any) -> tuple[Any, Any, Any, Any]:
+    """The caches and new keys as the append kernel copies them: FP8 rows as 16-bit byte pairs (byte_pairs), the
+    checked call and its fast-path repeats alike."""
+    if not fp8:
+        return k_cache, v_cache, k, v
+    return (byte_pairs("k_cache", k_cache), byte_pairs("v_cache", v_cache), byte_pairs("k", k),
+            byte_pairs("v", v))
 
 
 def byte_pairs(name: str, t: torch.Tensor) -> torch.Tensor:

@@ -12,10 +12,10 @@ import torch
 
 import flashcore
 from flashcore import reference, serving
+from tests.test_fp8_gpu import FP8_DECODE as DECODE
 from tests.test_fp8_layouts_gpu import E4M3, check_sequence, descales, fp8, poison
 
 pytestmark = pytest.mark.gpu
-DECODE = "n128-s3-w1-pp0-re0-r40"
 
 
 @pytest.fixture(autouse=True)

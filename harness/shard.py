@@ -111,9 +111,10 @@ def worker_command(phase: int, gates: Sequence[str], out: Path, seed: int, gates
 
 
 def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Sequence[str],
-               extra_env: dict[str, str] | None = None, who: str = "") -> list[GateResult]:
+               extra_env: dict[str, str] | None = None, who: str = "", others: Sequence[int] = ()) -> list[GateResult]:
     """One worker writing into run_dir/rel; its gates' results (their logs re-rooted at the run directory), or one
-    ERROR per gate, naming the worker (`who`, else by its GPU), when it died or wrote no results."""
+    ERROR per gate, naming the worker (`who`, else by its GPU), when it died or wrote no results. The worker sees
+    its GPU as device 0, then the GPUs `others` (gates/shard.yaml every_gpu), if any."""
     from harness.render.stored import StoredRunError, read_run
 
     out = run_dir / rel
@@ -121,7 +122,8 @@ def run_worker(cmd: list[str], gpu: int, run_dir: Path, rel: str, gate_names: Se
     log = f"{rel}/worker.log"
     device = physical_id(gpu)
     who = who or f"the worker on GPU {gpu}"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device, GPU_INDEX_ENV: device, "PYTHONUNBUFFERED": "1",
+    visible = ",".join([device, *(physical_id(g) for g in others if g != gpu)])
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible, GPU_INDEX_ENV: device, "PYTHONUNBUFFERED": "1",
            **(extra_env or {})}
     with (run_dir / log).open("w") as f:
         code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
@@ -228,15 +230,18 @@ def who(worker: Worker) -> str:
 
 
 def run_stage(phase: int, stage: Stage, seed: int, run_dir: Path, gates_dir: Path,
-              dir_of: Callable[[Worker], str]) -> dict[Worker, tuple[list[GateResult], float]]:
+              dir_of: Callable[[Worker], str], gpus: Sequence[int] = (),
+              every_gpu: Collection[str] = ()) -> dict[Worker, tuple[list[GateResult], float]]:
     """Every worker of the stage, all at once, each pinned to its GPU: per worker, its results and wall seconds.
-    Each is told how many workers run at once (its share of the host's cores)."""
+    Each is told how many workers run at once (its share of the host's cores). A worker holding an `every_gpu`
+    gate also sees the run's other GPUs (`gpus`), after its own."""
     def one(w: Worker, tokens: list[str]) -> tuple[list[GateResult], float]:
         names = list(dict.fromkeys(gate_of(t) for t in tokens))
         extra = {WORKERS_ENV: str(len(stage))} | ({PARTS_ENV: parts_env(tokens)} if parts_env(tokens) else {})
+        others = gpus if set(names) & set(every_gpu) else ()
         t0 = time.monotonic()
         got = run_worker(worker_command(phase, names, run_dir / dir_of(w), seed, gates_dir), w.gpu, run_dir,
-                         dir_of(w), names, extra, who(w))
+                         dir_of(w), names, extra, who(w), others)
         return got, time.monotonic() - t0
 
     with ThreadPoolExecutor(max_workers=max(1, len(stage))) as pool:
@@ -267,7 +272,7 @@ def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Call
         for w, gs in stage.items():
             say(f"[shard] {titles[n - 1]}: {w.name}: {', '.join(gs)}")
         dirs = {w: f"shards/{prefix}{w.dir}" for w in stage}
-        got = run_stage(phase, stage, seed, run_dir, gates_dir, dirs.__getitem__)
+        got = run_stage(phase, stage, seed, run_dir, gates_dir, dirs.__getitem__, gpus, settings.every_gpu)
         walls.append({w: (stage[w], wall) for w, (_, wall) in got.items()})
         for w, (rs, wall) in got.items():
             bad = [r.name for r in rs if r.status is not Status.PASS]

@@ -37,7 +37,7 @@ from harness.schema import ConfigError, read_yaml
 
 SHARD_FILE = "shard.yaml"
 _KEYS = ("first", "together", "isolated", "isolated_parts", "split", "default_seconds", "seconds",
-         "default_workload_seconds", "workload_seconds", "workers_per_gpu", "measures", "host_only")
+         "default_workload_seconds", "workload_seconds", "workers_per_gpu", "measures", "host_only", "every_gpu")
 PART_SEP = "@"  # "sanitizer-all@1/2": part 1 of 2 of a split gate, in a placement
 PARTS_ENV = "FLASHCORE_GATE_PARTS"  # set in a worker: "sanitizer-all=1/2[,...]", the parts it runs
 WORKERS_ENV = "FLASHCORE_WORKERS"  # set in a worker: how many workers share the host (its CPU share)
@@ -58,6 +58,7 @@ class ShardSettings:
     workers_per_gpu: int = 1  # workers sharing a GPU where no gate of theirs measures
     measures: tuple[str, ...] = ()  # gates that never share their GPU with another worker (the isolated ones too)
     host_only: tuple[str, ...] = ()  # gates that use no GPU: on one GPU they run beside the measuring worker
+    every_gpu: tuple[str, ...] = ()  # gates whose worker sees the run's other GPUs too, after its own
 
     def weight(self, gate: str, history: Mapping[str, float]) -> float:
         return history.get(gate, self.seconds.get(gate, self.default_seconds))
@@ -121,13 +122,17 @@ def load_shard_settings(gates_dir: Path) -> ShardSettings:
             raise ConfigError(file, "host_only", list(host_only), f"{h} is also in first, measures or split: a "
                               "host-only gate runs beside the measuring worker, whole")
     whole_groups(host_only, "partly host_only: a group runs in one worker, so list all of it in host_only or none")
+    every_gpu = names("every_gpu", data.get("every_gpu", []))
+    if both := [g for g in every_gpu if g in measures]:
+        raise ConfigError(file, "every_gpu", list(every_gpu), f"{', '.join(both)} also in measures: a measuring gate "
+                          "has its GPU to itself, so it sees no other")
     parts = data.get("isolated_parts", False)
     if not isinstance(parts, bool):
         raise ConfigError(file, "isolated_parts", parts, "true or false")
     return ShardSettings(first, groups, positive("default_seconds",
                          data.get("default_seconds")), isolated, split, MappingProxyType(table("seconds")),
                          parts, positive("default_workload_seconds", data.get("default_workload_seconds", 1.0)),
-                         MappingProxyType(table("workload_seconds")), per_gpu, measures, host_only)
+                         MappingProxyType(table("workload_seconds")), per_gpu, measures, host_only, every_gpu)
 
 
 def deal(items: Sequence[tuple[str, float]], n: int) -> list[list[str]]:

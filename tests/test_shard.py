@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 FAKE_WORKER = textwrap.dedent("""
     import json, os, sys
     args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
-    if os.environ.get("FAKE_DIE") == os.environ["CUDA_VISIBLE_DEVICES"] or \
+    if os.environ.get("FAKE_DIE") == os.environ["FLASHCORE_GPU_INDEX"] or \
             os.environ.get("FAKE_DIE_GATE") in args["--only"].split(","):
         print("Segmentation fault (simulated)"); sys.exit(139)
     gates = [{"name": g, "phase": 0, "status": "pass", "message": "ok", "elapsed_s": 1.0, "logs": [f"logs/{g}.log"],
@@ -34,7 +34,7 @@ FAKE_WORKER = textwrap.dedent("""
     run = {"schema": "flashcore.run/1", "run_id": "w", "phase": 7, "status": "pass", "notice": "", "phase_names": {},
            "started_at": "", "elapsed_s": 1.0, "gates": gates,
            "environment": {"seed": args["--seed"], "workers": os.environ.get("FLASHCORE_WORKERS"),
-                           "visible": os.environ["CUDA_VISIBLE_DEVICES"],
+                           "visible": os.environ["CUDA_VISIBLE_DEVICES"], "gates": args["--only"],
                            "parts": os.environ.get("FLASHCORE_GATE_PARTS", "")}}
     open(os.path.join(args["--out"], "results.json"), "w").write(json.dumps(run))
 """)
@@ -57,6 +57,28 @@ def test_a_bad_shard_file_names_the_key(gates_dir: Path) -> None:
     path.write_text(path.read_text().replace("default_seconds: 30", "default_seconds: 0"))
     with pytest.raises(ConfigError, match="default_seconds"):
         shard.load_shard_settings(gates_dir)
+
+
+def test_a_measuring_gate_may_not_see_every_gpu(gates_dir: Path) -> None:
+    path = gates_dir / "shard.yaml"
+    path.write_text(path.read_text().replace("every_gpu: [api]", "every_gpu: [api, ncu-dram]"))
+    with pytest.raises(ConfigError, match="ncu-dram also in measures"):
+        shard.load_shard_settings(gates_dir)
+
+
+def test_the_api_gates_worker_sees_the_other_gpus_after_its_own(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_worker with `others`: device 0 is the worker's GPU, the rest follow (physical ids of the parent's
+    CUDA_VISIBLE_DEVICES); its own GPU index stays its own."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6,7")
+    script = _fake(tmp_path)
+    shard.run_worker([sys.executable, str(script), "--only", "api", "--out", str(tmp_path / "s/gpu1"),
+                      "--seed", "5"], 1, tmp_path, "s/gpu1", ["api"], others=[0, 1, 2])
+    env = json.loads((tmp_path / "s/gpu1/results.json").read_text())["environment"]
+    assert env["visible"] == "6,4,7"
+    shard.run_worker([sys.executable, str(script), "--only", "a", "--out", str(tmp_path / "s/gpu2"),
+                      "--seed", "5"], 2, tmp_path, "s/gpu2", ["a"])
+    assert json.loads((tmp_path / "s/gpu2/results.json").read_text())["environment"]["visible"] == "7"
 
 
 @pytest.mark.parametrize("spec, count, expected", [
@@ -186,7 +208,12 @@ def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytes
     workers = [tmp_path / "run/shards/gpu0"] + [tmp_path / f"run/shards/gpu1-w{k}" for k in range(1, per + 1)]
     envs = [json.loads((w / "results.json").read_text())["environment"] for w in workers]
     assert all(e["seed"] == "7" and e["workers"] == str(per + 1) for e in envs)  # the run's seed; every worker's
-    assert [e["visible"] for e in envs] == ["0"] + ["1"] * per  # share of the cores: all of the stage's workers
+    # share of the cores: all of the stage's workers. Each sees its own GPU, and the api gate's worker the other
+    # GPU after it (gates/shard.yaml every_gpu: its case of a tensor on a second GPU)
+    own = ["0"] + ["1"] * per
+    holds_api = ["api" in e["gates"].split(",") for e in envs]
+    assert [e["visible"] for e in envs] == [f"{o},{1 - int(o)}" if a else o for o, a in zip(own, holds_api)]
+    assert sum(holds_api) == 1
     monkeypatch.setenv("FAKE_DIE", "1")
     assert cli.main(["gate", "--phase", "7", "--gpus", "0,1", "--out", str(tmp_path / "dead"), "--no-history"]) == 1
     data = json.loads((tmp_path / "dead/results.json").read_text())

@@ -212,7 +212,8 @@ def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytes
     # GPU after it (gates/shard.yaml every_gpu: its case of a tensor on a second GPU)
     own = ["0"] + ["1"] * per
     holds_api = ["api" in e["gates"].split(",") for e in envs]
-    assert [e["visible"] for e in envs] == [f"{o},{1 - int(o)}" if a else o for o, a in zip(own, holds_api)]
+    want = [f"{o},{1 - int(o)}" if a else o for o, a in zip(own, holds_api, strict=True)]
+    assert [e["visible"] for e in envs] == want
     assert sum(holds_api) == 1
     monkeypatch.setenv("FAKE_DIE", "1")
     assert cli.main(["gate", "--phase", "7", "--gpus", "0,1", "--out", str(tmp_path / "dead"), "--no-history"]) == 1

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "flashcore.h"
+#include "fp8_points.h"
 #include "head_dims.h"
 #include "hopper_config.h"
 #include "launch.h"
@@ -135,29 +136,9 @@ int point_options(int32_t* out, int max, bool with_file) {
   return n;
 }
 
-// FP8's tile per head dim (kernel/tile_choice.h Fp8Choice), ping-pong, compiled twice: V^T from a copy in the workspace
-// that the kernel writes itself, and (vt_smem) transposed in shared memory for every query tile, each with its own
-// producer registers.
-template <int kHeadDim, bool kVtSmem>
-constexpr int fp8_point() {
-  using C = Fp8Choice<kHeadDim>;
-  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly,
-                    kVtSmem ? C::kVtSmemProducerRegs : C::kProducerRegs) |
-         (kVtSmem ? kPointVtSmem : 0);
-}
-
-// FP8's decode point where the head dim has one (Fp8Choice::kOneWgDecode): one consumer warpgroup, V transposed in
-// shared memory; else the shared-memory default point (the decode choice then never differs).
-template <int kHeadDim>
-constexpr int fp8_decode_point() {
-  using C = Fp8Choice<kHeadDim>;
-  if constexpr (C::kOneWgDecode) {
-    return point_code(C::kDecodeBlockN, C::kDecodeStages, 1, 0, C::kRescaleEarly, C::kVtSmemProducerRegs) |
-           kPointVtSmem;
-  } else {
-    return fp8_point<kHeadDim, true>();
-  }
-}
+// FP8's decode points compiled in kernel/fp8_decode.cu (kernel/fp8_points.h says why they are apart).
+FC_EXTERN_FP8_POINT(64, fp8_decode_point<64>())
+FC_EXTERN_FP8_POINT(256, fp8_decode_point<256>())
 
 // with_point for FP8 inputs: f(std::integral_constant<int, one of the fp8_points>), by fp8_v_transpose (AUTO: by the
 // shape, kernel/tile_choice.h use_fp8_vt_smem), then, V in shared memory, the decode point for tiles of at most 64
@@ -166,13 +147,15 @@ template <int kHeadDim, typename F>
 int with_fp8_point(const fc_params* in, const KernelParams& p, F&& f) {
   constexpr int kPass = fp8_point<kHeadDim, false>(), kSmem = fp8_point<kHeadDim, true>();
   constexpr int kDecode = fp8_decode_point<kHeadDim>();
+  // A block_n beside a named point must be that point's own (the decode point's keys differ from the default's).
+  const int keys = in->point != 0 ? in->point & 511 : kPass & 511;
   if ((in->point != 0 && in->point != kPass && in->point != kSmem && in->point != kDecode) ||
-      (in->block_n != 0 && in->block_n != (kPass & 511))) {
+      (in->block_n != 0 && in->block_n != keys)) {
     return report_error(FC_ERR_INVALID_ARGUMENT, "FP8 runs head dim %d at one tile (%d keys; points 0x%x and 0x%x, "
                         "V^T from a copy in the workspace or transposed in shared memory: fp8_v_transpose picks; "
-                        "decode at 0x%x): leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim,
+                        "decode at 0x%x, %d keys): leave point and block_n 0 (got point 0x%x, block_n %d)", kHeadDim,
                         kPass & 511, static_cast<unsigned>(kPass), static_cast<unsigned>(kSmem),
-                        static_cast<unsigned>(kDecode), static_cast<unsigned>(in->point), in->block_n);
+                        static_cast<unsigned>(kDecode), kDecode & 511, static_cast<unsigned>(in->point), in->block_n);
   }
   // Sequences with rows of their own (packed, per-sequence lengths, cache slots) take the shared-memory transpose:
   // the copy is laid out per dense batch entry, seqlen_k keys each (kernel/fp8_vt_fused.cuh), and for a cache it

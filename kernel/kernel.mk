@@ -1,6 +1,6 @@
 # Kernel build rules, included by the top-level Makefile.
 # make build  -> build/libflashcore.so (C ABI, kernel/flashcore.h), build/flashcore_driver, build/ptxas.log
-# make ptx    -> build/flashcore.ptx        make sass -> build/flashcore.sass (needs cuobjdump)
+# make ptx    -> build/flashcore.ptx (flashcore.cu, fp8_decode.cu)  make sass -> build/flashcore.sass (needs cuobjdump)
 NVCC ?= nvcc
 BUILD_DIR ?= build
 ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
@@ -8,7 +8,8 @@ ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
 NVCC_EXTRA ?=
 NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall $(NVCC_EXTRA)
 KERNEL_HEADERS := $(wildcard kernel/*.h kernel/*.cuh kernel/phase1/*.h kernel/phase1/*.cuh)
-LIB_SOURCES := kernel/flashcore.cu kernel/validate.cu kernel/validate_serving.cu kernel/tensor_maps.cu kernel/append.cu
+LIB_SOURCES := kernel/flashcore.cu kernel/fp8_decode.cu kernel/validate.cu kernel/validate_serving.cu kernel/tensor_maps.cu \
+  kernel/append.cu
 # fc_kernel_id(): a content hash of every kernel source, so a tuned table (harness/tune) knows the kernel it was
 # measured on (tests/test_tuning.py recomputes it from the same files). The standalone driver (driver.cu) and its
 # naive reference (naive.cu, naive.h) are not in the library: a change to them changes no kernel, so they are left out.
@@ -21,7 +22,7 @@ KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
 POINTS_FILE ?= kernel/tuned_points.inc
 POINT_NAMES := $(shell sed -n 's/^FC_POINT(\([0-9, ]*\)).*/\1/p' $(POINTS_FILE) | tr -d ' ' | tr ',' '_' | sort -u)
 POINT_OBJS := $(POINT_NAMES:%=$(BUILD_DIR)/points/p%.o)
-LIB_OBJS := $(BUILD_DIR)/flashcore.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/validate_serving.o \
+LIB_OBJS := $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/fp8_decode.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/validate_serving.o \
   $(BUILD_DIR)/tensor_maps.o $(BUILD_DIR)/append.o
 point_arg = $(word $(1),$(subst _, ,$*))
 
@@ -38,6 +39,12 @@ $(BUILD_DIR)/flashcore.o: kernel/flashcore.cu $(KERNEL_HEADERS) $(POINTS_FILE)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -DFLASHCORE_POINTS_FILE='"$(abspath $(POINTS_FILE))"' -c $< -o $@ \
 	  2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
+	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
+
+# FP8's decode points of head dims 64 and 256 (kernel/fp8_points.h: why apart from flashcore.cu).
+$(BUILD_DIR)/fp8_decode.o: kernel/fp8_decode.cu $(KERNEL_HEADERS)
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
 	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
 
 $(BUILD_DIR)/points/p%.o: kernel/point.cu $(KERNEL_HEADERS)
@@ -73,14 +80,18 @@ $(BUILD_DIR)/naive.o: kernel/naive.cu $(KERNEL_HEADERS)
 # --no-undefined: a point the dispatch declares extern but no object defines fails here, not at dlopen.
 $(BUILD_DIR)/libflashcore.so: $(LIB_OBJS)
 	$(NVCC) $(ARCH_FLAGS) -shared -Xlinker=--no-undefined -o $@ $^ -cudart=static
-	@cat $(BUILD_DIR)/flashcore.ptxas.log $(POINT_OBJS:.o=.ptxas.log) $(BUILD_DIR)/append.ptxas.log > $(BUILD_DIR)/ptxas.log
+	@cat $(BUILD_DIR)/flashcore.ptxas.log $(BUILD_DIR)/fp8_decode.ptxas.log $(POINT_OBJS:.o=.ptxas.log) \
+	  $(BUILD_DIR)/append.ptxas.log > $(BUILD_DIR)/ptxas.log
 
 $(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(wildcard kernel/driver/*.cuh) $(LIB_OBJS) $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
 	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o
 
+# The attention kernels' PTX: flashcore.cu's and the FP8 decode points' (kernel/fp8_decode.cu), one file.
 ptx:
 	@mkdir -p $(BUILD_DIR)
-	$(NVCC) $(NVCC_FLAGS) -ptx kernel/flashcore.cu -o $(BUILD_DIR)/flashcore.ptx
+	$(NVCC) $(NVCC_FLAGS) -ptx kernel/flashcore.cu -o $(BUILD_DIR)/flashcore.cu.ptx
+	$(NVCC) $(NVCC_FLAGS) -ptx kernel/fp8_decode.cu -o $(BUILD_DIR)/fp8_decode.cu.ptx
+	cat $(BUILD_DIR)/flashcore.cu.ptx $(BUILD_DIR)/fp8_decode.cu.ptx > $(BUILD_DIR)/flashcore.ptx
 
 sass: $(BUILD_DIR)/libflashcore.so
 	cuobjdump --dump-sass $(BUILD_DIR)/libflashcore.so > $(BUILD_DIR)/flashcore.sass

@@ -94,7 +94,11 @@ struct Fp8Choice<64> {
   static constexpr bool kSoftmaxRing = false;
   static constexpr bool kVtHeadCount = false;
   static constexpr bool kFastFinalize = false;
-  static constexpr bool kOneWgDecode = false;
+  // Decode on one consumer warpgroup (as hdim 128's, below): the default tile ran every block's GEMMs and softmax on
+  // 192 rows for decode's few. The 16-bit hdim-64 decode point's 128 keys and 4 stages (the small Q and K/V stages
+  // leave room); the shared-memory transpose's 40-register producer.
+  static constexpr bool kOneWgDecode = true;
+  static constexpr int kDecodeBlockN = 128, kDecodeStages = 4, kDecodeProducerRegs = 40;
 };
 template <>
 struct Fp8Choice<128> {
@@ -111,7 +115,7 @@ struct Fp8Choice<128> {
   // hold nothing. The 16-bit decode point's 128 keys and 3 stages; V transposed in shared memory (decode's rows per
   // K/V head are far below kVtSmemRows), the producer's 40 registers for the page walk.
   static constexpr bool kOneWgDecode = true;
-  static constexpr int kDecodeBlockN = 128, kDecodeStages = 3;
+  static constexpr int kDecodeBlockN = 128, kDecodeStages = 3, kDecodeProducerRegs = 40;
 };
 template <>
 struct Fp8Choice<256> {
@@ -124,7 +128,13 @@ struct Fp8Choice<256> {
   static constexpr bool kSoftmaxRing = false;
   static constexpr bool kVtHeadCount = true;
   static constexpr bool kFastFinalize = true;
-  static constexpr bool kOneWgDecode = false;  // not built: the producer's 24 registers leave no room for a page walk
+  // Decode on one consumer warpgroup: two consumers ran every block on 128 rows for decode's few. Beside one consumer
+  // the producer need not keep the 2-consumer split's 24 registers: it takes FA3's one-warpgroup 56 (at 40 its
+  // V-transposing warps spilled 16 B). 128 keys and 2 stages fill the shared memory (each stage: K, raw V and V^T,
+  // 32 KB each; O staged over V); 2 stages of 64 KB of loads are more than the bytes per SM that keep HBM busy.
+  // ptxas: 255 registers, 0 spills.
+  static constexpr bool kOneWgDecode = true;
+  static constexpr int kDecodeBlockN = 128, kDecodeStages = 2, kDecodeProducerRegs = 56;
 };
 
 // The FP8 choices a kernel reads (kernel/hopper_config.h, hopper_mainloop.h): Fp8Choice's with FP8 inputs, the 16-bit

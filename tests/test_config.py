@@ -31,7 +31,8 @@ EXPECTED_WORKLOADS = [
     "serve-window", "serve-window-varlen", "serve-softcap", "serve-softcap-cache", "serve-d96", "serve-d192-v128",
     "serve-d192-varlen", "serve-d8-paged", "serve-d40-varlen", "serve-d72-window", "serve-d160-v112",
     "serve-d224-cache", "serve-varlen-prefill", "serve-decode-lengths", "serve-paged-decode",
-    "fp8-gqa-causal", "fp8-d256-causal", "fp8-decode", "fp8-decode-d256", "fp8-d64-gqa", "fp8-s4k-d128",
+    "fp8-gqa-causal", "fp8-d256-causal", "fp8-decode", "fp8-decode-d256", "fp8-decode-d64", "fp8-d64-gqa",
+    "fp8-s4k-d128",
     "fp8-s4k-d128-causal", "fp8-s4k-d256", "fp8-s4k-d256-causal", "fp8-s8k-d128", "fp8-s8k-d128-causal",
     "fp8-s8k-d256", "fp8-s8k-d256-causal", "fp8-s8k-d64", "fp8-s8k-d64-causal",
 ]  # fmt: skip

@@ -66,9 +66,9 @@ def test_real_wgmma_kernel_has_tma_and_wgmma_and_no_mma_sync(real_ptx: dict[str,
     # or in shared memory, split-KV or not;
     # the stream-K tail's copy (kTail) of the non-split kernels but soft-capping's and FP8's with V^T in shared memory;
     # the left-bound copy (kLocal) of each head dim's short tile, x 2 dtypes x split-KV or not; the one-warpgroup
-    # decode point of hdim 64, 96 and 128, x 2 dtypes x split-KV or not or the tail's copy; FP8's decode point at hdim
-    # 128, split-KV or not
-    assert sum("attention_forward_wgmma_kernel" in name for name in real_ptx) == 60 + 14 + 3 + 20 + 18 + 2
+    # decode point of hdim 64, 96 and 128, x 2 dtypes x split-KV or not or the tail's copy; FP8's decode points at
+    # hdim 64, 128 and 256, split-KV or not
+    assert sum("attention_forward_wgmma_kernel" in name for name in real_ptx) == 60 + 14 + 3 + 20 + 18 + 6
     assert combine([c.status for c in tma + wgmma]) is Status.PASS
 
 

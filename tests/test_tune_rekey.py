@@ -161,6 +161,23 @@ def test_an_added_16_bit_or_other_kernel_is_refused(mangled: str) -> None:
         rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", added)
 
 
+COMBINE = "_ZN9flashcore21combine_splits_kernelILi64ENS_4Bf16EEEvNS_12KernelParamsE"
+
+
+def test_another_objects_copy_of_an_unchanged_kernel_keeps_the_tables() -> None:
+    """A second object instantiating the same template lists the kernel twice (`#2`): the same SASS as the unchanged
+    first copy holds the tables, and is recorded; a copy whose code differs from its first does not."""
+    old = with_kernel(listing(), COMBINE)
+    copied = sass.compare_kernels(sass.parse_sass(old), sass.parse_sass(with_kernel(with_kernel(old, COMBINE),
+                                                                                    FP8_KERNEL)))
+    assert copied.copies == (f"{COMBINE}#2",) and copied.tables_hold
+    text, count = rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", copied)
+    assert count == 1 and "    added_fp8: 1\n    added_copies: 1\n" in text
+    differs = old + f"\t\tFunction : {COMBINE}\n        /*0000*/                   BRA 0x10 ;    /* 0x0 */\n"
+    bad = sass.compare_kernels(sass.parse_sass(old), sass.parse_sass(differs))
+    assert bad.copies == () and not bad.tables_hold
+
+
 def test_an_added_fp8_kernel_does_not_excuse_a_changed_one() -> None:
     old = listing()
     new = with_kernel(listing("BRA 0x10"), FP8_KERNEL)

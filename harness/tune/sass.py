@@ -141,6 +141,9 @@ class SassComparison:
     old_digest: str
     new_digest: str
     names: dict[str, str] = field(default_factory=dict)  # mangled -> demangled, for messages
+    # Of only_new: another object's copy (`name#2`, ...) of a kernel identical in both, with the same SASS (two
+    # objects instantiate one template: kernel/fp8_decode.cu's combine and zero kernels)
+    copies: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -154,8 +157,10 @@ class SassComparison:
     @property
     def tables_hold(self) -> bool:
         """Every kernel a tuned table can name is as it was: none changed, none gone, and the kernels only in the new
-        library are FP8 ones, which no table names (tables hold bf16 and fp16 buckets: flashcore/tuning.py)."""
-        return not (self.changed or self.only_old) and all(is_fp8_kernel(n) for n in self.only_new)
+        library are FP8 ones, which no table names (tables hold bf16 and fp16 buckets: flashcore/tuning.py), or
+        copies of unchanged kernels."""
+        return not (self.changed or self.only_old) and all(is_fp8_kernel(n) or n in self.copies
+                                                           for n in self.only_new)
 
     def differing(self) -> tuple[str, ...]:
         """The kernels that are not identical in both, changed first."""
@@ -181,6 +186,12 @@ class SassComparison:
 def compare_kernels(old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, ...]]) -> SassComparison:
     both = sorted(set(old) & set(new))
     every = sorted(set(old) | set(new))
+    unchanged = {n for n in both if old[n] == new[n]}
+
+    def copy_of_unchanged(n: str) -> bool:
+        base = n.split("#")[0]
+        return "#" in n and base in unchanged and new[n] == new[base]
+
     return SassComparison(
         identical=tuple(n for n in both if old[n] == new[n]),
         changed=tuple(n for n in both if old[n] != new[n]),
@@ -189,6 +200,7 @@ def compare_kernels(old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, .
         old_digest=digest(old),
         new_digest=digest(new),
         names=demangle(every),
+        copies=tuple(n for n in sorted(set(new) - set(old)) if copy_of_unchanged(n)),
     )
 
 

@@ -1,0 +1,44 @@
+// FP8's compile-time points per head dim (kernel/tile_choice.h Fp8Choice): the default tile, compiled twice (V^T from
+// the copy the kernel writes, or transposed in shared memory), and the decode point (one consumer warpgroup).
+// The decode points of head dims 64 and 256 are compiled in kernel/fp8_decode.cu, not in flashcore.cu: added to
+// flashcore.cu's translation unit they changed nvcc's code for 91 of its other kernels (bf16 ones among them;
+// cicc's inlining looks at the whole module), so a tuned table could no longer carry over to them unchanged
+// (python -m harness tune rekey compares the SASS). hdim 128's stays in flashcore.cu, where it was first built:
+// moving it out would change that module just the same.
+#pragma once
+
+#include "tile_choice.h"
+#include "tile_point.h"
+
+namespace flashcore {
+
+// FP8's default tile per head dim, ping-pong, compiled twice: V^T from a copy in the workspace that the kernel
+// writes itself, and (vt_smem) transposed in shared memory for every query tile, each with its own producer
+// registers.
+template <int kHeadDim, bool kVtSmem>
+constexpr int fp8_point() {
+  using C = Fp8Choice<kHeadDim>;
+  return point_code(C::kBlockN, C::kStages, C::kConsumerWGs, 1, C::kRescaleEarly,
+                    kVtSmem ? C::kVtSmemProducerRegs : C::kProducerRegs) |
+         (kVtSmem ? kPointVtSmem : 0);
+}
+
+// FP8's decode point where the head dim has one (Fp8Choice::kOneWgDecode): one consumer warpgroup, V transposed in
+// shared memory; else the shared-memory default point (the decode choice then never differs).
+template <int kHeadDim>
+constexpr int fp8_decode_point() {
+  using C = Fp8Choice<kHeadDim>;
+  if constexpr (C::kOneWgDecode) {
+    return point_code(C::kDecodeBlockN, C::kDecodeStages, 1, 0, C::kRescaleEarly, C::kDecodeProducerRegs) |
+           kPointVtSmem;
+  } else {
+    return fp8_point<kHeadDim, true>();
+  }
+}
+
+// An FP8 point instantiated in another object (kernel/fp8_decode.cu): its plan and launch are declared here.
+#define FC_EXTERN_FP8_POINT(hd, code)                                                                   \
+  extern template int make_plan<hd, code>(const fc_params*, const KernelParams&, LaunchPlan*);          \
+  extern template int run_tiles<hd, code, E4m3>(const fc_params*, const KernelParams&, cudaStream_t);
+
+}  // namespace flashcore

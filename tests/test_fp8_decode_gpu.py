@@ -52,7 +52,6 @@ def test_the_fp8_plan_takes_the_decode_point_for_tiles_of_64_rows(sq: int, hq: i
 def test_a_named_decode_point_takes_its_own_block_n_only() -> None:
     """fc_plan (the C ABI: Python's FP8 entries name no tile) with the decode point named: its own 128 keys are
     taken; FP8 hdim 128's default 192 beside it is refused, not run at 128 with the 192 ignored."""
-    import torch
 
     from flashcore import _lib, check_serving, launch
     from flashcore.errors import FlashCoreError
@@ -64,10 +63,14 @@ def test_a_named_decode_point_takes_its_own_block_n_only() -> None:
                                  causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0, num_splits=None,
                                  sm_margin=0, fallback="error", out=None, lse=None)
     o = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
-    named = launch.plan(_lib.load(), launch.params(call, o, None, TileConfig(point=DECODE[128], block_n=128)))
-    assert named.block_n == 128
+    lib = _lib.load()
+    decode = launch.plan(lib, launch.params(call, o, None)).point  # its code (a name omits V^T's place)
+    named = launch.params(call, o, None, TileConfig(block_n=128))
+    named.point = decode
+    assert launch.plan(lib, named).block_n == 128
+    named.block_n = 192
     with pytest.raises(FlashCoreError, match="block_n 192"):
-        launch.plan(_lib.load(), launch.params(call, o, None, TileConfig(point=DECODE[128], block_n=192)))
+        launch.plan(lib, named)
 
 
 CACHE_CASES = [(32, 8, 1, False), (32, 4, 1, False), (8, 8, 1, False), (16, 4, 4, True), (4, 4, 16, True)]

@@ -14,7 +14,7 @@ from flashcore.fp8 import attention_fp8
 
 pytestmark = pytest.mark.gpu
 # FP8 decode tiles per head dim (kernel/tile_choice.h Fp8Choice: one consumer warpgroup, 128 keys, V^T in shared memory)
-FP8_DECODE = {64: "n128-s4-w1-pp0-re0-r40", 128: "n128-s3-w1-pp0-re0-r40", 256: "n128-s2-w1-pp0-re0-r40"}
+FP8_DECODE = {64: "n128-s4-w1-pp0-re0-r40", 128: "n128-s3-w1-pp0-re0-r40", 256: "n128-s2-w1-pp0-re0-r56"}
 E4M3 = torch.float8_e4m3fn
 
 CASES = [

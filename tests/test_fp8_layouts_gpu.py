@@ -262,7 +262,7 @@ def test_fp8_paged_repeats_take_the_fast_path_with_new_values_descales_and_appen
     batch, page_size, per, hq, hkv, d, new = 3, 64, 8, 16, 4, 128, 2
     k_pages, v_pages = fp8(batch * per, page_size, hkv, d), fp8(batch * per, page_size, hkv, d)
     table = torch.randperm(batch * per, device="cuda").to(torch.int32).view(batch, per)
-    before, counts = serving.fast_entries(), []
+    entries, counts = serving.fast_entries(), []
     for _ in range(3):
         q, ds = fp8(batch, 1, hq, d), descales(batch, hkv)
         k_new, v_new = fp8(batch, new, hkv, d), fp8(batch, new, hkv, d)
@@ -277,7 +277,7 @@ def test_fp8_paged_repeats_take_the_fast_path_with_new_values_descales_and_appen
                                                                    v_pages.view(torch.uint8), b, n + new, None, table))
             assert torch.equal(kb[n:].view(torch.uint8), k_new[b].view(torch.uint8))
             check_sequence(out[b], lse[b], q[b], kb, vb, [s[b:b + 1] for s in ds], False)
-    assert counts[0] == counts[1] == counts[2] == before + 1  # remembered once, then reused
+    assert counts[0] == counts[1] == counts[2] == entries + 1  # remembered once, then reused
     device_errors.words("cuda").zero_()
     bad = table.clone()
     bad[1, 0] = batch * per + 5  # past the cache's pages: sequence 1's first page

@@ -77,8 +77,10 @@ def log10_macs(w: Workload) -> float:
 
 def test_dealing_balances_a_set_where_log10_macs_did_not() -> None:
     """Three big prefill shapes, six mid ones, six tiny ones in two parts. By log10 of the multiply-adds a mid
-    shape weighs almost a big one (11.5 against 12.7), though its runs take less than half as long (its racecheck
-    a quarter): the parts came out 25 % apart (231 against 184 modelled seconds). By the model: 2 %."""
+    shape weighs almost a big one (11.5 against 12.7), though its runs take less than half as long (its racecheck a
+    fifth): the parts came out ~28 % apart (196 against 153 modelled seconds). By the model they differ by less
+    than the smallest workload's runs (every tool of a workload goes to one part, so no dealing can do better than
+    that grain): 179 against 170."""
     wls = {w.name: w for w in [dataclasses.replace(BIG, name=f"big{i}") for i in range(3)]
            + [dataclasses.replace(MID, name=f"mid{i}") for i in range(6)]
            + [dataclasses.replace(TINY, name=f"tiny{i}") for i in range(6)]}
@@ -90,7 +92,9 @@ def test_dealing_balances_a_set_where_log10_macs_did_not() -> None:
 
     before = loads(lambda t, w: log10_macs(wls[w]))
     after = loads(cost)
-    assert max(before) > 1.15 * min(before) and max(after) < 1.05 * min(after)
+    grain = min(sum(cost(t, w) for t in TOOLS) for w in wls)
+    assert max(before) > 1.15 * min(before) and max(before) - min(before) > 2 * grain
+    assert max(after) - min(after) < grain
 
 
 def test_every_run_is_in_exactly_one_part_for_any_number_of_parts() -> None:
@@ -210,11 +214,11 @@ def test_refit_recovers_the_coefficients_of_a_crafted_run(tmp_path: Path) -> Non
 
 
 def test_the_shipped_model_is_the_fit_of_the_evidence_it_names(capsys: pytest.CaptureFixture[str]) -> None:
-    """The refit command on the run the YAML names prints the YAML's own coefficients; --check of the run with 8 at
-    once reports its scale."""
+    """The refit command on the run the YAML names prints the YAML's own coefficients; --check of an older run (8
+    runs at once, whole racecheck shapes) reports its scale."""
     other = REPO / "reports/evidence/phase7-h200-3ff498f.json.xz"
     assert cost_fit.main([str(REPO / MODEL.evidence), "--check", str(other), "--gates-dir", str(REPO / "gates")]) == 0
     out, err = capsys.readouterr()
     shipped = (REPO / COST_FILE).read_text()
     assert out.startswith("tools:\n") and all(line in shipped for line in out.splitlines())
-    assert "448 runs" in err and "times 0.46" in err
+    assert "fitted to 320 runs" in err and "448 runs" in err and "times 0.57" in err

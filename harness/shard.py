@@ -2,12 +2,14 @@
 one exit code.
 
 The fan-out is a thread pool (stdlib concurrent.futures) over worker processes, one or more per GPU: each is
-`python -m harness gate --phase N --only <its gates>` with CUDA_VISIBLE_DEVICES set to its GPU and the run's base
-seed, so a gate sees the same inputs as in a one-GPU run. Chosen over pytest-xdist because the gates are not
-pytest tests (the engine runs them and owns their verdicts), and over a process pool of Python functions because a
-CUDA context must not be forked: a fresh interpreter per worker is the one safe unit. A worker runs its gates one
-at a time; a timing-sensitive gate (gates/shard.yaml `measures`: perf, ncu, scaling) runs in a worker that has its
-GPU to itself, while gates that only check correctness share a GPU, `workers_per_gpu` workers at once.
+`python -m harness gate --phase N --only <its gates>` with CUDA_VISIBLE_DEVICES set to its GPU (a worker holding an
+`every_gpu` gate, the api gate's case of a tensor on a second GPU, sees the run's GPUs where nothing measures after
+its own) and the run's base seed, so a gate sees the same inputs as in a one-GPU run. Chosen over pytest-xdist
+because the gates are not pytest tests (the engine runs them and owns their verdicts), and over a process pool of
+Python functions because a CUDA context must not be forked: a fresh interpreter per worker is the one safe unit. A
+worker runs its gates one at a time; a timing-sensitive gate (gates/shard.yaml `measures`: perf, ncu, scaling) runs
+in a worker that has its GPU to itself, while gates that only check correctness share a GPU, `workers_per_gpu`
+workers at once.
 
 Placement (gates/shard.yaml, harness/shard_plan.py): `first` gates run here before the workers start (build: the
 workers load its library); with several GPUs the `isolated` gates (the perf group) then run while no other gate
@@ -230,15 +232,19 @@ def who(worker: Worker) -> str:
 
 
 def run_stage(phase: int, stage: Stage, seed: int, run_dir: Path, gates_dir: Path,
-              dir_of: Callable[[Worker], str], gpus: Sequence[int] = (),
-              every_gpu: Collection[str] = ()) -> dict[Worker, tuple[list[GateResult], float]]:
+              dir_of: Callable[[Worker], str], gpus: Sequence[int] = (), every_gpu: Collection[str] = (),
+              measures: Collection[str] = ()) -> dict[Worker, tuple[list[GateResult], float]]:
     """Every worker of the stage, all at once, each pinned to its GPU: per worker, its results and wall seconds.
     Each is told how many workers run at once (its share of the host's cores). A worker holding an `every_gpu`
-    gate also sees the run's other GPUs (`gpus`), after its own."""
+    gate also sees the run's other GPUs (`gpus`) after its own, but those where another worker of the stage runs
+    `measures` gates."""
+    # GPUs where a worker of this stage measures (ncu): no other worker's process may touch them
+    measuring = {w.gpu for w, ts in stage.items() if {gate_of(t) for t in ts} & set(measures)}
+
     def one(w: Worker, tokens: list[str]) -> tuple[list[GateResult], float]:
         names = list(dict.fromkeys(gate_of(t) for t in tokens))
         extra = {WORKERS_ENV: str(len(stage))} | ({PARTS_ENV: parts_env(tokens)} if parts_env(tokens) else {})
-        others = gpus if set(names) & set(every_gpu) else ()
+        others = [g for g in gpus if g == w.gpu or g not in measuring] if set(names) & set(every_gpu) else []
         t0 = time.monotonic()
         got = run_worker(worker_command(phase, names, run_dir / dir_of(w), seed, gates_dir), w.gpu, run_dir,
                          dir_of(w), names, extra, who(w), others)
@@ -272,7 +278,8 @@ def run_sharded(config: Config, phase: int, gpus: Sequence[int], run_first: Call
         for w, gs in stage.items():
             say(f"[shard] {titles[n - 1]}: {w.name}: {', '.join(gs)}")
         dirs = {w: f"shards/{prefix}{w.dir}" for w in stage}
-        got = run_stage(phase, stage, seed, run_dir, gates_dir, dirs.__getitem__, gpus, settings.every_gpu)
+        got = run_stage(phase, stage, seed, run_dir, gates_dir, dirs.__getitem__, gpus, settings.every_gpu,
+                        settings.measures)
         walls.append({w: (stage[w], wall) for w, (_, wall) in got.items()})
         for w, (rs, wall) in got.items():
             bad = [r.name for r in rs if r.status is not Status.PASS]

@@ -280,7 +280,10 @@ def stages(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, s
     else:
         lone = gpus[0] if measured else None
         lanes = [Worker(g, s, 1 if g == lone else per) for g in gpus for s in range(1, (1 if g == lone else per) + 1)]
-        out.append(plan(rest, lanes, settings, seconds, split=True, pinned=(lanes[0], measured)))
+        # the every_gpu gates after the measuring gates in their worker: the other GPUs they see hold no measurement
+        # (a worker beside ncu's on its GPU would see ncu's GPU)
+        pin = measured + ([g for g in rest if g in settings.every_gpu] if measured else [])
+        out.append(plan(rest, lanes, settings, seconds, split=True, pinned=(lanes[0], pin)))
     return [st for st in out if st]
 
 

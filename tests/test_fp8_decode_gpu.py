@@ -55,6 +55,7 @@ def test_a_named_decode_point_takes_its_own_block_n_only() -> None:
 
     from flashcore import _lib, check_serving, launch
     from flashcore.errors import FlashCoreError
+    from flashcore.points import Point
     from flashcore.tuning import TileConfig
 
     q, k, v = fp8(2, 1, 32, 128), fp8(2, 3000, 8, 128), fp8(2, 3000, 8, 128)
@@ -65,6 +66,7 @@ def test_a_named_decode_point_takes_its_own_block_n_only() -> None:
     o = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
     lib = _lib.load()
     decode = launch.plan(lib, launch.params(call, o, None)).point  # its code (a name omits V^T's place)
+    assert Point.from_code(decode).name == DECODE[128]
     named = launch.params(call, o, None, TileConfig(block_n=128))
     named.point = decode
     assert launch.plan(lib, named).block_n == 128

@@ -78,9 +78,9 @@ def log10_macs(w: Workload) -> float:
 def test_dealing_balances_a_set_where_log10_macs_did_not() -> None:
     """Three big prefill shapes, six mid ones, six tiny ones in two parts. By log10 of the multiply-adds a mid
     shape weighs almost a big one (11.5 against 12.7), though its runs take less than half as long (its racecheck a
-    fifth): the parts came out ~28 % apart (196 against 153 modelled seconds). By the model they differ by less
-    than the smallest workload's runs (every tool of a workload goes to one part, so no dealing can do better than
-    that grain): 179 against 170."""
+    fifth): the parts came out ~28 % apart (196 against 153 modelled seconds). By the model, longest first onto the
+    lighter part, they differ by less than the smallest workload's runs (the bound of that greedy dealing when every
+    tool of a workload goes to one part): 179 against 170."""
     wls = {w.name: w for w in [dataclasses.replace(BIG, name=f"big{i}") for i in range(3)]
            + [dataclasses.replace(MID, name=f"mid{i}") for i in range(6)]
            + [dataclasses.replace(TINY, name=f"tiny{i}") for i in range(6)]}

@@ -35,6 +35,7 @@ FAKE_WORKER = textwrap.dedent("""
            "started_at": "", "elapsed_s": 1.0, "gates": gates,
            "environment": {"seed": args["--seed"], "workers": os.environ.get("FLASHCORE_WORKERS"),
                            "visible": os.environ["CUDA_VISIBLE_DEVICES"], "gates": args["--only"],
+                           "own": os.environ["FLASHCORE_GPU_INDEX"],
                            "parts": os.environ.get("FLASHCORE_GATE_PARTS", "")}}
     open(os.path.join(args["--out"], "results.json"), "w").write(json.dumps(run))
 """)
@@ -49,6 +50,7 @@ def test_the_repository_settings_name_real_gates(settings: shard.ShardSettings) 
     names = {g.name for g in load_config(REPO / "gates").gates_through(7)}
     assert settings.first == ("build", "determinism-gpus") and set(settings.first) <= names
     assert all(set(g) <= names for g in settings.together)
+    assert set(settings.every_gpu) <= names and set(settings.host_only) <= names
     assert {"perf-fa2", "perf-cudnn", "perf-fa3", "scaling"} <= set(settings.together[0])  # one shared measurement
 
 
@@ -66,6 +68,20 @@ def test_a_measuring_gate_may_not_see_every_gpu(gates_dir: Path) -> None:
         shard.load_shard_settings(gates_dir)
 
 
+def test_a_worker_beside_a_measuring_one_never_sees_its_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_stage: an every_gpu gate in a worker beside the ncu worker of another GPU sees its own GPU only; in the
+    ncu worker itself it sees the others after its own."""
+    script = _fake(tmp_path)
+    monkeypatch.setattr(shard, "worker_command", lambda phase, gates, out, seed, gates_dir: [
+        sys.executable, str(script), "--only", ",".join(gates), "--out", str(out), "--seed", str(seed)])
+    beside = {shard.Worker(0): ["ncu-dram"], shard.Worker(1, 1, 2): ["api"], shard.Worker(1, 2, 2): ["correctness"]}
+    shard.run_stage(7, beside, 5, tmp_path, REPO / "gates", lambda w: f"a/{w.dir}", [0, 1], ["api"], ["ncu-dram"])
+    assert json.loads((tmp_path / "a/gpu1-w1/results.json").read_text())["environment"]["visible"] == "1"
+    inside = {shard.Worker(0): ["ncu-dram", "api"], shard.Worker(1): ["correctness"]}
+    shard.run_stage(7, inside, 5, tmp_path, REPO / "gates", lambda w: f"b/{w.dir}", [0, 1], ["api"], ["ncu-dram"])
+    assert json.loads((tmp_path / "b/gpu0/results.json").read_text())["environment"]["visible"] == "0,1"
+
+
 def test_the_api_gates_worker_sees_the_other_gpus_after_its_own(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """run_worker with `others`: device 0 is the worker's GPU, the rest follow (physical ids of the parent's
@@ -75,7 +91,7 @@ def test_the_api_gates_worker_sees_the_other_gpus_after_its_own(tmp_path: Path,
     shard.run_worker([sys.executable, str(script), "--only", "api", "--out", str(tmp_path / "s/gpu1"),
                       "--seed", "5"], 1, tmp_path, "s/gpu1", ["api"], others=[0, 1, 2])
     env = json.loads((tmp_path / "s/gpu1/results.json").read_text())["environment"]
-    assert env["visible"] == "6,4,7"
+    assert env["visible"] == "6,4,7" and env["own"] == "6"
     shard.run_worker([sys.executable, str(script), "--only", "a", "--out", str(tmp_path / "s/gpu2"),
                       "--seed", "5"], 2, tmp_path, "s/gpu2", ["a"])
     assert json.loads((tmp_path / "s/gpu2/results.json").read_text())["environment"]["visible"] == "7"
@@ -208,13 +224,10 @@ def test_gate_over_two_gpus_writes_one_report(tmp_path: Path, monkeypatch: pytes
     workers = [tmp_path / "run/shards/gpu0"] + [tmp_path / f"run/shards/gpu1-w{k}" for k in range(1, per + 1)]
     envs = [json.loads((w / "results.json").read_text())["environment"] for w in workers]
     assert all(e["seed"] == "7" and e["workers"] == str(per + 1) for e in envs)  # the run's seed; every worker's
-    # share of the cores: all of the stage's workers. Each sees its own GPU, and the api gate's worker the other
-    # GPU after it (gates/shard.yaml every_gpu: its case of a tensor on a second GPU)
-    own = ["0"] + ["1"] * per
-    holds_api = ["api" in e["gates"].split(",") for e in envs]
-    want = [f"{o},{1 - int(o)}" if a else o for o, a in zip(own, holds_api, strict=True)]
-    assert [e["visible"] for e in envs] == want
-    assert sum(holds_api) == 1
+    # share of the cores: all of the stage's workers. Each sees its own GPU; the api gate (gates/shard.yaml
+    # every_gpu) runs in the ncu worker after its ncu gates and sees GPU 1 after its own, where nothing measures
+    assert "api" in envs[0]["gates"].split(",")
+    assert [e["visible"] for e in envs] == ["0,1"] + ["1"] * per and [e["own"] for e in envs] == ["0"] + ["1"] * per
     monkeypatch.setenv("FAKE_DIE", "1")
     assert cli.main(["gate", "--phase", "7", "--gpus", "0,1", "--out", str(tmp_path / "dead"), "--no-history"]) == 1
     data = json.loads((tmp_path / "dead/results.json").read_text())

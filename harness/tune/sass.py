@@ -174,12 +174,14 @@ class SassComparison:
     def lines(self) -> list[str]:
         out = [self.summary()]
         for label, group in (("changed", self.changed), ("only old", self.only_old), ("only new", self.only_new)):
-            out += [f"  {label}: {self.names.get(n, n)}" for n in group]
+            out += [f"  {label}: {self.names.get(n, n)}" + (" (a copy of the unchanged kernel)" if n in self.copies
+                                                             else "") for n in group]
         return out
 
     def to_dict(self) -> dict[str, object]:
         return {"total": self.total, "identical": list(self.identical), "changed": list(self.changed),
-                "only_old": list(self.only_old), "only_new": list(self.only_new), "old_digest": self.old_digest,
+                "only_old": list(self.only_old), "only_new": list(self.only_new), "copies": list(self.copies),
+                "old_digest": self.old_digest,
                 "new_digest": self.new_digest}
 
 

@@ -24,12 +24,15 @@ constexpr int kVtWarps = 3;    // warps 1..3 of the producer warpgroup (warp 0's
 constexpr int kVtStop = -1;    // the producer's word for "no more blocks"; otherwise its O-over-V wait word
                                // (o_empty_wait below; set for the tile's first block only)
 
-// Whether a point runs paged caches: the 16-bit 2-consumer points (hopper_config.h kPagedCapable) and the FP8 ones
-// with V transposed here whose producer warpgroup keeps 40 registers for the page walk beside 1 or 2 consumers (hdim
-// 128's default and decode points; hdim 256's 24-register one spilled 108-188 B with it). The transposing warps read the raw ring either way.
+// Whether a point runs paged caches: the 16-bit 2-consumer points (hopper_config.h kPagedCapable) and FP8's hdim-128
+// ones with V transposed here whose producer warpgroup keeps 40 registers for the page walk beside 1 or 2 consumers
+// (its default and decode points; hdim 256's 24-register default spilled 108-188 B with it). Paged FP8 runs at hdim
+// 128 only (validate.cu check_fp8), so the hdim-64 and -256 decode points, whose producers have the registers,
+// compile no page walk. The transposing warps read the raw ring either way.
 template <typename Cfg>
 inline constexpr bool kRunsPages =
-    Cfg::kPagedCapable || (Cfg::kVtSmem && Cfg::kConsumerWGs <= 2 && Cfg::Registers::kPagedProducer >= 40);
+    Cfg::kPagedCapable || (Cfg::kVtSmem && Cfg::kRowBytes == 128 && Cfg::kConsumerWGs <= 2 &&
+                           Cfg::Registers::kPagedProducer >= 40);
 
 // The O-over-V wait word that the producer thread computes for a tile's V(0) and V(1) (hopper_mainloop.h): bit w
 // (w < 3), wait for consumer warpgroup w's kOEmpty + w phase, whose parity is bit 3. The producer thread waits on it

@@ -109,7 +109,8 @@ enum NamedBarrier : int {
 // time. No ping-pong (a ring of one has no partner); the short BLOCK_N, so a
 // paged cache keeps its page boxes (gcd(page_size, BLOCK_N) rows); 3 stages at hdim 128 and 4 at hdim 64 (what the
 // smaller Q leaves room for: more K/V loads in flight); FA3's 56-register producer (the consumer gets 256).
-// Up to hdim 128 (FA3's rule); the larger head dims' decode keeps the default points.
+// Up to hdim 128 (FA3's rule); the larger head dims' 16-bit decode keeps the default points (FP8's decode points:
+// tile_choice.h Fp8Choice).
 template <int kHeadDim>
 struct HeadDimTraits {
   static_assert(is_kernel_head_dim(kHeadDim), "not a compiled head dim (kernel/head_dims.h KernelHeadDims)");

@@ -178,6 +178,17 @@ def test_another_objects_copy_of_an_unchanged_kernel_keeps_the_tables() -> None:
     assert bad.copies == () and not bad.tables_hold
 
 
+def test_a_changed_fp8_kernel_keeps_the_tables_and_is_recorded() -> None:
+    """An FP8 kernel's new code changes no table (they hold bf16 and fp16 buckets); a gone one would refuse."""
+    old = with_kernel(listing(), FP8_KERNEL)
+    new = listing() + f"\t\tFunction : {FP8_KERNEL}\n        /*0000*/                   BRA 0x10 ;    /* 0x0 */\n"
+    changed = sass.compare_kernels(sass.parse_sass(old), sass.parse_sass(new))
+    assert changed.changed == (FP8_KERNEL,) and changed.tables_hold
+    text, count = rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", changed)
+    assert count == 1 and "    changed_fp8: 1\n" in text
+    assert not sass.compare_kernels(sass.parse_sass(old), sass.parse_sass(listing())).tables_hold
+
+
 def test_an_added_fp8_kernel_does_not_excuse_a_changed_one() -> None:
     old = listing()
     new = with_kernel(listing("BRA 0x10"), FP8_KERNEL)

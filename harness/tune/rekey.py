@@ -4,14 +4,15 @@ that left the machine code as it was.
 The tables of flashcore/tuned.yaml are keyed by fc_kernel_id(), a hash of the kernel sources, so moving code, renaming
 a file or rewording a comment makes every table stale although the GPU runs the same instructions. This command dumps
 the SASS of every kernel of both libraries (harness/tune/sass.py) and, only when each kernel of the old library is
-identical in the new one and the new one adds none but FP8 kernels (which no table names: the tables hold bf16 and
-fp16 buckets) and other objects' copies of unchanged kernels (the same SASS under the same name), rewrites the
-kernel_id of every table measured on the old library's kernel to the new library's, recording where it came from:
+identical in the new one but FP8 ones (which no table names: the tables hold bf16 and fp16 buckets) and the new one
+adds none but FP8 kernels and other objects' copies of unchanged kernels (the same SASS under the same name), rewrites
+the kernel_id of every table measured on the old library's kernel to the new library's, recording where it came from:
 
     kernel_id: <new id>
     rekeyed_from: {kernel_id: <old id>, sass_sha256: <digest of every kernel's SASS>, kernels: <count>,
                    added_fp8: <FP8 kernels only in the new library, when any>,
-                   added_copies: <copies of unchanged kernels in another object, when any>}
+                   added_copies: <copies of unchanged kernels in another object, when any>,
+                   changed_fp8: <FP8 kernels whose SASS changed, when any>}
 
 Otherwise it refuses, naming the kernels that differ, and the file stays as it was: those tables need `make tune`.
 The old library must be a build of the sources the tables were measured on (its fc_kernel_id is their kernel_id).
@@ -75,6 +76,8 @@ def rekey_text(text: str, old_id: str, new_id: str, sass: SassComparison) -> tup
                        f"{pad}  kernels: {sass.total}\n")
             if fp8 := len(sass.only_new) - len(sass.copies):
                 out.append(f"{pad}  added_fp8: {fp8}\n")
+            if sass.changed:
+                out.append(f"{pad}  changed_fp8: {len(sass.changed)}\n")
             if sass.copies:
                 out.append(f"{pad}  added_copies: {len(sass.copies)}\n")
             count += 1

@@ -156,11 +156,11 @@ class SassComparison:
 
     @property
     def tables_hold(self) -> bool:
-        """Every kernel a tuned table can name is as it was: none changed, none gone, and the kernels only in the new
-        library are FP8 ones, which no table names (tables hold bf16 and fp16 buckets: flashcore/tuning.py), or
-        copies of unchanged kernels."""
-        return not (self.changed or self.only_old) and all(is_fp8_kernel(n) or n in self.copies
-                                                           for n in self.only_new)
+        """Every kernel a tuned table can name is as it was: none gone, the changed ones FP8 kernels, which no table
+        names (tables hold bf16 and fp16 buckets: flashcore/tuning.py), and the kernels only in the new library
+        FP8 ones or copies of unchanged kernels."""
+        return (not self.only_old and all(is_fp8_kernel(n) for n in self.changed)
+                and all(is_fp8_kernel(n) or n in self.copies for n in self.only_new))
 
     def differing(self) -> tuple[str, ...]:
         """The kernels that are not identical in both, changed first."""

@@ -195,8 +195,8 @@ def compare_kernels(old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, .
         return "#" in n and base in unchanged and new[n] == new[base]
 
     return SassComparison(
-        identical=tuple(n for n in both if old[n] == new[n]),
-        changed=tuple(n for n in both if old[n] != new[n]),
+        identical=tuple(n for n in both if n in unchanged),
+        changed=tuple(n for n in both if n not in unchanged),
         only_old=tuple(sorted(set(old) - set(new))),
         only_new=tuple(sorted(set(new) - set(old))),
         old_digest=digest(old),

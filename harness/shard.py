@@ -244,7 +244,7 @@ def run_stage(phase: int, stage: Stage, seed: int, run_dir: Path, gates_dir: Pat
     def one(w: Worker, tokens: list[str]) -> tuple[list[GateResult], float]:
         names = list(dict.fromkeys(gate_of(t) for t in tokens))
         extra = {WORKERS_ENV: str(len(stage))} | ({PARTS_ENV: parts_env(tokens)} if parts_env(tokens) else {})
-        others = [g for g in gpus if g == w.gpu or g not in measuring] if set(names) & set(every_gpu) else []
+        others = [g for g in gpus if g not in measuring] if set(names) & set(every_gpu) else []  # run_worker: own first
         t0 = time.monotonic()
         got = run_worker(worker_command(phase, names, run_dir / dir_of(w), seed, gates_dir), w.gpu, run_dir,
                          dir_of(w), names, extra, who(w), others)

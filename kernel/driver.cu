@@ -20,6 +20,7 @@
 //   baseline that rounds P to E4M3 as the kernel does, + 1e-5 (fp8_baseline_err= on the RESULT line; --tol overrides).
 //   --fp8-v-transpose auto|pass|smem: fc_params.fp8_v_transpose (where V is transposed; RESULT's fp8_vt= says which).
 // Prints one line "RESULT status=ok|fail ..." and exits 0 (ok), 1 (check failed), 2 (bad usage), 3 (error).
+//   FLAGS --next FLAGS ...: several workloads in one process, each after a "BEGIN i" line (main says why).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -284,7 +285,8 @@ int fail(const char* reason) {
   return 3;
 }
 
-int main(int argc, char** argv) {
+// One workload: argv[1..argc) are its flags (argv[0] is never read). Returns the process exit code it asks for.
+int run_workload(int argc, char** argv) {
   Args a;
   if (!parse(argc, argv, &a)) return usage("bad or missing arguments");
   fc_params& p = a.p;
@@ -330,4 +332,26 @@ int main(int argc, char** argv) {
   for (int32_t* d : owned) CUDA_CHECK(cudaFree(d));
   CUDA_CHECK(cudaEventDestroy(start)); CUDA_CHECK(cudaEventDestroy(stop));
   return r.ok ? 0 : 1;
+}
+
+// Workloads separated by --next run one after another in this process: a compute-sanitizer run pays its start
+// (the tool's attach, the context, the module's instrumentation) once for all of them. Each prints "BEGIN i" before
+// and its RESULT line after it, flushed, so the tool's reports fall between the lines of the workload they belong
+// to. Every workload frees what it allocated, so none sees another's memory. The exit code is the first non-zero
+// one; a workload that fails stops the series (a later one could run on a broken context).
+int main(int argc, char** argv) {
+  std::vector<char*> group(1, argv[0]);
+  int at = 0, seen_next = 0;
+  for (int i = 1; i <= argc; ++i) {
+    if (i < argc && std::strcmp(argv[i], "--next") != 0) { group.push_back(argv[i]); continue; }
+    seen_next |= i < argc;
+    if (seen_next) std::printf("BEGIN %d\n", at);
+    std::fflush(stdout);
+    const int rc = run_workload(static_cast<int>(group.size()), group.data());
+    std::fflush(stdout);
+    if (rc != 0) return rc;
+    group.resize(1);
+    ++at;
+  }
+  return 0;
 }

@@ -151,7 +151,7 @@ def test_the_cost_fit_reads_the_shape_a_reduced_run_took() -> None:
                                                                                    "heads_kv": 10}},
             {"tool": "memcheck", "workload": "big", "wall_s": 5.0}]
     (race, mem) = cost_fit.samples_from(runs, {"big": BIG})
-    assert race[1] == pytest.approx(mem[1] * 10 / 64) and mem[1] == pytest.approx(4 * 16 * 8192 * 8192 / 2 / 1e9)
+    assert race[2] == pytest.approx(mem[2] * 10 / 64) and mem[2] == pytest.approx(4 * 16 * 8192 * 8192 / 2 / 1e9)
 
 
 def test_the_planted_racecheck_case_runs_the_planted_program_whatever_the_knob(

@@ -127,26 +127,29 @@ def test_every_process_computes_the_same_parts() -> None:
 
 def with_memcheck(entry: str, extra: str = "") -> str:
     """A model file whose other tools are good and whose memcheck entry is `entry`."""
-    good = "".join(f"  {t}: {{base_s: 1, s_per_g_scores: 0}}\n" for t in TOOLS if t != "memcheck")
+    good = "".join(f"  {t}: {{start_s: 1, base_s: 1, s_per_g_scores: 0}}\n" for t in TOOLS if t != "memcheck")
     return f"tools:\n  memcheck: {entry}\n{good}{extra}"
 
 
 @pytest.mark.parametrize(("text", "key", "shown"), [
     ("tools: {}\n", "tools.memcheck", "None"),  # a tool without a cost
-    (with_memcheck("{base_s: 1, s_per_g_scores: 0}", "  leakcheck: {base_s: 1, s_per_g_scores: 0}\n"),
+    (with_memcheck("{start_s: 1, base_s: 1, s_per_g_scores: 0}",
+                   "  leakcheck: {start_s: 1, base_s: 1, s_per_g_scores: 0}\n"),
      "tools.leakcheck", "base_s"),
-    (with_memcheck("{base_s: 0, s_per_g_scores: 0}"), "tools.memcheck.base_s", "0"),  # no run is free
-    (with_memcheck("{base_s: 1, s_per_g_scores: -2}"), "tools.memcheck.s_per_g_scores", "-2"),
-    (with_memcheck("{base_s: true, s_per_g_scores: 0}"), "tools.memcheck.base_s", "True"),
-    (with_memcheck("{base_s: '3', s_per_g_scores: 0}"), "tools.memcheck.base_s", "'3'"),
-    (with_memcheck("{base_s: .nan, s_per_g_scores: 0}"), "tools.memcheck.base_s", "nan"),
-    (with_memcheck("{base_s: 1, s_per_g_scores: .inf}"), "tools.memcheck.s_per_g_scores", "inf"),
-    (with_memcheck("{base_s: 1}"), "tools.memcheck.s_per_g_scores", "None"),
-    (with_memcheck("{base_s: 1, s_per_g_scores: 0, per_mac: 1}"), "tools.memcheck.per_mac", "1"),
+    (with_memcheck("{start_s: 1, base_s: 0, s_per_g_scores: 0}"), "tools.memcheck.base_s", "0"),  # no run is free
+    (with_memcheck("{start_s: 1, base_s: 1, s_per_g_scores: -2}"), "tools.memcheck.s_per_g_scores", "-2"),
+    (with_memcheck("{start_s: 1, base_s: true, s_per_g_scores: 0}"), "tools.memcheck.base_s", "True"),
+    (with_memcheck("{start_s: 1, base_s: '3', s_per_g_scores: 0}"), "tools.memcheck.base_s", "'3'"),
+    (with_memcheck("{start_s: 1, base_s: .nan, s_per_g_scores: 0}"), "tools.memcheck.base_s", "nan"),
+    (with_memcheck("{start_s: 1, base_s: 1, s_per_g_scores: .inf}"), "tools.memcheck.s_per_g_scores", "inf"),
+    (with_memcheck("{start_s: 1, base_s: 1}"), "tools.memcheck.s_per_g_scores", "None"),
+    (with_memcheck("{start_s: 1, base_s: 1, s_per_g_scores: 0, per_mac: 1}"), "tools.memcheck.per_mac", "1"),
     (with_memcheck("3"), "tools.memcheck", "3"),
+    (with_memcheck("{base_s: 1, s_per_g_scores: 0}"), "tools.memcheck.start_s", "None"),  # every process starts
+    (with_memcheck("{start_s: -1, base_s: 1, s_per_g_scores: 0}"), "tools.memcheck.start_s", "-1"),
     ("tools: [memcheck]\n", "tools", "['memcheck']"),
-    (with_memcheck("{base_s: 1, s_per_g_scores: 0}", "evidence: 3\n"), "evidence", "3"),
-    (with_memcheck("{base_s: 1, s_per_g_scores: 0}", "scale: 2\n"), "scale", "2"),
+    (with_memcheck("{start_s: 1, base_s: 1, s_per_g_scores: 0}", "evidence: 3\n"), "evidence", "3"),
+    (with_memcheck("{start_s: 1, base_s: 1, s_per_g_scores: 0}", "scale: 2\n"), "scale", "2"),
 ])
 def test_a_bad_model_file_is_refused_naming_file_key_and_value(tmp_path: Path, text: str, key: str,
                                                                shown: str) -> None:
@@ -171,7 +174,7 @@ def test_the_shipped_model_loads_and_racecheck_grows_fastest() -> None:
 
 def test_a_bad_model_file_makes_the_gate_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = install_fake(tmp_path, monkeypatch)
-    (root / COST_FILE).write_text("tools:\n  memcheck: {base_s: -1, s_per_g_scores: 0}\n")
+    (root / COST_FILE).write_text("tools:\n  memcheck: {start_s: 0, base_s: -1, s_per_g_scores: 0}\n")
     ctx = make_context(root / "run", "sanitizer", params(), (workload("w1"), workload("w2")), repo_root=root)
     result = run_sanitizer(ctx)
     assert result.status is Status.ERROR and "tools.memcheck.base_s = -1" in result.message
@@ -195,22 +198,40 @@ def test_a_planted_fault_turns_the_joined_parts_red(tmp_path: Path, monkeypatch:
 
 
 def test_refit_recovers_the_coefficients_of_a_crafted_run(tmp_path: Path) -> None:
-    """A results file whose run times follow known coefficients: the fit gives them back, and --check of the same
-    run scaled by 2 reports the scale."""
+    """A results file whose processes take known seconds (runs alone and batches of several sizes): the fit gives
+    the start, base and slope back, and --check of the same run scaled by 2 reports the scale."""
     config = load_config(REPO / "gates")
     names = [n for n in config.workloads if config.workloads[n].dense][:12]
-    truth = {"memcheck": (2.0, 0.1), "racecheck": (8.0, 6.0), "synccheck": (3.0, 0.2), "initcheck": (5.0, 0.5)}
-    runs = [{"tool": t, "workload": n, "wall_s": a + b * scores(config.workloads[n]) / 1e9}
-            for t, (a, b) in truth.items() for n in names]
-    data = cost_fit.samples_from(runs, config.workloads)
+    truth = {"memcheck": (3.0, 0.2, 0.1), "racecheck": (5.0, 0.5, 6.0), "synccheck": (3.5, 0.3, 0.2),
+             "initcheck": (4.0, 0.25, 0.5)}
+
+    def secs(tool: str, group: list[str]) -> float:
+        a, b, c = truth[tool]
+        return a + sum(b + c * scores(config.workloads[n]) / 1e9 for n in group)
+
+    groups = [names[:1], names[1:2], names[2:5], names[5:12]]  # alone, alone, three, seven
+    runs = [{"tool": t, "workload": n, "wall_s": secs(t, g) if len(g) == 1 else None} | (
+            {"batch": f"{t}-{g[0]}"} if len(g) > 1 else {}) for t in truth for g in groups for n in g]
+    batches = [{"tool": t, "workloads": g, "wall_s": secs(t, g), "log": f"{t}-{g[0]}"}
+               for t in truth for g in groups if len(g) > 1]
+    data = cost_fit.samples_from(runs, config.workloads, batches)
+    assert len(data) == 4 * len(groups)  # one sample per process, none per workload of a batch
     model = cost_fit.fit(data)
-    for t, (a, b) in truth.items():
-        assert model.tools[t].base_s == pytest.approx(a, rel=1e-6)
-        assert model.tools[t].s_per_g_scores == pytest.approx(b, rel=1e-6)
-    doubled = [(t, x, 2 * y) for t, x, y in data]
+    for t, (a, b, c) in truth.items():
+        got = model.tools[t]
+        assert (got.start_s, got.base_s, got.s_per_g_scores) == pytest.approx((a, b, c), rel=1e-6)
+    doubled = [(t, n, x, 2 * y) for t, n, x, y in data]
     assert cost_fit.common_scale(model, doubled) == pytest.approx(2.0)
     assert cost_fit.quality(model, doubled, 2.0)[1] == pytest.approx(1.0)
-    assert "  racecheck: {base_s: 8.00, s_per_g_scores: 6.000}" in cost_fit.block(model)
+    assert "  racecheck: {start_s: 5.00, base_s: 0.50, s_per_g_scores: 6.000}" in cost_fit.block(model)
+
+
+def test_runs_one_per_process_give_the_start_to_the_base() -> None:
+    """Without batches the start and the base are one constant: the fit puts it in the base (start 0), never a
+    negative or arbitrary split."""
+    rows = [(1.0, 1.0, g) for g in (0.1, 0.5, 2.0, 4.0)]
+    start, base, slope = cost_fit.fit_tool(rows, [3.0 + 2.0 * r[2] for r in rows])
+    assert (start, base, slope) == pytest.approx((0.0, 3.0, 2.0))
 
 
 def test_the_shipped_model_is_the_fit_of_the_evidence_it_names(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,37 +3,36 @@
 Never on torch: PyTorch's caching allocator hides out-of-bounds accesses inside its slabs, so the gate runs
 build/flashcore_driver, whose buffers are plain cudaMalloc allocations. One check per (tool, workload);
 the verdict (harness/sanitizer/verdict.py) fails closed: only a complete log with nothing unsuppressed passes.
-Each tool runs on `workloads`, or on its own `<tool>_workloads` when set. Runs start longest first by the run-cost
-model (harness/sanitizer/cost.py), several at once; the report lists them tool by tool. `run_sanitizer` with a Budget is
-the phase-7 variant over every workload (harness/gates/sanitizer_all.py). With `racecheck_min_tiles_per_sm`, racecheck
-runs a big workload with fewer batch entries and heads (harness/sanitizer/shrink.py says why that is sound); the other
-tools always run the whole shape.
+Each tool runs on `workloads`, or on its own `<tool>_workloads` when set. With `batch_s`, a tool's small workloads
+share one process (harness/sanitizer/batch.py: a small run is mostly its process's start); a batch that is not
+clean runs each workload again alone, whose run is its verdict (harness/sanitizer/runs.py). Batches start longest
+first by the run-cost model (harness/sanitizer/cost.py), several at once; the report lists the runs tool by tool.
+`run_sanitizer` with a Budget is the phase-7 variant over every workload (harness/gates/sanitizer_all.py). With
+`racecheck_min_tiles_per_sm`, racecheck runs a big workload with fewer batch entries and heads (harness/sanitizer/
+shrink.py says why that is sound); the other tools always run the whole shape.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.driver_args import driver_args
 from harness.env import find_cuda_tool
 from harness.gates.base import Gate, GateContext, SelfTest
 from harness.gates.registry import register
 from harness.results import Check, GateResult, Status
-from harness.sanitizer import parallel, runner, shrink
-from harness.sanitizer.budget import Budget, budget_check, not_run_check
-from harness.sanitizer.cost import COST_FILE, CostModel, load_cost_model, longest_first, run_cost
+from harness.sanitizer import parallel, runner
+from harness.sanitizer.budget import Budget, budget_check
+from harness.sanitizer.cost import COST_FILE, load_cost_model, run_cost
 from harness.sanitizer.model import TOOLS
-from harness.sanitizer.suppressions import Suppression, load_suppressions
-from harness.schema import PHASES_FILE, ConfigError, Workload, param
+from harness.sanitizer.runs import COMPLETION, LOG_DIR, excerpt, run_all
+from harness.sanitizer.setup import Setup
+from harness.sanitizer.suppressions import load_suppressions
+from harness.schema import PHASES_FILE, ConfigError, param
 from harness.shard_plan import part_for
-from harness.support import gpu
 
-LOG_DIR = "logs"  # raw logs: logs/<gate>/<tool>-<workload>.log (two sanitizer gates share one run directory)
-COMPLETION = "RESULT status=ok"  # the driver's last line when it ran to the end (kernel/driver.cu)
+__all__ = ["COMPLETION", "LOG_DIR", "SanitizerGate", "SanitizerParams", "Setup", "excerpt", "run_sanitizer"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +64,9 @@ class SanitizerParams:
     # racecheck on fewer batch entries and heads, keeping this many query tiles per SM of the GPU (harness/sanitizer/
     # shrink.py); 0: every racecheck on the whole shape
     racecheck_min_tiles_per_sm: int = param(default=0, ge=0)
+    # several workloads of one tool in one process, up to this many modelled seconds (harness/sanitizer/batch.py: a
+    # small run's cost is its process's start); 0: every run alone
+    batch_s: float = param(default=0, ge=0)
 
     def __post_init__(self) -> None:
         bad = [t for t in self.tools if t not in TOOLS]
@@ -89,66 +91,16 @@ class SanitizerParams:
         return [(tool, wl) for tool in self.tools for wl in self.workloads_for(tool)]
 
 
-def excerpt(text: str, limit: int) -> str:
-    """The log as shown in the report: all of it, or its head and tail (the summary is at the end)."""
-    if len(text) <= limit:
-        return text
-    head, tail = text[: limit * 2 // 3], text[-(limit // 3):]
-    return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut: the full log is in the file ...]\n{tail}"
-
-
-def outcome_view(o: runner.Outcome, workload: str, log_rel: str, limit: int) -> dict[str, Any]:
-    """One run as JSON-ready data for results.json and the report's section template."""
-    text = o.log_path.read_text(errors="replace")
-    return {"tool": o.tool, "workload": workload, "status": o.judgement.status.value, "reason": o.judgement.reason,
-            "errors": o.log.errors, "warnings": o.log.warnings, "not_printed": o.log.not_printed,
-            "exit_code": o.exit_code, "timed_out": o.timed_out, "wall_s": round(o.wall_s, 2),
-            "command": " ".join(o.command), "log": log_rel, "log_chars": len(text),
-            "log_text": excerpt(text, limit), "findings": [f.to_dict() for f in o.log.findings]}
-
-
-def outcome_check(o: runner.Outcome, workload: str) -> Check:
-    j = o.judgement
-    return Check(workload, o.tool, 0, j.failing, j.status, "==", margin=None if j.failing is None else -j.failing,
-                 message=j.reason)
-
-
-def message(runs: list[dict[str, Any]], checks: list[Check]) -> str:
+def message(runs: list[dict[str, Any]], checks: list[Check], processes: int) -> str:
     bad = [c for c in checks if c.status is not Status.PASS]
     if not bad:
         tools = sorted({r["tool"] for r in runs})
         suppressed = sum(f["count"] for r in runs for f in r["findings"] if f["suppressed"])
-        return (f"{len(runs)} runs clean ({', '.join(tools)} on {len({r['workload'] for r in runs})} workloads)"
-                + (f"; {suppressed} reports suppressed by reviewed entries" if suppressed else ""))
+        together = f" in {processes} processes" if processes != len(runs) else ""
+        return (f"{len(runs)} runs clean{together} ({', '.join(tools)} on {len({r['workload'] for r in runs})} "
+                "workloads)" + (f"; {suppressed} reports suppressed by reviewed entries" if suppressed else ""))
     shown = "; ".join(f"{c.metric} on {c.workload}: {c.message}" for c in bad[:2])
     return f"{len(bad)} of {len(checks)} runs not clean: {shown}" + (f" (+{len(bad) - 2} more)" if len(bad) > 2 else "")
-
-
-@dataclass(frozen=True)
-class Setup:
-    sanitizer: str
-    suppressions: tuple[Suppression, ...]
-    version: str
-    hopper: dict[str, bool]
-    cost: CostModel
-    sms: int | None = None  # SMs of the GPU the driver runs on; None: unknown, or no racecheck is reduced
-    min_tiles_per_sm: int = 0
-
-    def shape(self, tool: str, wl: Workload) -> Workload:
-        """The shape `tool` runs for `wl`: racecheck's may be reduced, every other tool's is the workload's own."""
-        if tool != "racecheck" or not self.sms or not self.min_tiles_per_sm:
-            return wl
-        return shrink.racecheck_shape(wl, self.min_tiles_per_sm, self.sms)
-
-    def shapes_note(self, workloads: list[Workload]) -> str:
-        """One line on the racecheck shapes, for the details and the report."""
-        if not self.min_tiles_per_sm:
-            return "racecheck on every whole shape (racecheck_min_tiles_per_sm 0)"
-        if not self.sms:
-            return "racecheck on every whole shape: the GPU's SM count is unknown"
-        n = sum(shrink.reduced(self.shape("racecheck", w), w) for w in workloads)
-        return (f"racecheck on fewer batch entries and heads for {n} of {len(workloads)} workloads, >= "
-                f"{self.min_tiles_per_sm} query tiles per SM of {self.sms} kept ({shrink.WHY})")
 
 
 def setup(ctx: GateContext) -> Setup | GateResult:
@@ -188,66 +140,6 @@ def gpu_sm_count() -> int | None:
     return sms if isinstance(sms, int) and sms > 0 else None
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    """One planned (tool, workload): its check, and its report view (a run) or its not-run entry."""
-
-    check: Check
-    run: dict[str, Any] | None = None
-    not_run: dict[str, str] | None = None
-    cut: bool = False
-
-
-def run_one(ctx: GateContext, s: Setup, budget: Budget | None, tool: str, name: str, label: str) -> RunOutcome:
-    """One compute-sanitizer run (thread-safe: its own log file, its own process); with a spent budget, none."""
-    p: SanitizerParams = ctx.params
-    wl = ctx.config.workloads[name]
-    ran = s.shape(tool, wl)
-    shape = shrink.describe(ran, wl, s.min_tiles_per_sm)
-    if budget is not None and budget.left() <= 0:
-        return RunOutcome(not_run_check(budget, tool, name), not_run={
-            "tool": tool, "workload": name, "shape": shape, "reason": budget.not_run_message()})
-    timeout_s, by_budget = (p.timeout_s(tool), False) if budget is None else budget.timeout(p.timeout_s(tool))
-    left = "" if budget is None else f", {budget.left():.0f} s of budget_s left"
-    ctx.step(f"{tool} {name} ({label}{left})")
-    opts = runner.Options(timeout_s=timeout_s, padding=p.padding, hopper=s.hopper,
-                          fail_on_warnings=p.fail_on_warnings, suppressions=s.suppressions)
-    seed = gpu.workload_seed(ctx.seed, ctx.spec.name, name)
-    log_rel = f"{LOG_DIR}/{ctx.spec.name}/{tool}-{name}.log"
-    driver = ctx.repo_root / p.driver
-    o = runner.check(s.sanitizer, tool, [str(driver), *driver_args(ran, iters=1, seed=seed, fault=ctx.fault)],
-                     ctx.run_dir / log_rel, opts, completion=COMPLETION)
-    check, view = outcome_check(o, name), outcome_view(o, name, log_rel, p.report_log_chars)
-    cut = budget is not None and by_budget and o.timed_out
-    if cut and budget is not None:
-        check = dataclasses.replace(check, message=budget.cut_message(o.wall_s))
-        view["reason"] = check.message
-    ctx.step(f"{tool} {name}: {view['status']} in {o.wall_s:.1f} s")
-    ctx.log(f"{tool} {name} ({shape}): exit {o.exit_code}, {o.wall_s:.1f} s: "
-            f"{view['status']}: {view['reason']}\n  {' '.join(o.command)}")
-    # model_s: the seconds the run-cost model expected, beside wall_s: each run shows how far off the model is;
-    # `reduced`: the batch and heads a reduced racecheck ran (harness/sanitizer/cost_fit.py fits to them)
-    run = {**view, "shape": shape, "model_s": round(s.cost.seconds(tool, ran), 1)}
-    if shrink.reduced(ran, wl):
-        run["reduced"] = {"batch": ran.batch, "heads_q": ran.heads_q, "heads_kv": ran.heads_kv}
-    return RunOutcome(check, run=run, cut=cut)
-
-
-def run_all(ctx: GateContext, s: Setup, budget: Budget | None, plan: list[tuple[str, str]],
-            at_once: int) -> list[RunOutcome]:
-    """Every planned run, `at_once` at a time, started longest first by the cost model (the slowest racechecks
-    overlap the many short runs instead of ending the part alone), the outcomes in plan order."""
-    start = longest_first(plan, run_cost(s.cost, ctx.config.workloads, s.shape))
-    labels = {i: f"run {n + 1}/{len(plan)}" for n, i in enumerate(start)}
-    if at_once <= 1:
-        done = {i: run_one(ctx, s, budget, *plan[i], labels[i]) for i in start}
-    else:
-        with ThreadPoolExecutor(max_workers=at_once) as pool:
-            futures = {i: pool.submit(run_one, ctx, s, budget, *plan[i], labels[i]) for i in start}
-            done = {i: f.result() for i, f in futures.items()}
-    return [done[i] for i in range(len(plan))]
-
-
 def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[int, int] | None = None) -> GateResult:
     """Every planned (tool, workload) run, several at once within the CPU and GPU-memory limits; with a budget,
     runs it cut short are ERRORs and the rest NOT_RUN; with `part` (i, n), only that share of the workloads."""
@@ -264,15 +156,19 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
     at_once, why = parallel.concurrency(parallel.Limits(p.parallel_max, p.parallel_cpus_per_run,
                                                         p.parallel_gpu_mib_per_run), *parallel.host_facts())
     ctx.log(f"{len(plan)} runs{f' (part {part[0]} of {part[1]})' if part else ''}, {why}")
-    outcomes = run_all(ctx, s, budget, plan, at_once)
-    checks = [o.check for o in outcomes]
+    outcomes, batches = run_all(ctx, s, budget, plan, at_once)
+    checks = [o.check for o in outcomes] + [b.unreproduced for b in batches if b.unreproduced is not None]
     runs = [o.run for o in outcomes if o.run is not None]
+    views = [b.view for b in batches if b.view is not None]  # the processes of several workloads
     not_run = [o.not_run for o in outcomes if o.not_run is not None]
     cut = [f"{o.run['tool']} {o.run['workload']}" for o in outcomes if o.cut and o.run is not None]
-    wall = {t: round(sum(r["wall_s"] for r in runs if r["tool"] == t), 2) for t in p.tools}
+    # seconds of the processes: the runs alone (a batch's workloads have none of their own) and the batches
+    timed = [r for r in runs if r.get("wall_s") is not None] + views
+    wall = {t: round(sum(r["wall_s"] for r in timed if r["tool"] == t), 2) for t in p.tools}
     details: dict[str, Any] = {"version": s.version, "tools": list(p.tools), "padding": p.padding,
                                "hopper_checks": s.hopper, "suppressions_file": p.suppressions,
                                "suppressions": len(s.suppressions), "wall_s_by_tool": wall, "runs": runs,
+                               "batches": views, "batch_s": p.batch_s, "processes": len(timed),
                                "workloads_by_tool": {t: list(p.workloads_for(t)) for t in p.tools},
                                "at_once": at_once, "at_once_why": why, "sm_count": s.sms,
                                # of the whole gate's racechecks, so that every part (and their join) says the same
@@ -282,14 +178,14 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
                                # what this part's share was dealt by: parts that disagree may have left runs out or
                                # run them twice, which the join refuses (harness/shard.py joined)
                                "dealt_by": {"sm_count": s.sms}}
-    text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN])
+    text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN], len(timed))
     if budget is not None:
         spent = budget_check(budget, cut, [f"{r['tool']} {r['workload']}" for r in not_run])
         checks.append(spent)
         details |= {"budget_s": budget.total_s, "budget_spent_s": spent.measured, "not_run": not_run}
         text = text if spent.status is Status.PASS else f"{spent.message}. {text}"
     ctx.log(f"{len(runs)} of {len(plan)} runs made: {text}")
-    return ctx.result(checks, details=details, message=text, logs=[r["log"] for r in runs])
+    return ctx.result(checks, details=details, message=text, logs=list(dict.fromkeys(r["log"] for r in timed)))
 
 
 @register("sanitizer")

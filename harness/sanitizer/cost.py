@@ -1,6 +1,8 @@
-"""What one compute-sanitizer run costs, in seconds, from its tool and its workload's size (gates/sanitizer-cost.yaml).
+"""What compute-sanitizer runs cost, in seconds, from their tool and their workloads' sizes (gates/sanitizer-cost.yaml).
 
-seconds = base_s[tool] + s_per_g_scores[tool] * scores / 10^9, where `scores` is the attention's score elements (the
+One process of the tool costs start_s[tool] (the tool attaching, the CUDA context, the module's instrumentation) plus,
+for each workload it runs (a batch runs several: harness/sanitizer/batch.py), base_s[tool] + s_per_g_scores[tool] *
+scores / 10^9, where `scores` is the attention's score elements (the
 query-key pairs the kernel computes, over every batch and query head: B * Hq * Sq * Sk, causal counting the visible
 pairs, a serving layout its own sequences). The coefficients are a least-squares fit per tool to the runs of a
 measured gate run (`python -m harness.sanitizer.cost_fit`), each run timed under the stage's load, so the figures are
@@ -11,9 +13,9 @@ prefill shapes start first instead of last, where one of them alone was the part
 Why score elements rather than multiply-adds: the tools check every shared-memory access and barrier of the
 kernel's tiles, whose count follows the score tiles more than the head dim (racecheck on B4 H16 S8K: 24-43 s at head
 dim 64, 128 and 256 in one run, in no order of the head dim); fitted to the same run, the score elements explain
-more of the run times (R^2 0.67 against 0.55). The base term matters as much: a run's start and instrumentation
-make even the smallest shape cost 3-8 s, so one huge workload weighs a few small ones, never 10^5 of them (dealt by
-the multiply-adds alone, one such workload once filled a part while the other part ran the other 70).
+more of the run times (R^2 0.67 against 0.55). The constant terms matter as much: a process's start makes even the
+smallest shape cost 3-8 s alone, so one huge workload weighs a few small ones, never 10^5 of them (dealt by the
+multiply-adds alone, one such workload once filled a part while the other part ran the other 70).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from harness.schema import ConfigError, Workload, read_yaml
 
 COST_FILE = "gates/sanitizer-cost.yaml"  # relative to the repository root
 _TOP_KEYS = ("evidence", "tools")
-_TOOL_KEYS = ("base_s", "s_per_g_scores")
+_TOOL_KEYS = ("start_s", "base_s", "s_per_g_scores")
 
 Run = tuple[str, str]  # (tool, workload name)
 
@@ -44,7 +46,8 @@ def scores(wl: Workload) -> float:
 
 @dataclass(frozen=True)
 class ToolCost:
-    base_s: float  # a run's seconds without any work: the tool's start, the driver's set-up, the instrumentation
+    start_s: float  # a process's seconds before any workload: the tool's start, the context, the instrumentation
+    base_s: float  # a workload's seconds without any work: its buffers, inputs and launches
     s_per_g_scores: float  # seconds per 10^9 score elements
 
 
@@ -54,6 +57,11 @@ class CostModel:
     evidence: str = ""  # the measured run the coefficients were fitted to
 
     def seconds(self, tool: str, wl: Workload) -> float:
+        """A run of `wl` alone: its process's start and its own work."""
+        return self.tools[tool].start_s + self.work(tool, wl)
+
+    def work(self, tool: str, wl: Workload) -> float:
+        """What `wl` adds to a process that runs it among others (a batch)."""
         c = self.tools[tool]
         return c.base_s + c.s_per_g_scores * scores(wl) / 1e9
 
@@ -82,8 +90,9 @@ def _number(file: Path, key: str, value: Any, positive: bool) -> float:
 
 
 def load_cost_model(file: Path) -> CostModel:
-    """Parse the file strictly: every tool of harness/sanitizer/model.py TOOLS once, each with `base_s` > 0 (no run
-    is free) and `s_per_g_scores` >= 0; anything else is a ConfigError naming file, key and value."""
+    """Parse the file strictly: every tool of harness/sanitizer/model.py TOOLS once, each with `start_s` >= 0,
+    `base_s` > 0 (no workload is free) and `s_per_g_scores` >= 0; anything else is a ConfigError naming file, key
+    and value."""
     data = read_yaml(file, _TOP_KEYS)
     evidence = data.get("evidence", "")
     if not isinstance(evidence, str):
@@ -106,6 +115,7 @@ def load_cost_model(file: Path) -> CostModel:
         missing = [k for k in _TOOL_KEYS if k not in entry]
         if missing:
             raise ConfigError(file, f"tools.{tool}.{missing[0]}", None, "missing")
-        tools[tool] = ToolCost(_number(file, f"tools.{tool}.base_s", entry["base_s"], positive=True),
+        tools[tool] = ToolCost(_number(file, f"tools.{tool}.start_s", entry["start_s"], positive=False),
+                               _number(file, f"tools.{tool}.base_s", entry["base_s"], positive=True),
                                _number(file, f"tools.{tool}.s_per_g_scores", entry["s_per_g_scores"], positive=False))
     return CostModel(MappingProxyType(tools), evidence)

@@ -81,20 +81,22 @@ def run_logged(command: Sequence[str], log_path: Path, timeout_s: float) -> tupl
 
 
 def judge_log(tool: str, text: str, opts: Options, exit_code: int | None, timed_out: bool,
-              completion: str) -> tuple[SanitizerLog, Judgement]:
-    """Parse, mark suppressed findings, judge (pure; the gate and the selftest share it)."""
+              completion: str, completions: int = 1) -> tuple[SanitizerLog, Judgement]:
+    """Parse, mark suppressed findings, judge (pure; the gate and the selftest share it). `completions`: how many
+    times the program must print `completion` (a batch: once per workload)."""
     log = apply(parse(text, tool), opts.suppressions)
+    done = completed(text, completion, completions) if completion else None
     facts = RunFacts(exit_code=exit_code, timed_out=timed_out, timeout_s=opts.timeout_s,
-                     error_exitcode=ERROR_EXITCODE, completed=completed(text, completion) if completion else None,
-                     completion=completion)
+                     error_exitcode=ERROR_EXITCODE, completed=done, completion=completion)
     return log, judge(log, facts, opts.fail_on_warnings)
 
 
 def check(sanitizer: str, tool: str, target: Sequence[str], log_path: Path, opts: Options,
-          completion: str = "") -> Outcome:
+          completion: str = "", completions: int = 1) -> Outcome:
     """Run `compute-sanitizer <tool args> target...`, keep its log at `log_path`, and judge it.
 
-    `completion`: a line the program prints when it finished (its absence from a clean log is an ERROR)."""
+    `completion`: a line the program prints when it finished (fewer than `completions` of it in a clean log is an
+    ERROR)."""
     command = (sanitizer, *sanitizer_args(tool, opts), *target)
     try:
         exit_code, timed_out, wall_s = run_logged(command, log_path, opts.timeout_s)
@@ -102,5 +104,5 @@ def check(sanitizer: str, tool: str, target: Sequence[str], log_path: Path, opts
         log_path.write_text(f"flashcore harness: cannot start {sanitizer}: {e}\n")
         exit_code, timed_out, wall_s = None, False, 0.0
     text = log_path.read_text(errors="replace")
-    log, judgement = judge_log(tool, text, opts, exit_code, timed_out, completion)
+    log, judgement = judge_log(tool, text, opts, exit_code, timed_out, completion, completions)
     return Outcome(tool, command, log_path, exit_code, timed_out, wall_s, log, judgement)

@@ -44,13 +44,15 @@ class Judgement:
         return {"verdict": self.status.value, "reason": self.reason, "failing": self.failing}
 
 
-def completed(text: str, completion: str) -> bool:
-    """Whether the program printed its completion line: a line of its own output (not the tool's) that is
-    `completion`, or `completion` followed by space-separated `key=value` fields (the driver's RESULT line). A
-    line that only starts like it (`RESULT status=okay`), holds it after other text, or goes on with anything
-    else is not: a program that died mid-print or printed the words elsewhere did not complete."""
+def completed(text: str, completion: str, times: int = 1) -> bool:
+    """Whether the program printed its completion line (at least `times` times: once per workload of a batch): a
+    line of its own output (not the tool's) that is `completion`, or `completion` followed by space-separated
+    `key=value` fields (the driver's RESULT line). A line that only starts like it (`RESULT status=okay`), holds it
+    after other text, or goes on with anything else is not: a program that died mid-print or printed the words
+    elsewhere did not complete."""
     whole = re.compile(re.escape(completion) + r"(?: [\w.]+=\S*)*")
-    return any(whole.fullmatch(line.rstrip()) for line in text.splitlines() if not PREFIX.match(line.rstrip("\r")))
+    return sum(1 for line in text.splitlines()
+               if not PREFIX.match(line.rstrip("\r")) and whole.fullmatch(line.rstrip())) >= times
 
 
 def _plural(n: int, word: str) -> str:

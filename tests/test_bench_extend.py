@@ -137,8 +137,24 @@ def test_a_cross_workload_ratio_extends_both_workloads(gpu: SimulatedGpu, monkey
     # the scaling gate's kind: FlashCore against itself at two lengths, per clock cycle
     watch = extend.Watch(("b", "flashcore"), ("a", "flashcore"), 0.02, per_clock=True)
     got = measure(gpu, monkeypatch, PlantedNoise(gpu, 0.04, "first group"), watches=(watch,))
-    cap = T.cap_rounds_for(EST)
-    assert all(m.extended and m.rounds == tuple(range(cap)) for m in got.values())
+    cap_a = T.cap_rounds_for(EST[:2])  # each workload up to its own cap, never the other's
+    assert BASE < cap_a < CAP_B == T.cap_rounds_for(EST[2:]) and T.cap_rounds_for(EST) not in (cap_a, CAP_B)
+    assert all(m.extended for m in got.values())
+    assert got[("a", "flashcore")].rounds == got[("a", "fa2")].rounds == tuple(range(cap_a))
+    assert got[("b", "flashcore")].rounds == got[("b", "fa2")].rounds == tuple(range(CAP_B))
+    # the cross-workload ratio pairs the rounds both ran in: all of a's
+    ratio = paired.ratio(got[("b", "flashcore")], got[("a", "flashcore")], per_clock=True)
+    assert ratio is not None and len(paired.pairs(got[("b", "flashcore")], got[("a", "flashcore")]) or []) == cap_a
+
+
+def test_a_long_round_never_caps_a_short_workload(gpu: SimulatedGpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two noisy workloads extended together: the short one reaches the rounds its calls alone give (CAP_B), not
+    the fewer the long one's rounds would give both (the 128K sweep point once held 16K to 46 rounds)."""
+    noise = PlantedNoise(gpu, 0.04, "first group")
+    both = (*WATCHES, extend.Watch(("a", "flashcore"), ("b", "flashcore"), 0.0001, per_clock=True))
+    got = measure(gpu, monkeypatch, noise, watches=both)
+    assert got[("b", "fa2")].rounds == tuple(range(CAP_B)) and got[("a", "fa2")].rounds == tuple(
+        range(T.cap_rounds_for(EST[:2])))
 
 
 # ---- the decision, pure ------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ scaling sweep; harness/bench/paired.py says why):
    read while the warm-up rounds run and after the rounds.
 4. With a `decide` function (the perf gates: harness/bench/extend.py), it reads the base rounds and names the
    workloads whose judged ratios spread too much: their calls alone get more rounds (head start and warm-up
-   rounds again, then rounds numbered on from the base's, the same rotation), up to the cap
-   (TimingParams.cap_rounds_for over those calls). Without one (make bench, make tune, a stored run: no check
+   rounds again, then rounds numbered on from the base's, the same rotation), each workload up to its own cap
+   (TimingParams.cap_rounds_for over its calls). Without one (make bench, make tune, a stored run: no check
    named), every call gets the cap's rounds at once.
 Per-repetition times are the events around the call, in milliseconds, GPU clock only; the probe's time gives the
 SM clock right before the call (cycles / time); a long call's clock is the mean of that and the one after it
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -192,8 +192,9 @@ class _Session:
             by_workload.setdefault(c.key[0], []).append(c)
         return list(by_workload.values())
 
-    def queue(self, calls: Sequence[Call], first: int, n: int) -> None:
-        """Head start, untimed warm-up rounds, then timed rounds first..first+n-1 of `calls` (no synchronize)."""
+    def queue(self, calls: Sequence[Call], first: int, n: int, until: Mapping[str, int] | None = None) -> None:
+        """Head start, untimed warm-up rounds, then timed rounds first..first+n-1 of `calls` (no synchronize);
+        with `until`, a workload's calls stop before round until[workload] (its own cap)."""
         import torch
 
         if not calls or n <= 0:
@@ -207,7 +208,8 @@ class _Session:
         if not self.clocks_start:
             self.clocks_start = read_clocks()  # while the warm-up rounds run: the settled state
         for r in range(first, first + n):
-            self._round(r, layout, timed=True)
+            mine = layout if until is None else [g for g in layout if until.get(g[0].key[0], first + n) > r]
+            self._round(r, mine, timed=True)
 
     def _round(self, r: int, layout: Sequence[Sequence[Call]], timed: bool) -> None:
         import torch
@@ -286,11 +288,15 @@ def time_rounds(calls: Sequence[Call], p: TimingParams, flush: L2Flusher, before
     s.queue(live, 0, s.base)
     got = s.collect(s.base)
     more = s.live(set(decide(got)))
-    extra = p.cap_rounds_for([s.estimates[c.key] for c in more]) - s.base if more else 0
-    if extra <= 0:
+    # each extended workload up to its own cap: the rounds its calls alone would get (a 0.6 s round of the 128K sweep
+    # point must not cap a 32 ms one at its 46 rounds, nor the other way round lengthen it)
+    cap = {w: p.cap_rounds_for([s.estimates[c.key] for c in more if c.key[0] == w]) for w in {c.key[0] for c in more}}
+    until = {w: n for w, n in cap.items() if n > s.base}
+    if not until:
         return got
-    s.queue(more, s.base, extra)
-    return replace(s.collect(s.base + extra, {c.key[0] for c in more}), clocks_start=got.clocks_start)
+    extra = max(until.values()) - s.base
+    s.queue([c for c in more if c.key[0] in until], s.base, extra, until)
+    return replace(s.collect(s.base + extra, set(until)), clocks_start=got.clocks_start)
 
 
 def time_gpu(fn: Callable[[], object], p: TimingParams, flush: L2Flusher) -> tuple[list[float], float]:

@@ -1,6 +1,6 @@
 """determinism-gpus (phase 7): the same inputs give the same bits on every GPU of the host.
 
-Per workload, inputs are drawn once on the CPU (fixed seed) and copied to each visible GPU. Two checks:
+Per workload, inputs are drawn once on the first GPU (fixed seed) and copied to each visible GPU. Two checks:
 - bit_identical_default: flashcore.attention's out and LSE hash alike on every GPU of one kind (same name and SM
   count: the automatic split count depends on the SM count, so GPUs of different kinds may differ here; the
   details record whether they did);
@@ -101,7 +101,9 @@ def hashed_call(fc: ModuleType, wl: Workload, inputs: tuple[Any, Any, Any], devi
 
 def measure(fc: ModuleType, wl: Workload, seed: int, devices: Sequence[Device],
             sm_margins: Sequence[int]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
-    q, k, v = gpu.make_inputs(wl, seed, "cpu")
+    # drawn once on the first GPU and copied (a copy is bit-exact): every GPU gets the same inputs. Drawn on the CPU,
+    # prefill-d128's 200M bf16 values took ~10 s of the parent stage, before any GPU worker starts
+    q, k, v = gpu.make_inputs(wl, seed, f"cuda:{devices[0].index}")
     default: dict[int, str] = {}
     deterministic: dict[tuple[int, int], str] = {}
     for d in devices:

@@ -182,7 +182,9 @@ def run_all(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan,
         return s.cost.tools[tool].start_s
 
     batches = batch.pack(plan, work, start, ctx.params.batch_s)
-    order = sorted(range(len(batches)), key=lambda b: -batch.batch_cost(batches[b], plan, work, start))
+    # ties in the plan's order: runs alone start as longest_first orders them
+    order = sorted(range(len(batches)), key=lambda b: (-batch.batch_cost(batches[b], plan, work, start),
+                                                       min(batches[b])))
     labels = {b: f"batch {n + 1}/{len(batches)}" if len(batches[b]) > 1 else f"run {n + 1}/{len(batches)}"
               for n, b in enumerate(order)}
     if at_once <= 1:

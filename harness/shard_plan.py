@@ -195,12 +195,14 @@ class Worker(NamedTuple):
 
 
 def plan(gates: Sequence[str], gpus: Sequence[K], settings: ShardSettings, seconds: Mapping[str, float],
-         split: bool = False, pinned: tuple[K, Collection[str]] | None = None) -> dict[K, list[str]]:
+         split: bool = False, pinned: tuple[K, Collection[str]] | None = None,
+         keep_off: Collection[str] = ()) -> dict[K, list[str]]:
     """Which gates each worker runs (in the order of `gates`; `gpus`: one entry per worker): the `together`
     groups, then single gates, longest first, each on the worker with the least work so far. `first` gates are not
     placed (the parent runs them). `split`: each `split` gate becomes one part per worker (names from part_name).
     `pinned` (worker, gates): the units holding those gates go to that worker before the rest is dealt, and the
-    split gates' parts to the other workers when there are two or more (the pinned worker has its share already)."""
+    split gates' parts to the other workers when there are two or more (the pinned worker has its share already);
+    no unit holding a `keep_off` gate goes to the pinned worker."""
     todo = [g for g in gates if g not in settings.first]
     units: list[list[str]] = [[g for g in group if g in todo] for group in settings.together]
     grouped = {g for u in units for g in u}
@@ -230,6 +232,8 @@ def plan(gates: Sequence[str], gpus: Sequence[K], settings: ShardSettings, secon
     for unit in sorted(units, key=weight, reverse=True):
         # a worker runs a gate once: two parts of one gate never share a worker (there is one part per worker)
         bins = parts_on if PART_SEP in unit[0] else gpus
+        if pinned is not None and set(unit) & set(keep_off) and len(bins) > 1:
+            bins = [i for i in bins if i != pinned[0]]
         free = [i for i in bins if not any(gate_of(t) == gate_of(unit[0]) for t in placed[i])] or list(bins)
         target = min(free, key=lambda i: (load[i], gpus.index(i)))
         placed[target] += unit
@@ -283,7 +287,11 @@ def stages(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, s
         # the every_gpu gates after the measuring gates in their worker: the other GPUs they see hold no measurement
         # (a worker beside ncu's on its GPU would see ncu's GPU)
         pin = measured + ([g for g in rest if g in settings.every_gpu] if measured else [])
-        out.append(plan(rest, lanes, settings, seconds, split=True, pinned=(lanes[0], pin)))
+        # the host-only gates (cuobjdump's disassembly: CPU and disk) never in the measuring worker: at f2ceae6 the
+        # dealer gave it the structure gates (31 s) after ncu gates that took 86 s beside the other GPU's workers
+        # against 25 s alone, and that worker was the run's critical path (197 s)
+        out.append(plan(rest, lanes, settings, seconds, split=True, pinned=(lanes[0], pin),
+                        keep_off=settings.host_only if measured else ()))
     return [st for st in out if st]
 
 

@@ -121,8 +121,18 @@ def test_one_gpu_runs_the_host_only_gates_beside_the_measuring_worker() -> None:
 
 
 @pytest.mark.parametrize("gpus", [[0, 1], [0, 1, 2]])
-def test_several_gpus_deal_the_host_only_gates_with_the_rest(gpus: list[int]) -> None:
-    assert stages(GATES_HOST, gpus, HOST, {}) == stages(GATES_HOST, gpus, dataclasses.replace(HOST, host_only=()), {})
+def test_several_gpus_keep_the_host_only_gates_off_the_ncu_worker(gpus: list[int]) -> None:
+    """The ncu worker is the least loaded (ncu 10 s): the dealer would give it the structure gates, which instead
+    go to another GPU's worker; the control, with nothing host-only, puts them on the ncu worker."""
+    seconds = {"struct-a": 40.0, "struct-b": 1.0}
+
+    def holder(got: list[dict[Worker, list[str]]]) -> Worker:
+        return next(w for w, ts in got[-1].items() if "struct-a" in ts)
+
+    got = stages(GATES_HOST, gpus, HOST, seconds)
+    assert holder(got).gpu != gpus[0] and "ncu" in got[-1][Worker(gpus[0])]
+    control = stages(GATES_HOST, gpus, dataclasses.replace(HOST, host_only=()), seconds)
+    assert holder(control) == Worker(gpus[0])
 
 
 def test_without_a_measuring_gate_the_host_only_gates_stay_in_the_shared_stage() -> None:

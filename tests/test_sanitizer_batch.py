@@ -7,20 +7,18 @@ stays a failing check; a batch missing a workload's completion line never passes
 from __future__ import annotations
 
 import dataclasses
-import os
-import stat
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import REPO, make_context, workload
 from test_render_samples import gate, run_of
+from test_sanitizer_gate import install_fake
 
 from harness.gates.sanitizer import SanitizerGate, SanitizerParams
 from harness.render import render_html
 from harness.results import GateResult, Status
 from harness.sanitizer import batch, parallel
-from harness.sanitizer.cost import COST_FILE
 from harness.sanitizer.model import TOOLS
 
 FAKE = '''#!PYTHON
@@ -90,20 +88,10 @@ WORKLOADS = (workload("w1", causal=True, hq=4, hkv=1), workload("w2", hq=6, hkv=
 
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir, fake_dir = tmp_path / "bin", tmp_path / "fake"
-    bin_dir.mkdir()
-    fake_dir.mkdir()
-    tool = bin_dir / "compute-sanitizer"
-    tool.write_text(FAKE)
-    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_DIR", str(fake_dir))
+    """test_sanitizer_gate's repo root, with this module's batch-aware stand-in as compute-sanitizer."""
+    install_fake(tmp_path, monkeypatch)
+    (tmp_path / "bin" / "compute-sanitizer").write_text(FAKE)
     monkeypatch.setattr(parallel, "host_facts", lambda: (4, 1, 80_000))
-    (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "flashcore_driver").write_text("#!/bin/sh\n")
-    (tmp_path / "gates").mkdir()
-    (tmp_path / "gates" / "sanitizer-suppressions.yaml").write_text("suppressions: []\n")
-    (tmp_path / COST_FILE).write_text((REPO / COST_FILE).read_text())
     return tmp_path
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_context, workload
+from conftest import REPO, make_context, workload
 from test_render_samples import gate, run_of
 from test_sanitizer_gate import install_fake, params
 
@@ -21,6 +21,7 @@ from harness.gates.sanitizer_all import SanitizerAllGate, SanitizerAllParams
 from harness.render import render_html
 from harness.results import GateResult, Status
 from harness.sanitizer.budget import SUBJECT, Budget, budget_check
+from harness.sanitizer.cost import COST_FILE, load_cost_model
 from harness.sanitizer.model import TOOLS
 from harness.schema import ConfigError
 
@@ -126,26 +127,30 @@ def test_per_tool_workloads_override_the_default(fake: Path) -> None:
 
 
 def test_a_run_cut_by_the_budget_is_an_error_and_the_rest_are_listed_not_run(fake: Path) -> None:
-    # started longest first by the cost model: initcheck w1, w2 (pass), synccheck w1 (cut), then nothing
-    (fake / "fake" / "synccheck.sleep").write_text("30")
-    p = all_params(tools=("memcheck", "synccheck", "initcheck"), budget_s=2, synccheck_timeout_s=30)
+    # runs start longest first by the shipped cost model: the first tool's two runs pass, the second tool (made to
+    # hang) has its first run cut, and nothing else starts
+    tools = ("memcheck", "synccheck", "initcheck")
+    model = load_cost_model(REPO / COST_FILE)
+    first, slow, last = sorted(tools, key=lambda t: -model.seconds(t, WORKLOADS[0]))
+    (fake / "fake" / f"{slow}.sleep").write_text("30")
+    p = all_params(tools=tools, budget_s=2, **{f"{slow}_timeout_s": 30})
     t0 = time.monotonic()
     result = run_all(fake, p)
-    assert time.monotonic() - t0 < 15  # the budget, not synccheck's 30 s timeout, stopped it
+    assert time.monotonic() - t0 < 15  # the budget, not the 30 s timeout, stopped it
     assert result.status is Status.ERROR
     status = {(c.metric, c.workload): c.status for c in result.checks}
-    assert status[("initcheck", "w1")] is status[("initcheck", "w2")] is Status.PASS
-    assert status[("synccheck", "w1")] is Status.ERROR
-    assert [status[("memcheck", "w1")], status[("memcheck", "w2")], status[("synccheck", "w2")]] == \
-        [Status.NOT_RUN] * 3
+    assert status[(first, "w1")] is status[(first, "w2")] is Status.PASS
+    assert status[(slow, "w1")] is Status.ERROR
+    left = [(t, w) for t in tools for w in ("w1", "w2") if t != first and (t, w) != (slow, "w1")]  # plan order
+    assert [status[r] for r in left] == [Status.NOT_RUN] * 3
     assert status[("budget_s", SUBJECT)] is Status.ERROR
-    cut = next(c for c in result.checks if (c.metric, c.workload) == ("synccheck", "w1"))
+    cut = next(c for c in result.checks if (c.metric, c.workload) == (slow, "w1"))
     assert "the gate's budget_s (2 s) ran out during this run" in cut.message
     not_run = result.details["not_run"]
-    assert [(r["tool"], r["workload"]) for r in not_run] == [("memcheck", "w1"), ("memcheck", "w2"),
-                                                            ("synccheck", "w2")]  # in report (plan) order
-    assert result.message.startswith("budget_s 2 s spent; 1 run cut short (synccheck w1); 3 not run: memcheck w1")
-    assert len(result.details["runs"]) == 3 and result.details["runs"][0]["reason"] == cut.message
+    assert [(r["tool"], r["workload"]) for r in not_run] == left  # in report (plan) order
+    assert result.message.startswith(f"budget_s 2 s spent; 1 run cut short ({slow} w1); 3 not run: "
+                                     f"{left[0][0]} w1")
+    assert len(result.details["runs"]) == 3 and any(r["reason"] == cut.message for r in result.details["runs"])
 
 
 def test_a_budget_spent_between_runs_is_an_error_not_a_pass(fake: Path) -> None:

@@ -8,24 +8,29 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, make_context, workload
 from test_render_samples import gate, run_of
 from test_sanitizer_gate import install_fake
 
-from harness.gates.sanitizer import SanitizerGate, SanitizerParams
+from harness.gates.sanitizer import SanitizerGate, SanitizerParams, run_sanitizer
 from harness.render import render_html
 from harness.results import GateResult, Status
 from harness.sanitizer import batch, parallel
+from harness.sanitizer.budget import SUBJECT, Budget
 from harness.sanitizer.model import TOOLS
 
 FAKE = '''#!PYTHON
 """Stand-in compute-sanitizer: runs each --next-separated workload of the driver's flags as the driver would; a
 workload whose flags hold $FAKE_DIR/bad's text gets a report (with $FAKE_DIR/batch_only: only in a process of several
-workloads); with $FAKE_DIR/drop, the last workload's RESULT line is missing."""
-import os, sys
+workloads), one holding $FAKE_DIR/batch_also's text a report in such a process only; one holding $FAKE_DIR/hang's
+text hangs after its BEGIN line; $FAKE_DIR/slow: seconds to sleep first; with $FAKE_DIR/drop, the last workload's
+RESULT line is missing."""
+import os, sys, time
 from pathlib import Path
 d = Path(os.environ["FAKE_DIR"])
 args = sys.argv[1:]
@@ -44,13 +49,20 @@ for a in flags:
     else:
         groups[-1].append(a)
 bad = (d / "bad").read_text().strip() if (d / "bad").exists() else None
+also = (d / "batch_also").read_text().strip() if (d / "batch_also").exists() else None
+hang = (d / "hang").read_text().strip() if (d / "hang").exists() else None
 batch_only = (d / "batch_only").exists()
+if (d / "slow").exists():
+    time.sleep(float((d / "slow").read_text()))
 errors = 0
 print("========= COMPUTE-SANITIZER")
 for i, g in enumerate(groups):
     if len(groups) > 1:
-        print(f"BEGIN {i}")
-    if bad and bad in " ".join(g) and (len(groups) > 1 or not batch_only):
+        print(f"BEGIN {i}", flush=True)
+    if hang and hang in " ".join(g):
+        time.sleep(60)
+    if (bad and bad in " ".join(g) and (len(groups) > 1 or not batch_only)) or (
+            also and also in " ".join(g) and len(groups) > 1):
         errors += 1
         if tool == "racecheck":
             print("========= Error: Race reported between Write access at k(float *, int)+0xa0 in x.cu:28")
@@ -95,15 +107,16 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def params(batch_s: float = 100.0) -> SanitizerParams:
-    return SanitizerParams(workloads=("w1", "w2", "w3"), tools=TOOLS, memcheck_timeout_s=30, racecheck_timeout_s=30,
-                           synccheck_timeout_s=30, initcheck_timeout_s=30, padding=32,
-                           suppressions="gates/sanitizer-suppressions.yaml", parallel_max=4, batch_s=batch_s)
+def params(batch_s: float = 100.0, timeout_s: int = 30, tools: tuple[str, ...] = TOOLS) -> SanitizerParams:
+    return SanitizerParams(workloads=("w1", "w2", "w3"), tools=tools, memcheck_timeout_s=timeout_s,
+                           racecheck_timeout_s=timeout_s, synccheck_timeout_s=timeout_s, initcheck_timeout_s=timeout_s,
+                           padding=32, suppressions="gates/sanitizer-suppressions.yaml", parallel_max=4,
+                           batch_s=batch_s)
 
 
-def run_gate(root: Path, batch_s: float = 100.0) -> GateResult:
-    ctx = make_context(root / "run", "sanitizer", params(batch_s), WORKLOADS, repo_root=root)
-    return SanitizerGate().run(ctx)
+def run_gate(root: Path, batch_s: float = 100.0, budget: Budget | None = None, **kw: Any) -> GateResult:
+    ctx = make_context(root / "run", "sanitizer", params(batch_s, **kw), WORKLOADS, repo_root=root)
+    return SanitizerGate().run(ctx) if budget is None else run_sanitizer(ctx, budget)
 
 
 def processes(root: Path) -> list[str]:
@@ -118,7 +131,7 @@ def test_a_clean_batch_passes_each_workload_in_one_process_per_tool(root: Path) 
     assert sorted((c.metric, c.workload) for c in result.checks) == sorted((t, w) for t in TOOLS for w in
                                                                            ("w1", "w2", "w3"))
     d = result.details
-    assert d["processes"] == len(TOOLS) and len(d["batches"]) == len(TOOLS)
+    assert d["processes_by_tool"] == dict.fromkeys(TOOLS, 1) and len(d["batches"]) == len(TOOLS)
     assert all(b["workloads"] and b["status"] == "pass" for b in d["batches"])
     assert all(r["batch"] in {b["log"] for b in d["batches"]} for r in d["runs"])
     assert "12 runs clean in 4 processes" in result.message
@@ -158,7 +171,7 @@ def test_a_finding_no_workload_reproduces_alone_still_fails(root: Path) -> None:
     assert result.status is Status.FAIL
     extra = [c for c in result.checks if c.workload.endswith(" +2 in one run")]
     assert len(extra) == len(TOOLS) and all(c.status is Status.FAIL for c in extra)
-    assert all("no workload reproduced it alone" in c.message for c in extra)
+    assert all("the workloads alone reported 0" in c.message for c in extra)
     assert all(c.status is Status.PASS for c in result.checks if c.workload in {"w1", "w2", "w3"})
 
 
@@ -169,6 +182,44 @@ def test_a_batch_missing_a_completion_line_never_passes(root: Path) -> None:
     assert all(b["status"] == "error" for b in result.details["batches"])
     extra = [c for c in result.checks if "in one run" in c.workload]
     assert len(extra) == len(TOOLS) and all("completion line" in c.message for c in extra)
+
+
+def test_a_batch_finding_beyond_the_runs_alone_still_fails_beside_one_they_reproduce(root: Path) -> None:
+    """w2 has a finding alone too; w1 only in a batch: w2 fails, and the batch's extra finding stays a failing check."""
+    (root / "fake" / "bad").write_text("--heads-q 6")
+    (root / "fake" / "batch_also").write_text("--heads-q 4")  # w1's flags
+    result = run_gate(root)
+    failing = {(c.metric, c.workload) for c in result.checks if c.status is Status.FAIL}
+    assert {(t, "w2") for t in TOOLS} <= failing
+    extra = [c for c in result.checks if c.workload.endswith(" +2 in one run")]
+    assert len(extra) == len(TOOLS) and all(c.status is Status.FAIL and c.measured == 2 for c in extra)
+    assert all("the workloads alone reported 1" in c.message for c in extra)
+
+
+def test_a_hang_in_a_batch_costs_one_timeout_and_names_its_workload(root: Path) -> None:
+    (root / "fake" / "hang").write_text("--heads-q 6")  # w2 hangs after its BEGIN line
+    t0 = time.monotonic()
+    result = run_gate(root, timeout_s=2, tools=("memcheck",))
+    assert time.monotonic() - t0 < 2 * 2 + 5  # the batch's one timeout; w2 not hung again alone
+    by = {c.workload: c for c in result.checks}
+    assert by["w2"].status is Status.ERROR and "while running this one" in by["w2"].message
+    assert by["w1"].status is by["w3"].status is Status.PASS  # run again alone, clean
+    assert result.status is Status.ERROR and len(processes(root)) == 3  # the batch, then w1 and w3 alone
+
+
+def test_a_batch_the_budget_cuts_is_an_error_for_each_workload(root: Path) -> None:
+    (root / "fake" / "slow").write_text("3")
+    result = run_gate(root, budget=Budget(1.0), tools=("memcheck",))
+    assert result.status is Status.ERROR
+    by = {c.workload: c for c in result.checks}
+    assert all(by[w].status is Status.ERROR and "budget" in by[w].message for w in ("w1", "w2", "w3"))
+    assert by[SUBJECT].status is Status.ERROR and len(processes(root)) == 1  # no second try
+
+
+def test_one_at_a_time_batches_the_same(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "host_facts", lambda: (1, 1, None))
+    result = run_gate(root)
+    assert result.status is Status.PASS and len(processes(root)) == len(TOOLS)
 
 
 def test_the_report_shows_each_batch_log_once(root: Path) -> None:

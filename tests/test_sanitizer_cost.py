@@ -212,7 +212,7 @@ def test_refit_recovers_the_coefficients_of_a_crafted_run(tmp_path: Path) -> Non
     groups = [names[:1], names[1:2], names[2:5], names[5:12]]  # alone, alone, three, seven
     runs = [{"tool": t, "workload": n, "wall_s": secs(t, g) if len(g) == 1 else None} | (
             {"batch": f"{t}-{g[0]}"} if len(g) > 1 else {}) for t in truth for g in groups for n in g]
-    batches = [{"tool": t, "workloads": g, "wall_s": secs(t, g), "log": f"{t}-{g[0]}"}
+    batches = [{"tool": t, "workloads": g, "wall_s": secs(t, g), "log": f"{t}-{g[0]}", "status": "pass"}
                for t in truth for g in groups if len(g) > 1]
     data = cost_fit.samples_from(runs, config.workloads, batches)
     assert len(data) == 4 * len(groups)  # one sample per process, none per workload of a batch

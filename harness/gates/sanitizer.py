@@ -91,12 +91,14 @@ class SanitizerParams:
         return [(tool, wl) for tool in self.tools for wl in self.workloads_for(tool)]
 
 
-def message(runs: list[dict[str, Any]], checks: list[Check], processes: int) -> str:
+def message(runs: list[dict[str, Any]], checks: list[Check], timed: list[dict[str, Any]]) -> str:
+    """`timed`: the processes (runs alone and batches), whose logs hold the findings (a batch's, suppressed ones
+    included: its workloads' runs have none of their own)."""
     bad = [c for c in checks if c.status is not Status.PASS]
     if not bad:
         tools = sorted({r["tool"] for r in runs})
-        suppressed = sum(f["count"] for r in runs for f in r["findings"] if f["suppressed"])
-        together = f" in {processes} processes" if processes != len(runs) else ""
+        suppressed = sum(f["count"] for r in timed for f in r["findings"] if f["suppressed"])
+        together = f" in {len(timed)} processes" if len(timed) != len(runs) else ""
         return (f"{len(runs)} runs clean{together} ({', '.join(tools)} on {len({r['workload'] for r in runs})} "
                 "workloads)" + (f"; {suppressed} reports suppressed by reviewed entries" if suppressed else ""))
     shown = "; ".join(f"{c.metric} on {c.workload}: {c.message}" for c in bad[:2])
@@ -168,7 +170,9 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
     details: dict[str, Any] = {"version": s.version, "tools": list(p.tools), "padding": p.padding,
                                "hopper_checks": s.hopper, "suppressions_file": p.suppressions,
                                "suppressions": len(s.suppressions), "wall_s_by_tool": wall, "runs": runs,
-                               "batches": views, "batch_s": p.batch_s, "processes": len(timed),
+                               "batches": views, "batch_s": p.batch_s,
+                               # per tool, so that the join of parts sums them (harness/shard.py joined)
+                               "processes_by_tool": {t: sum(r["tool"] == t for r in timed) for t in p.tools},
                                "workloads_by_tool": {t: list(p.workloads_for(t)) for t in p.tools},
                                "at_once": at_once, "at_once_why": why, "sm_count": s.sms,
                                # of the whole gate's racechecks, so that every part (and their join) says the same
@@ -178,7 +182,7 @@ def run_sanitizer(ctx: GateContext, budget: Budget | None = None, part: tuple[in
                                # what this part's share was dealt by: parts that disagree may have left runs out or
                                # run them twice, which the join refuses (harness/shard.py joined)
                                "dealt_by": {"sm_count": s.sms}}
-    text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN], len(timed))
+    text = message(runs, [c for c in checks if c.status is not Status.NOT_RUN], timed)
     if budget is not None:
         spent = budget_check(budget, cut, [f"{r['tool']} {r['workload']}" for r in not_run])
         checks.append(spent)

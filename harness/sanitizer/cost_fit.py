@@ -34,8 +34,8 @@ def _timed(r: Any) -> bool:
 
 
 def samples_from(runs: Sequence[Any], workloads: Mapping[str, Workload], batches: Sequence[Any] = ()) -> list[Sample]:
-    """The timed processes of a sanitizer gate's details: each run alone among `runs` and each of `batches`, whose
-    workloads are all still defined, each workload at the shape it ran (a reduced racecheck's `reduced` batch and
+    """The timed processes of a sanitizer gate's details: each run alone among `runs` and each clean batch of
+    `batches`, whose workloads are all still defined, each workload at the shape it ran (a reduced racecheck's `reduced` batch and
     heads, as its run records it)."""
     ran = {(r["tool"], r["workload"]): r for r in runs if isinstance(r, dict) and "tool" in r and "workload" in r}
 
@@ -44,9 +44,10 @@ def samples_from(runs: Sequence[Any], workloads: Mapping[str, Workload], batches
 
     out = [(r["tool"], 1, g(r["tool"], r["workload"]), float(r["wall_s"])) for r in runs
            if _timed(r) and r.get("workload") in workloads]
-    for b in batches:
+    for b in batches:  # a batch that was not clean may have stopped before its last workload: not a full batch
         names = b.get("workloads") if isinstance(b, dict) else None
-        if _timed(b) and isinstance(names, list) and names and all(n in workloads for n in names):
+        if _timed(b) and b.get("status") == "pass" and isinstance(names, list) and names \
+                and all(n in workloads for n in names):
             out.append((b["tool"], len(names), sum(g(b["tool"], n) for n in names), float(b["wall_s"])))
     return out
 

@@ -20,6 +20,7 @@ from harness.results import Check, Status
 from harness.sanitizer import batch, runner, shrink
 from harness.sanitizer.budget import Budget, not_run_check
 from harness.sanitizer.setup import Setup
+from harness.sanitizer.verdict import Judgement
 from harness.support import gpu
 
 LOG_DIR = "logs"  # raw logs: logs/<gate>/<tool>-<workload>.log (two sanitizer gates share one run directory)
@@ -127,17 +128,25 @@ def member_view(ctx: GateContext, s: Setup, tool: str, name: str, status: Status
     return run
 
 
+def hung_member(text: str, names: list[str]) -> str | None:
+    """The workload a batch was running when it was killed: the last one whose BEGIN line (kernel/driver.cu) the log
+    holds (None: the driver never reached one)."""
+    begun = [int(line.split()[1]) for line in text.splitlines()
+             if line.startswith("BEGIN ") and line.split()[1:2] and line.split()[1].isdigit()]
+    return names[begun[-1]] if begun and begun[-1] < len(names) else None
+
+
 def run_batch(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan, members: list[int],
               label: str) -> BatchOutcome:
-    """The batch's workloads in one run; if it is not clean, each again alone (module docstring)."""
+    """The batch's workloads in one run; if it is not clean, each again alone (module docstring). The batch has one
+    run's timeout: its modelled seconds are a small part of it (batch_s), and a hang must not cost n timeouts."""
     if len(members) == 1:
         return BatchOutcome({members[0]: run_one(ctx, s, budget, *plan[members[0]], label)})
     p = ctx.params
     tool, names = plan[members[0]][0], [plan[i][1] for i in members]
     if budget is not None and budget.left() <= 0:
         return BatchOutcome({i: run_one(ctx, s, budget, *plan[i], label) for i in members})  # each: not run
-    per_run = p.timeout_s(tool) * len(names)
-    timeout_s, by_budget = (per_run, False) if budget is None else budget.timeout(per_run)
+    timeout_s, by_budget = (p.timeout_s(tool), False) if budget is None else budget.timeout(p.timeout_s(tool))
     ctx.step(f"{tool} on {len(names)} workloads in one run ({label})")
     log_rel = f"{LOG_DIR}/{ctx.spec.name}/{tool}-batch-{names[0]}.log"
     target = [str(ctx.repo_root / p.driver), *batch.series([member_args(ctx, s, tool, n) for n in names])]
@@ -154,20 +163,42 @@ def run_batch(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan, mem
         return BatchOutcome({i: RunOutcome(Check(plan[i][1], tool, 0, 0, Status.PASS, "==", margin=0, message=why),
                                            run=member_view(ctx, s, tool, plan[i][1], Status.PASS, why, log_rel))
                              for i in members}, view=view)
+    hung = hung_member(o.log_path.read_text(errors="replace"), names) if o.timed_out else None
     if budget is not None and by_budget and o.timed_out:  # the budget is spent: no second try
         why = budget.cut_message(o.wall_s)
         return BatchOutcome({i: RunOutcome(Check(plan[i][1], tool, 0, None, Status.ERROR, "==", message=why),
                                            run=member_view(ctx, s, tool, plan[i][1], Status.ERROR, why, log_rel),
                                            cut=True) for i in members}, view={**view, "reason": why})
-    ctx.log(f"{tool}: the run of {len(names)} workloads was not clean; each runs again alone")
-    alone = {i: run_one(ctx, s, budget, *plan[i], f"alone after its batch, {label}") for i in members}
-    if any(o.check.status is not Status.PASS for o in alone.values()):
-        return BatchOutcome(alone, view=view)
+    return alone_after(ctx, s, budget, plan, members, label, view, j, hung)
+
+
+def alone_after(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan, members: list[int], label: str,
+                view: dict[str, Any], j: Judgement, hung: str | None) -> BatchOutcome:
+    """Each workload of a batch that was not clean, alone; a workload the batch hung in is an ERROR without a second
+    hang. The batch's own failing check stays when its findings outnumber those of the runs alone."""
+    tool, names, log_rel = plan[members[0]][0], [plan[i][1] for i in members], view["log"]
+    ctx.log(f"{tool}: the run of {len(names)} workloads was not clean; each runs again alone"
+            + (f" but {hung}, which it was running when killed" if hung else ""))
+    out: dict[int, RunOutcome] = {}
+    for i in members:
+        name = plan[i][1]
+        if name == hung:
+            why = (f"killed inside a {tool} run of {len(names)} workloads while running this one ({j.reason}; "
+                   f"log {log_rel}): no verdict, not run again alone (a second hang would cost a second timeout)")
+            out[i] = RunOutcome(Check(name, tool, 0, None, Status.ERROR, "==", message=why),
+                                run=member_view(ctx, s, tool, name, Status.ERROR, why, log_rel))
+        else:
+            out[i] = run_one(ctx, s, budget, tool, name, f"alone after its batch, {label}")
+    alone_failing = sum(o.check.measured or 0 for o in out.values() if o.check.status is Status.FAIL)
+    explained = hung is not None or (any(o.check.status is not Status.PASS for o in out.values()) and (
+        j.failing is None or j.failing <= alone_failing))
+    if explained:
+        return BatchOutcome(out, view=view)
     subject = f"{names[0]} +{len(names) - 1} in one run"
-    why = (f"{j.reason}; no workload reproduced it alone: it needs several calls in one process (state the "
-           f"library kept between calls) or the tool is flaky (log {log_rel})")
-    return BatchOutcome(alone, view=view, unreproduced=Check(subject, tool, 0, j.failing, j.status, "==",
-                                                             margin=None, message=why))
+    why = (f"{j.reason}; the workloads alone reported {alone_failing:g}: what they did not reproduce needs several "
+           f"calls in one process (state the library kept between calls) or the tool is flaky (log {log_rel})")
+    return BatchOutcome(out, view=view, unreproduced=Check(subject, tool, 0, j.failing, j.status, "==",
+                                                           margin=None, message=why))
 
 
 def run_all(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan,

@@ -36,9 +36,15 @@ constexpr int fp8_decode_point() {
   }
 }
 
-// An FP8 point instantiated in another object (kernel/fp8_decode.cu): its plan and launch are declared here.
-#define FC_EXTERN_FP8_POINT(hd, code)                                                                   \
-  extern template int make_plan<hd, code>(const fc_params*, const KernelParams&, LaunchPlan*);          \
-  extern template int run_tiles<hd, code, E4m3>(const fc_params*, const KernelParams&, cudaStream_t);
+// The head dims whose FP8 decode point kernel/fp8_decode.cu compiles: X(hd) for each. flashcore.cu declares them
+// (FC_FP8_DECODE_POINT with `extern`), fp8_decode.cu instantiates them (without): one list for both.
+#define FC_FP8_DECODE_APART(X) X(64) X(256)
+
+// The plan and launch of head dim hd's FP8 decode point; `ext`: extern (declared here, compiled elsewhere) or empty.
+#define FC_FP8_DECODE_POINT(ext, hd)                                                                                \
+  ext template int make_plan<hd, fp8_decode_point<hd>()>(const fc_params*, const KernelParams&, LaunchPlan*);       \
+  ext template int run_tiles<hd, fp8_decode_point<hd>(), E4m3>(const fc_params*, const KernelParams&, cudaStream_t);
+#define FC_EXTERN_FP8_DECODE_POINT(hd) FC_FP8_DECODE_POINT(extern, hd)
+#define FC_COMPILE_FP8_DECODE_POINT(hd) FC_FP8_DECODE_POINT(, hd)
 
 }  // namespace flashcore

@@ -194,6 +194,12 @@ int make_plan(const fc_params* in, const KernelParams& p, LaunchPlan* plan) {
 }
 
 
+// What lies `offset` bytes into the call's workspace (LaunchPlan's offsets): one cast for every region.
+template <typename T>
+inline T* workspace_at(void* workspace, int64_t offset) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(workspace) + offset);
+}
+
 template <int kHeadDim, int kPoint, typename Element>
 cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const TmaParams& tma, void* workspace,
                          cudaStream_t stream) {
@@ -236,7 +242,7 @@ cudaError_t launch_wgmma(const KernelParams& p, const LaunchPlan& plan, const Tm
     // The order the zero kernel writes is the one the attention kernel reads (run_tiles set p.batch_order).
     const BatchOrder order{const_cast<int*>(p.batch_order), p.seqused_k, p.cu_seqlens_k, p.batch};
     zero_words_kernel<<<zero_blocks(words, order.out != nullptr ? p.batch : 0), kZeroThreads, 0, stream>>>(
-        reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + plan.zero_offset), words, order);
+        workspace_at<int>(workspace, plan.zero_offset), words, order);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     config.attrs = &follow;
     config.numAttrs = 1;
@@ -298,18 +304,16 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   p.div_splits = make_fast_div(plan.num_splits);
   p.div_grid_heads = make_fast_div(plan.grid_heads);
   p.div_group = make_fast_div(p.group);
-  p.tile_counter =
-      plan.dynamic ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.zero_offset) : nullptr;
-  p.batch_order =
-      plan.order ? reinterpret_cast<const int*>(static_cast<uint8_t*>(in->workspace) + plan.order_offset) : nullptr;
-  p.vt = plan.vt_keys > 0 ? static_cast<uint8_t*>(in->workspace) + plan.vt_offset : nullptr;
+  // the tile counter is the first of the words launch_wgmma zeroes (zero_offset)
+  p.tile_counter = plan.dynamic ? workspace_at<int>(in->workspace, plan.zero_offset) : nullptr;
+  p.batch_order = plan.order ? workspace_at<const int>(in->workspace, plan.order_offset) : nullptr;
+  p.vt = plan.vt_keys > 0 ? workspace_at<uint8_t>(in->workspace, plan.vt_offset) : nullptr;
   p.vt_keys = plan.vt_keys;
   p.vt_blocks = plan.vt_blocks;
   p.div_vt_blocks = make_fast_div(plan.vt_blocks);
   p.div_heads_kv = make_fast_div(p.heads_kv);
   p.vt_items = plan.vt_items;
-  p.vt_ready = plan.vt_blocks > 0 ? reinterpret_cast<int*>(static_cast<uint8_t*>(in->workspace) + plan.vt_ready_offset)
-                                  : nullptr;
+  p.vt_ready = plan.vt_blocks > 0 ? workspace_at<int>(in->workspace, plan.vt_ready_offset) : nullptr;
   if (plan.tail.tiles > 0) {
     p.tail_first = static_cast<int>(plan.tail.first);
     p.tail_stride = plan.tail.stride;
@@ -318,7 +322,7 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
     p.tail_blocks = plan.tail.blocks;
     p.div_tail_pieces = make_fast_div(plan.tail.pieces);
     p.div_tail_blocks = make_fast_div(plan.tail.blocks);
-    p.tail_o = reinterpret_cast<float*>(static_cast<uint8_t*>(in->workspace) + plan.tail_o_offset);
+    p.tail_o = workspace_at<float>(in->workspace, plan.tail_o_offset);
   }
   // Packed rows (varlen) are one batch entry of total rows; a cache may hold more entries than the call's batch.
   const bool packed_q = in->cu_seqlens_q != nullptr, packed_k = in->cu_seqlens_k != nullptr;

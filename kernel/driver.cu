@@ -96,7 +96,8 @@ int usage(const char* msg) {
                "       [--block-n N] [--schedule 0..3] [--l2-pct N]\n"
                "       [--layout dense|varlen|kvcache|paged --seqlens-q a,b,.. --seqlens-k a,b,.. --page-size N]\n"
                "       [--seqused-q a,b,..] [--leftpad-k a,b,..]\n"
-               "       [--window L,R] [--softcap X] [--head-dim-v N] [--fp8-v-transpose auto|pass|smem]\n", msg);
+               "       [--window L,R] [--softcap X] [--head-dim-v N] [--fp8-v-transpose auto|pass|smem]\n"
+               "       [--next FLAGS...]   (another workload in the same process, after this one)\n", msg);
   std::printf("RESULT status=error reason=usage\n");
   return 2;
 }

@@ -35,8 +35,8 @@ def _timed(r: Any) -> bool:
 
 def samples_from(runs: Sequence[Any], workloads: Mapping[str, Workload], batches: Sequence[Any] = ()) -> list[Sample]:
     """The timed processes of a sanitizer gate's details: each run alone among `runs` and each clean batch of
-    `batches`, whose workloads are all still defined, each workload at the shape it ran (a reduced racecheck's `reduced` batch and
-    heads, as its run records it)."""
+    `batches`, whose workloads are all still defined, each workload at the shape it ran (a reduced racecheck's
+    `reduced` batch and heads, as its run records it)."""
     ran = {(r["tool"], r["workload"]): r for r in runs if isinstance(r, dict) and "tool" in r and "workload" in r}
 
     def g(tool: str, name: str) -> float:

@@ -26,6 +26,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -341,12 +342,12 @@ int run_workload(int argc, char** argv) {
 // to. Every workload frees what it allocated, so none sees another's memory. The exit code is the first non-zero
 // one; a workload that fails stops the series (a later one could run on a broken context).
 int main(int argc, char** argv) {
+  const bool series = std::any_of(argv + 1, argv + argc, [](const char* a) { return !std::strcmp(a, "--next"); });
   std::vector<char*> group(1, argv[0]);
-  int at = 0, seen_next = 0;
+  int at = 0;
   for (int i = 1; i <= argc; ++i) {
     if (i < argc && std::strcmp(argv[i], "--next") != 0) { group.push_back(argv[i]); continue; }
-    seen_next |= i < argc;
-    if (seen_next) std::printf("BEGIN %d\n", at);
+    if (series) std::printf("BEGIN %d\n", at);
     std::fflush(stdout);
     const int rc = run_workload(static_cast<int>(group.size()), group.data());
     std::fflush(stdout);

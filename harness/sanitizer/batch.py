@@ -28,15 +28,18 @@ def pack(plan: Sequence[Run], work: Callable[[str, str], float], start: Callable
     batches: list[list[int]] = []
     for tool in dict.fromkeys(t for t, _ in plan):
         mine = sorted((i for i, (t, _) in enumerate(plan) if t == tool), key=lambda i: -work(*plan[i]))
-        bins: list[tuple[float, list[int]]] = []
+        costs: list[float] = []  # each batch's modelled seconds so far, beside it in `bins`
+        bins: list[list[int]] = []
         for i in mine:
             cost = work(*plan[i])
-            fit = next((b for b in bins if cap_s > 0 and b[0] + cost <= cap_s), None)
+            fit = next((k for k, c in enumerate(costs) if cap_s > 0 and c + cost <= cap_s), None)
             if fit is None:
-                bins.append((start(tool) + cost, [i]))
+                costs.append(start(tool) + cost)
+                bins.append([i])
             else:
-                bins[bins.index(fit)] = (fit[0] + cost, [*fit[1], i])
-        batches += [members for _, members in bins]
+                costs[fit] += cost
+                bins[fit].append(i)
+        batches += bins
     return batches
 
 

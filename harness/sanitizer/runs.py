@@ -21,6 +21,7 @@ from harness.sanitizer import batch, runner, shrink
 from harness.sanitizer.budget import Budget, not_run_check
 from harness.sanitizer.setup import Setup
 from harness.sanitizer.verdict import Judgement
+from harness.schema import Workload
 from harness.support import gpu
 
 LOG_DIR = "logs"  # raw logs: logs/<gate>/<tool>-<workload>.log (two sanitizer gates share one run directory)
@@ -109,23 +110,29 @@ def run_one(ctx: GateContext, s: Setup, budget: Budget | None, tool: str, name: 
             f"{view['status']}: {view['reason']}\n  {' '.join(o.command)}")
     # model_s: the seconds the run-cost model expected, beside wall_s: each run shows how far off the model is;
     # `reduced`: the batch and heads a reduced racecheck ran (harness/sanitizer/cost_fit.py fits to them)
-    run = {**view, "shape": shape, "model_s": round(s.cost.seconds(tool, ran), 1)}
-    if shrink.reduced(ran, wl):
-        run["reduced"] = {"batch": ran.batch, "heads_q": ran.heads_q, "heads_kv": ran.heads_kv}
+    run = {**view, "shape": shape, "model_s": round(s.cost.seconds(tool, ran), 1), **reduced_record(ran, wl)}
     return RunOutcome(check, run=run, cut=cut)
 
 
-def member_view(ctx: GateContext, s: Setup, tool: str, name: str, status: Status, reason: str,
-                log_rel: str) -> dict[str, Any]:
-    """A workload of a batch as a run of the report: its verdict, its shape, the batch's log (no log of its own)."""
+def reduced_record(ran: Workload, wl: Workload) -> dict[str, Any]:
+    """{"reduced": the batch and heads} when a reduced racecheck ran `ran` for `wl` (cost_fit reads it), else {}."""
+    if not shrink.reduced(ran, wl):
+        return {}
+    return {"reduced": {"batch": ran.batch, "heads_q": ran.heads_q, "heads_kv": ran.heads_kv}}
+
+
+def member_outcome(ctx: GateContext, s: Setup, tool: str, name: str, status: Status, reason: str, log_rel: str,
+                   cut: bool = False) -> RunOutcome:
+    """A workload of a batch, judged by the batch (clean, cut by the budget, or hung in): its check, and its run in
+    the report with its shape and the batch's log (no log of its own)."""
     wl = ctx.config.workloads[name]
     ran = s.shape(tool, wl)
+    passed = status is Status.PASS
+    check = Check(name, tool, 0, 0 if passed else None, status, "==", margin=0 if passed else None, message=reason)
     run: dict[str, Any] = {"tool": tool, "workload": name, "status": status.value, "reason": reason, "findings": [],
                            "shape": shrink.describe(ran, wl, s.min_tiles_per_sm), "batch": log_rel,
-                           "log": log_rel, "model_s": round(s.cost.work(tool, ran), 1)}
-    if shrink.reduced(ran, wl):
-        run["reduced"] = {"batch": ran.batch, "heads_q": ran.heads_q, "heads_kv": ran.heads_kv}
-    return run
+                           "log": log_rel, "model_s": round(s.cost.work(tool, ran), 1), **reduced_record(ran, wl)}
+    return RunOutcome(check, run=run, cut=cut)
 
 
 def hung_member(text: str, names: list[str]) -> str | None:
@@ -137,7 +144,7 @@ def hung_member(text: str, names: list[str]) -> str | None:
 
 
 def run_batch(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan, members: list[int],
-              label: str) -> BatchOutcome:
+              label: str, model_s: float) -> BatchOutcome:
     """The batch's workloads in one run; if it is not clean, each again alone (module docstring). The batch has one
     run's timeout: its modelled seconds are a small part of it (batch_s), and a hang must not cost n timeouts."""
     if len(members) == 1:
@@ -154,21 +161,18 @@ def run_batch(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan, mem
                      completion=COMPLETION, completions=len(names))
     j = o.judgement
     view = {**outcome_view(o, f"{len(names)} workloads", log_rel, p.report_log_chars), "workloads": names,
-            "model_s": round(batch.batch_cost(members, plan, lambda t, n: s.cost.work(t, s.shape(
-                t, ctx.config.workloads[n])), lambda t: s.cost.tools[t].start_s), 1)}
+            "model_s": round(model_s, 1)}
     ctx.log(f"{tool} on {', '.join(names)}: exit {o.exit_code}, {o.wall_s:.1f} s: {j.status.value}: {j.reason}")
     ctx.step(f"{tool} on {len(names)} workloads: {j.status.value} in {o.wall_s:.1f} s")
     if j.status is Status.PASS:
         why = f"clean in one {tool} run of {len(names)} workloads ({j.reason})"
-        return BatchOutcome({i: RunOutcome(Check(plan[i][1], tool, 0, 0, Status.PASS, "==", margin=0, message=why),
-                                           run=member_view(ctx, s, tool, plan[i][1], Status.PASS, why, log_rel))
-                             for i in members}, view=view)
+        return BatchOutcome({i: member_outcome(ctx, s, tool, plan[i][1], Status.PASS, why, log_rel) for i in members},
+                            view=view)
     hung = hung_member(o.log_path.read_text(errors="replace"), names) if o.timed_out else None
     if budget is not None and by_budget and o.timed_out:  # the budget is spent: no second try
         why = budget.cut_message(o.wall_s)
-        return BatchOutcome({i: RunOutcome(Check(plan[i][1], tool, 0, None, Status.ERROR, "==", message=why),
-                                           run=member_view(ctx, s, tool, plan[i][1], Status.ERROR, why, log_rel),
-                                           cut=True) for i in members}, view={**view, "reason": why})
+        return BatchOutcome({i: member_outcome(ctx, s, tool, plan[i][1], Status.ERROR, why, log_rel, cut=True)
+                             for i in members}, view={**view, "reason": why})
     return alone_after(ctx, s, budget, plan, members, label, view, j, hung)
 
 
@@ -185,8 +189,7 @@ def alone_after(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan, m
         if name == hung:
             why = (f"killed inside a {tool} run of {len(names)} workloads while running this one ({j.reason}; "
                    f"log {log_rel}): no verdict, not run again alone (a second hang would cost a second timeout)")
-            out[i] = RunOutcome(Check(name, tool, 0, None, Status.ERROR, "==", message=why),
-                                run=member_view(ctx, s, tool, name, Status.ERROR, why, log_rel))
+            out[i] = member_outcome(ctx, s, tool, name, Status.ERROR, why, log_rel)
         else:
             out[i] = run_one(ctx, s, budget, tool, name, f"alone after its batch, {label}")
     alone_failing = sum(o.check.measured or 0 for o in out.values() if o.check.status is Status.FAIL)
@@ -213,16 +216,16 @@ def run_all(ctx: GateContext, s: Setup, budget: Budget | None, plan: Plan,
         return s.cost.tools[tool].start_s
 
     batches = batch.pack(plan, work, start, ctx.params.batch_s)
+    cost = [batch.batch_cost(b, plan, work, start) for b in batches]
     # ties in the plan's order: runs alone start as longest_first orders them
-    order = sorted(range(len(batches)), key=lambda b: (-batch.batch_cost(batches[b], plan, work, start),
-                                                       min(batches[b])))
+    order = sorted(range(len(batches)), key=lambda b: (-cost[b], min(batches[b])))
     labels = {b: f"batch {n + 1}/{len(batches)}" if len(batches[b]) > 1 else f"run {n + 1}/{len(batches)}"
               for n, b in enumerate(order)}
     if at_once <= 1:
-        done = {b: run_batch(ctx, s, budget, plan, batches[b], labels[b]) for b in order}
+        done = {b: run_batch(ctx, s, budget, plan, batches[b], labels[b], cost[b]) for b in order}
     else:
         with ThreadPoolExecutor(max_workers=at_once) as pool:
-            futures = {b: pool.submit(run_batch, ctx, s, budget, plan, batches[b], labels[b]) for b in order}
+            futures = {b: pool.submit(run_batch, ctx, s, budget, plan, batches[b], labels[b], cost[b]) for b in order}
             done = {b: f.result() for b, f in futures.items()}
     by_run = {i: o for b in done.values() for i, o in b.members.items()}
     return [by_run[i] for i in range(len(plan))], [done[b] for b in sorted(done)]

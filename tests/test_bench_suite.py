@@ -56,7 +56,7 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     # sequential rounds: half the former budget first, the former budget (or more) as the cap
     t = s.timing
     assert (t.target_ms, t.max_reps) == (500, 50)
-    assert (t.extend_target_ms, t.extend_min_reps, t.extend_max_reps) == (1000, 40, 150)
+    assert (t.extend_target_ms, t.extend_min_reps, t.extend_max_reps) == (1600, 40, 150)
     assert 0 < t.extend_above < 1 and t.min_reps >= s.judged.min_rounds
     assert [w.batch * w.seqlen_q for w in s.sweep_workloads] == [max(s.sweep.tokens, w.seqlen_q)
                                                                for w in s.sweep_workloads]
@@ -93,7 +93,7 @@ def test_repository_bench_settings(gates_dir: Path) -> None:
     ("suite", ("backends: [flashcore,", "backends: [flashcor,"), "suite.backends[0]"),
     ("stored_run", ("reference_backend: fa2", "reference_backend: flashcore"), "stored_run.reference_backend"),
     ("timing", ("clock_probe_us: 300", "clock_probe_us: -1"), "timing.clock_probe_us"),
-    ("timing", ("clock_probe_after_ms: 20", "clock_probe_after_ms: -5"), "timing.clock_probe_after_ms"),
+    ("timing", ("clock_probe_after_ms: 2 ", "clock_probe_after_ms: -5 "), "timing.clock_probe_after_ms"),
     ("suite", ("workloads: [perf,", "workloads: [nope,"), "suite.workloads[0]"),
     ("stored_run", ("files: gates/baselines/bench-*.json", "files: gates/baselines/bench-h100.json"),
      "stored_run.files"),
@@ -127,7 +127,7 @@ def refused(gates_dir: Path, edit: tuple[str, str], key: str) -> ConfigError:
     (("  extend_above: 0.6\n", ""), "timing.extend_above", "(missing)"),
     (("extend_min_reps: 40", "extend_min_reps: 10"), "timing.extend_min_reps", "10"),  # a cap below the base
     (("extend_max_reps: 150", "extend_max_reps: 30"), "timing.extend_max_reps", "30"),
-    (("extend_target_ms: 1000", "extend_target_ms: 200"), "timing.extend_target_ms", "200.0"),
+    (("extend_target_ms: 1600", "extend_target_ms: 200"), "timing.extend_target_ms", "200.0"),
     (("extend_min_reps: 40", "extend_min_reps: 160"), "timing.extend_max_reps", "150"),  # below extend_min_reps
     (("extend_min_reps: 40", "extend_min_reps: 4.5"), "timing.extend_min_reps", "4.5"),
 ])

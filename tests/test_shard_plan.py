@@ -25,7 +25,6 @@ from harness.sanitizer.cost import COST_FILE, load_cost_model, run_cost
 from harness.sanitizer.model import TOOLS
 from harness.schema import ConfigError
 from harness.shard_plan import (
-    PART_SEP,
     PARTS_ENV,
     ShardSettings,
     Worker,
@@ -397,18 +396,3 @@ def test_shard_costs_of_an_unreadable_file_says_so(tmp_path: Path, capsys: pytes
     assert shard_costs.main([str(tmp_path / "bad.json")]) == 1
     assert "bad.json" in capsys.readouterr().err
 
-
-def test_the_split_parts_are_dealt_before_the_free_gates() -> None:
-    """The parts can only go one per worker of the other GPUs; dealt last, they landed on whatever the free gates
-    had left there while the lone measuring worker idled (planned 34 s against 55-73 s on two H200s). Dealt first,
-    the lone worker takes a free gate and the longest worker is shorter."""
-    settings = dataclasses.replace(FAKE, workers_per_gpu=2)
-    seconds = {"correctness": 60.0, "sanitizer": 50.0, "sanitizer-all": 120.0}
-    got = stages(GATES, [0, 1], settings, seconds)[-1]
-
-    def load(ts: list[str]) -> float:
-        return sum(settings.weight(gate_of(t), seconds) / (2 if PART_SEP in t else 1) for t in ts)
-
-    assert "correctness" in got[Worker(0)]
-    assert all(any(gate_of(t) == "sanitizer-all" for t in ts) for w, ts in got.items() if w.gpu == 1)
-    assert max(load(ts) for ts in got.values()) <= 110.0  # dealt after the free gates: 120 (60 + a 60 s part)

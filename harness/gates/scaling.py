@@ -18,8 +18,9 @@ not the ROADMAP's absolute flatness, and would pass a collapse FA2 shares.
 Per clock cycle (`per_clock: true`): past 32K tokens the sweep runs at batch 1 and a round lasts ~1.3 s; a 0.2 s
 call at 128K and a 3 ms call at 8K then see different clocks of one round (probed 1425 vs 1780 MHz), and the
 per-second ratio spread 3.8-5 % run to run on the H100 (0.7-1.5 % per cycle, same data). FlashCore against
-itself is compute-bound at every S, so time x the SM clock probed before the call (cycles) is what grows when
-the context collapses; the per-second ratio is shown beside it.
+itself is compute-bound at every S, so time x the call's SM clock (cycles) is what grows when the context
+collapses; the per-second ratio is shown beside it. The call's clock: the mean of the probes before and after it
+for calls of gates/bench.yaml clock_probe_after_ms or more (every sweep point on the H200), else the one before.
 Absolute TFLOPS (median of all repetitions) and the baselines are shown in the chart and tables, not judged.
 """
 
@@ -51,7 +52,7 @@ class ScalingParams:
     min_ratio: float = param(gt=0)
     max_rel_std: float = param(gt=0)  # run-to-run relative std of the paired TFLOPS ratio
     baselines: tuple[str, ...] = param()  # drawn beside FlashCore in the chart, not judged
-    per_clock: bool = param(default=False)  # judge TFLOPS per SM clock cycle (time x the clock probed before it)
+    per_clock: bool = param(default=False)  # judge TFLOPS per SM clock cycle (time x the call's clock)
     # the spread limit for points of kind long-context (batch 1 past the sweep's tokens); 0: max_rel_std
     long_context_max_rel_std: float = param(default=0.0, ge=0)
 

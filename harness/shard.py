@@ -13,17 +13,17 @@ workers at once.
 
 Placement (gates/shard.yaml, harness/shard_plan.py): `first` gates run here before the workers start (build: the
 workers load its library); with several GPUs the `isolated` gates (the perf group) then run while no other gate
-does: as one part per GPU at once, each a share of the group's workloads (harness/shard_perf.py; each gate's
-parts joined and judged over all of them, shard_join.py), or whole on one GPU (`isolated_parts: false`); the
-other measuring gates (ncu) in one worker alone on its GPU; the rest spread by longest-first over the workers,
-each gate weighted by its wall time in the last run in the history, else the estimate shipped in
-gates/shard.yaml; a `split` gate (sanitizer-all) runs as one part per worker and its parts are joined into one
-result (`join_parts`). Every worker's FLASHCORE_WORKERS is the number of workers of its stage (its share of the
-host's cores). Each merged gate carries details["gpu"]: the GPU's index, name and
-UUID, and its SM clock and power when the gate started (nvidia-smi). A worker that dies (or writes no results) makes
-each of its gates an ERROR naming its log; the other workers' results still count. The run's environment records
-the stages, the workers per GPU and the critical path (which worker, which gates, how many seconds), and the
-summary line says it.
+does: as one part per GPU at once, each a share of the group's workloads (harness/shard_perf.py; each gate's parts
+joined and judged over all of them, shard_join.py), or whole on one GPU (`isolated_parts: false`); the other
+measuring gates (ncu) in one worker alone on its GPU; the rest spread by longest-first over the workers, each gate
+weighted by its wall time in the last run in the history, else the estimate shipped in gates/shard.yaml
+(`several_gpus_seconds` over `seconds` on a run over several GPUs); a `split` gate (sanitizer-all) runs as one part
+per worker and its parts are joined into one result (`join_parts`). Every worker's FLASHCORE_WORKERS is the number
+of workers of its stage (its share of the host's cores). Each merged gate carries details["gpu"]: the GPU's index,
+name and UUID, and its SM clock and power when the gate started (nvidia-smi). A worker that dies (or writes no
+results) makes each of its gates an ERROR naming its log; the other workers' results still count. The run's
+environment records the stages, the workers per GPU and the critical path (which worker, which gates, how many
+seconds), and the summary line says it.
 """
 
 from __future__ import annotations

@@ -3,16 +3,19 @@
 The placement of a run over several GPUs weighs each gate by its latest wall time in the history store, and by the
 estimates shipped in gates/shard.yaml where the history has none (a first run on a new host). This prints those
 estimates from the newest run of the history store (gates/history.yaml `file`, $FLASHCORE_HISTORY, or --db) or from
-the given results.json files (.json.xz too; a later file wins per gate), rounded up to whole seconds, to paste over
-the block when the gates' times have moved. `--workloads`: the `workload_seconds:` block instead, by which the perf
-group's workloads are dealt to its parts (harness/shard_perf.py): each workload's GPU seconds in the perf gates of
-the given runs, from their rounds and medians, less the pairs a gate run leaves untimed (harness/bench/selection.py).
+the given results.json files (.json.xz too; the median per gate over the files that ran it), rounded up to whole
+seconds, to paste over the block when the gates' times have moved; `--several-gpus`: the same numbers as the
+`several_gpus_seconds:` block, which wins on a run over several GPUs (give it such runs). `--workloads`: the
+`workload_seconds:` block instead, by which the perf group's workloads are dealt to its parts
+(harness/shard_perf.py): each workload's GPU seconds in the perf gates of the given runs, from their rounds and
+medians, less the pairs a gate run leaves untimed (harness/bench/selection.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -68,13 +71,14 @@ def workload_seconds(paths: Sequence[Path], untimed: Collection[tuple[str, str]]
 def from_results(paths: Sequence[Path]) -> dict[str, float]:
     from harness.render.stored import read_run
 
-    got: dict[str, float] = {}
+    got: dict[str, list[float]] = {}
     for path in paths:
         for g in read_run(path).gates:
             secs = gate_work_seconds({"details": g.details, "elapsed_s": g.elapsed_s})  # a split gate: every part
             if secs is not None and secs > 0:
-                got[g.name] = secs
-    return got
+                got.setdefault(g.name, []).append(secs)
+    # the median: one run's time moves with what shared the host with it (random-shapes 3-18 s in six runs)
+    return {name: statistics.median(times) for name, times in got.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--gates-dir", type=Path, default=Path("gates"))
     ap.add_argument("--workloads", action="store_true",
                     help="the `workload_seconds:` block instead: each perf workload's GPU seconds in the given runs")
+    ap.add_argument("--several-gpus", action="store_true",
+                    help="print the `several_gpus_seconds:` block (runs over several GPUs) instead of `seconds:`")
     args = ap.parse_args(argv)
     from harness.config import load_config
     from harness.render.stored import StoredRunError
@@ -107,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not seconds:
         print("no gate times found: run a phase first, or name a results.json", file=sys.stderr)
         return 1
-    sys.stdout.write(seconds_block(seconds, order))
+    sys.stdout.write(seconds_block(seconds, order, "several_gpus_seconds" if args.several_gpus else "seconds"))
     return 0
 
 

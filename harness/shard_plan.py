@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
@@ -37,7 +37,8 @@ from harness.schema import ConfigError, read_yaml
 
 SHARD_FILE = "shard.yaml"
 _KEYS = ("first", "together", "isolated", "isolated_parts", "split", "default_seconds", "seconds",
-         "default_workload_seconds", "workload_seconds", "workers_per_gpu", "measures", "host_only", "every_gpu")
+         "several_gpus_seconds", "default_workload_seconds", "workload_seconds", "workers_per_gpu", "measures",
+         "host_only", "every_gpu")
 PART_SEP = "@"  # "sanitizer-all@1/2": part 1 of 2 of a split gate, in a placement
 PARTS_ENV = "FLASHCORE_GATE_PARTS"  # set in a worker: "sanitizer-all=1/2[,...]", the parts it runs
 WORKERS_ENV = "FLASHCORE_WORKERS"  # set in a worker: how many workers share the host (its CPU share)
@@ -59,9 +60,17 @@ class ShardSettings:
     measures: tuple[str, ...] = ()  # gates that never share their GPU with another worker (the isolated ones too)
     host_only: tuple[str, ...] = ()  # gates that use no GPU: on one GPU they run beside the measuring worker
     every_gpu: tuple[str, ...] = ()  # gates whose worker sees the run's other GPUs too, after its own
+    # a run over several GPUs: these estimates over `seconds` (its gates share the host differently)
+    several_gpus_seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def weight(self, gate: str, history: Mapping[str, float]) -> float:
         return history.get(gate, self.seconds.get(gate, self.default_seconds))
+
+    def on_gpus(self, n: int) -> ShardSettings:
+        """These settings for a run over `n` GPUs: with several, `several_gpus_seconds` wins over `seconds`."""
+        if n < 2 or not self.several_gpus_seconds:
+            return self
+        return replace(self, seconds=MappingProxyType({**self.seconds, **self.several_gpus_seconds}))
 
     def workload_weight(self, workload: str) -> float:
         """A workload's expected time in the isolated group (every backend, every gate that times it), for
@@ -132,7 +141,8 @@ def load_shard_settings(gates_dir: Path) -> ShardSettings:
     return ShardSettings(first, groups, positive("default_seconds",
                          data.get("default_seconds")), isolated, split, MappingProxyType(table("seconds")),
                          parts, positive("default_workload_seconds", data.get("default_workload_seconds", 1.0)),
-                         MappingProxyType(table("workload_seconds")), per_gpu, measures, host_only, every_gpu)
+                         MappingProxyType(table("workload_seconds")), per_gpu, measures, host_only, every_gpu,
+                         MappingProxyType(table("several_gpus_seconds")))
 
 
 def deal(items: Sequence[tuple[str, float]], n: int) -> list[list[str]]:
@@ -267,6 +277,7 @@ def stages(gates: Sequence[str], gpus: Sequence[int], settings: ShardSettings, s
     """The placement in stages (module docstring): the isolated gates alone on the host; on one GPU the other
     measuring gates alone on it, then the rest over its workers; on several GPUs the other measuring gates in one
     worker alone on the first GPU, beside the rest over every GPU's workers. One worker in all: one stage."""
+    settings = settings.on_gpus(len(gpus))
     per = settings.workers_per_gpu
     if len(gpus) * per < 2:
         return [{Worker(g): ts for g, ts in plan(gates, gpus, settings, seconds).items()}]

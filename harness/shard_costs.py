@@ -86,10 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("results", type=Path, nargs="*", help="results.json files (default: the history store)")
     ap.add_argument("--db", type=Path, help="history file (default $FLASHCORE_HISTORY, else gates/history.yaml)")
     ap.add_argument("--gates-dir", type=Path, default=Path("gates"))
-    ap.add_argument("--workloads", action="store_true",
-                    help="the `workload_seconds:` block instead: each perf workload's GPU seconds in the given runs")
-    ap.add_argument("--several-gpus", action="store_true",
-                    help="print the `several_gpus_seconds:` block (runs over several GPUs) instead of `seconds:`")
+    block = ap.add_mutually_exclusive_group()  # each prints one block of gates/shard.yaml
+    block.add_argument("--workloads", action="store_true",
+                       help="the `workload_seconds:` block instead: each perf workload's GPU seconds in the given runs")
+    block.add_argument("--several-gpus", action="store_true",
+                       help="print the `several_gpus_seconds:` block (runs over several GPUs) instead of `seconds:`")
     args = ap.parse_args(argv)
     from harness.config import load_config
     from harness.render.stored import StoredRunError

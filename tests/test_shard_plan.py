@@ -395,4 +395,3 @@ def test_shard_costs_of_an_unreadable_file_says_so(tmp_path: Path, capsys: pytes
     (tmp_path / "bad.json").write_text("{cut")
     assert shard_costs.main([str(tmp_path / "bad.json")]) == 1
     assert "bad.json" in capsys.readouterr().err
-

@@ -9,14 +9,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from test_shard_plan import FAKE, GATES
+from test_shard_plan import FAKE, GATES, REPO
 
 from harness import shard_costs
+from harness.config import load_config
 from harness.results import Check, GateResult, RunResult, Status
 from harness.schema import ConfigError
 from harness.shard_plan import Worker, load_shard_settings, stages
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_several_gpus_seconds_win_only_on_a_run_over_several_gpus() -> None:
@@ -42,8 +41,6 @@ def test_the_placement_over_several_gpus_reads_them() -> None:
 
 def test_the_repository_ships_estimates_for_several_gpus() -> None:
     s = load_shard_settings(REPO / "gates")
-    from harness.config import load_config
-
     gates = {g.name for phase in load_config(REPO / "gates").phases for g in phase.gates}
     assert set(s.several_gpus_seconds) <= gates and set(s.seconds) <= gates  # a misspelt gate would weigh nothing
     assert s.on_gpus(2).seconds["random-shapes"] < s.seconds["random-shapes"]  # measured 3-18 s on two H200s

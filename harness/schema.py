@@ -21,7 +21,7 @@ from flashcore import head_dims
 from harness.ranges import bound_problem, range_of
 
 HEAD_DIMS = head_dims.KERNEL_HEAD_DIMS  # head dims the kernel is built for (kernel/hopper_config.h HeadDimTraits)
-WORKLOAD_HEAD_DIMS = head_dims.SUPPORTED  # FC_HEAD_DIM_TABLE: all but 64, 96, 128, 192, 256 run padded
+WORKLOAD_HEAD_DIMS = head_dims.SUPPORTED  # FC_HEAD_DIM_TABLE: those not in HEAD_DIMS run padded
 DTYPES = ("bf16", "fp16", "e4m3")  # e4m3: FP8 inputs with descales, bf16 out (flashcore.attention_fp8)
 FP8_HEAD_DIMS = head_dims.FP8  # the head dims flashcore.attention_fp8 runs (FC_HEAD_DIM_TABLE's fp8 column)
 # How a workload's batch is laid out (flashcore.serving): dense [B, S, H, D]; varlen: packed sequences of

@@ -138,6 +138,8 @@ int point_options(int32_t* out, int max, bool with_file) {
 
 // FP8's decode points compiled in kernel/fp8_decode.cu (kernel/fp8_points.h says why they are apart).
 FC_FP8_DECODE_APART(FC_EXTERN_FP8_DECODE_POINT)
+// The default points of the head dims compiled in kernel/head_dims_apart.cu (kernel/head_dims.h says why apart).
+FC_HEAD_DIMS_APART(FC_EXTERN_DEFAULT_POINTS)
 
 // with_point for FP8 inputs: f(std::integral_constant<int, one of the fp8_points>), by fp8_v_transpose (AUTO: by the
 // shape, kernel/tile_choice.h use_fp8_vt_smem), then, V in shared memory, the decode point for tiles of at most 64

@@ -100,7 +100,7 @@ enum NamedBarrier : int {
 //                 measured: off with its neighbours; make tune tries it).
 //   kStages:      2 K/V stages (hdim 128 at 176 keys, hdim 192 and hdim 256 have no room for a third).
 //   Registers:    hdim 192's consumers hold O 96 + S 56 + P 28 (112 keys) of their 232, hdim 256's 128 + 40 + 20.
-//   kProducerRegs: 32 (see RegisterSplit).
+//   kProducerRegs: 32 (see RegisterSplit); hdim 224 40 (HeadDimTraits).
 // BLOCK_N is chosen per call among the values of kernel/tile_choice.h.
 // decode_point(): calls whose every tile holds at most 64 query rows (packed GQA decode, short queries;
 // tile_choice.h use_one_wg_point) run one consumer warpgroup, BLOCK_M 64, as vLLM's FA3 fork does (use_one_mma_wg;
@@ -118,7 +118,9 @@ struct HeadDimTraits {
   static constexpr int kStages = 2;
   static constexpr bool kPingPong = true;
   static constexpr bool kRescaleEarly = false;
-  static constexpr int kProducerRegs = 32;
+  // hdim 224's producer at 32 spilled 4 B in its split and stream-K tail kernels (seven TMA boxes per K/V block);
+  // at 40 its consumers keep 232 all the same (RegisterSplit rounds their share down to a multiple of 8).
+  static constexpr int kProducerRegs = kHeadDim == 224 ? 40 : 32;
   // The default point at `block_n` keys per tile (kernel/tile_choice.h picks block_n per call).
   static constexpr int point(int block_n) {
     return point_code(block_n, kStages, kConsumerWGs, kPingPong, kRescaleEarly, kProducerRegs);

@@ -1,6 +1,6 @@
 # Kernel build rules, included by the top-level Makefile.
 # make build  -> build/libflashcore.so (C ABI, kernel/flashcore.h), build/flashcore_driver, build/ptxas.log
-# make ptx    -> build/flashcore.ptx (flashcore.cu, fp8_decode.cu)  make sass -> build/flashcore.sass (needs cuobjdump)
+# make ptx    -> build/flashcore.ptx (flashcore.cu, fp8_decode.cu, head_dims_apart.cu)  make sass -> build/flashcore.sass (needs cuobjdump)
 NVCC ?= nvcc
 BUILD_DIR ?= build
 ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
@@ -8,7 +8,7 @@ ARCH_FLAGS := -gencode=arch=compute_90a,code=sm_90a
 NVCC_EXTRA ?=
 NVCC_FLAGS := -std=c++17 -O3 $(ARCH_FLAGS) -lineinfo -Xptxas=--warn-on-spills -Xcompiler=-fPIC,-Wall $(NVCC_EXTRA)
 KERNEL_HEADERS := $(wildcard kernel/*.h kernel/*.cuh kernel/phase1/*.h kernel/phase1/*.cuh)
-LIB_SOURCES := kernel/flashcore.cu kernel/fp8_decode.cu kernel/validate.cu kernel/validate_serving.cu kernel/tensor_maps.cu \
+LIB_SOURCES := kernel/flashcore.cu kernel/fp8_decode.cu kernel/head_dims_apart.cu kernel/validate.cu kernel/validate_serving.cu kernel/tensor_maps.cu \
   kernel/append.cu
 # fc_kernel_id(): a content hash of every kernel source, so a tuned table (harness/tune) knows the kernel it was
 # measured on (tests/test_tuning.py recomputes it from the same files). The standalone driver (driver.cu) and its
@@ -22,7 +22,7 @@ KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
 POINTS_FILE ?= kernel/tuned_points.inc
 POINT_NAMES := $(shell sed -n 's/^FC_POINT(\([0-9, ]*\)).*/\1/p' $(POINTS_FILE) | tr -d ' ' | tr ',' '_' | sort -u)
 POINT_OBJS := $(POINT_NAMES:%=$(BUILD_DIR)/points/p%.o)
-LIB_OBJS := $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/fp8_decode.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/validate_serving.o \
+LIB_OBJS := $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/fp8_decode.o $(BUILD_DIR)/head_dims_apart.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/validate_serving.o \
   $(BUILD_DIR)/tensor_maps.o $(BUILD_DIR)/append.o
 point_arg = $(word $(1),$(subst _, ,$*))
 
@@ -43,6 +43,12 @@ $(BUILD_DIR)/flashcore.o: kernel/flashcore.cu $(KERNEL_HEADERS) $(POINTS_FILE)
 
 # FP8's decode points of head dims 64 and 256 (kernel/fp8_points.h: why apart from flashcore.cu).
 $(BUILD_DIR)/fp8_decode.o: kernel/fp8_decode.cu $(KERNEL_HEADERS)
+	@mkdir -p $(BUILD_DIR)
+	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
+	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
+
+# The default points of the head dims FC_HEAD_DIMS_APART lists (kernel/head_dims.h: why apart from flashcore.cu).
+$(BUILD_DIR)/head_dims_apart.o: kernel/head_dims_apart.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
 	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
@@ -80,18 +86,22 @@ $(BUILD_DIR)/naive.o: kernel/naive.cu $(KERNEL_HEADERS)
 # --no-undefined: a point the dispatch declares extern but no object defines fails here, not at dlopen.
 $(BUILD_DIR)/libflashcore.so: $(LIB_OBJS)
 	$(NVCC) $(ARCH_FLAGS) -shared -Xlinker=--no-undefined -o $@ $^ -cudart=static
-	@cat $(BUILD_DIR)/flashcore.ptxas.log $(BUILD_DIR)/fp8_decode.ptxas.log $(POINT_OBJS:.o=.ptxas.log) \
+	@cat $(BUILD_DIR)/flashcore.ptxas.log $(BUILD_DIR)/fp8_decode.ptxas.log $(BUILD_DIR)/head_dims_apart.ptxas.log \
+	  $(POINT_OBJS:.o=.ptxas.log) \
 	  $(BUILD_DIR)/append.ptxas.log > $(BUILD_DIR)/ptxas.log
 
 $(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(wildcard kernel/driver/*.cuh) $(LIB_OBJS) $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)
 	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o
 
-# The attention kernels' PTX: flashcore.cu's and the FP8 decode points' (kernel/fp8_decode.cu), one file.
+# The attention kernels' PTX: flashcore.cu's, the FP8 decode points' (kernel/fp8_decode.cu) and the head dims compiled
+# apart (kernel/head_dims_apart.cu), one file.
 ptx:
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -ptx kernel/flashcore.cu -o $(BUILD_DIR)/flashcore.cu.ptx
 	$(NVCC) $(NVCC_FLAGS) -ptx kernel/fp8_decode.cu -o $(BUILD_DIR)/fp8_decode.cu.ptx
-	cat $(BUILD_DIR)/flashcore.cu.ptx $(BUILD_DIR)/fp8_decode.cu.ptx > $(BUILD_DIR)/flashcore.ptx
+	$(NVCC) $(NVCC_FLAGS) -ptx kernel/head_dims_apart.cu -o $(BUILD_DIR)/head_dims_apart.cu.ptx
+	cat $(BUILD_DIR)/flashcore.cu.ptx $(BUILD_DIR)/fp8_decode.cu.ptx $(BUILD_DIR)/head_dims_apart.cu.ptx \
+	  > $(BUILD_DIR)/flashcore.ptx
 
 sass: $(BUILD_DIR)/libflashcore.so
 	cuobjdump --dump-sass $(BUILD_DIR)/libflashcore.so > $(BUILD_DIR)/flashcore.sass

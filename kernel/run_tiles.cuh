@@ -380,5 +380,12 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
   extern template int make_plan<hd, code>(const fc_params*, const KernelParams&, LaunchPlan*);            \
   extern template int run_tiles<hd, code, Bf16>(const fc_params*, const KernelParams&, cudaStream_t);     \
   extern template int run_tiles<hd, code, Fp16>(const fc_params*, const KernelParams&, cudaStream_t);
+// A head dim's default points, declared extern (FC_HEAD_DIMS_APART, kernel/head_dims.h): its short and long points,
+// and the decode point, which is the short one where the head dim has none (the three may be one point: an extern
+// declaration may repeat).
+#define FC_EXTERN_DEFAULT_POINTS(hd)                \
+  FC_EXTERN_POINT(hd, DefaultPoints<hd>::kShort)   \
+  FC_EXTERN_POINT(hd, DefaultPoints<hd>::kLong)    \
+  FC_EXTERN_POINT(hd, DefaultPoints<hd>::kDecode)
 
 }  // namespace flashcore

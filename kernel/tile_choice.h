@@ -10,6 +10,10 @@
 //   hdim 192: 112 keys (FA3's 128 x 112: Q 48 KB + 2 stages of K and V at 42 KB each fill the 227 KB; 128 keys
 //             do not fit, V is 192 columns wide also for v's 128 of (192, 128)). Not measured yet; one tile for
 //             every call, as hdim 256 (FA3 takes 96 for windows and paged caches: a tuned point may).
+//   hdim 160: 128 keys (64-byte spans, as hdim 96: Q 40 KB + 2 stages of K and V at 40 KB each, O staged over V;
+//             O 80 + S 64 + P 32 registers of 232). One tile for every call. FA3 runs 160 on its 192 kernel.
+//   hdim 224: 96 keys (Q 56 KB + 2 stages of K and V at 42 KB each fill the 227 KB; O 112 + S 48 + P 24). FA3 runs
+//             224 on its 256 kernel (80 keys).
 //   hdim 256: 80 keys (Q 64 KB + 2 stages of K and V at 40 KB each fill the 227 KB).
 #pragma once
 #include <cstdint>
@@ -31,8 +35,16 @@ struct BlockNChoice<128> {
   static constexpr int kShort = 128, kLong = 176;
 };
 template <>
+struct BlockNChoice<160> {
+  static constexpr int kShort = 128, kLong = 128;
+};
+template <>
 struct BlockNChoice<192> {
   static constexpr int kShort = 112, kLong = 112;
+};
+template <>
+struct BlockNChoice<224> {
+  static constexpr int kShort = 96, kLong = 96;
 };
 template <>
 struct BlockNChoice<256> {

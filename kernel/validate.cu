@@ -137,7 +137,7 @@ int check_fp8(const fc_params* in) {
 
 int64_t launch_head_dim(const fc_params* in) {
   const int64_t kernel_hd = kernel_head_dim(in->head_dim);
-  return in->page_table != nullptr && kernel_hd < 128 ? 128 : kernel_hd;
+  return in->page_table != nullptr ? paged_kernel_head_dim(kernel_hd) : kernel_hd;
 }
 
 int report_error(int status, const char* fmt, ...) {

@@ -30,7 +30,7 @@ EXPECTED_WORKLOADS = [
     "serve-paged-1", "serve-paged-3",
     "serve-window", "serve-window-varlen", "serve-softcap", "serve-softcap-cache", "serve-d96", "serve-d192-v128",
     "serve-d192-varlen", "serve-d8-paged", "serve-d40-varlen", "serve-d72-window", "serve-d160-v112",
-    "serve-d224-cache", "serve-varlen-prefill", "serve-decode-lengths", "serve-paged-decode",
+    "serve-d224-cache", "serve-d224-varlen", "serve-varlen-prefill", "serve-decode-lengths", "serve-paged-decode",
     "fp8-gqa-causal", "fp8-d256-causal", "fp8-decode", "fp8-decode-d256", "fp8-d256-smem", "fp8-decode-d64",
     "fp8-d64-gqa",
     "fp8-s4k-d128",

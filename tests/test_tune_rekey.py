@@ -154,14 +154,44 @@ def test_an_added_fp8_kernel_keeps_the_tables_and_is_recorded() -> None:
 
 @pytest.mark.parametrize("mangled", [BF16_KERNEL, "_ZN9flashcore13combine_splitEv"])
 def test_an_added_16_bit_or_other_kernel_is_refused(mangled: str) -> None:
-    """A new 16-bit attention kernel is a point a table could name; a new kernel of another kind is not explained."""
-    added = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(with_kernel(listing(), mangled)))
-    assert not added.tables_hold
+    """A new 16-bit attention kernel of a head dim the old library compiled is a point a table could name; a new
+    kernel of another kind is not explained."""
+    old = with_kernel(listing(), FP8_KERNEL)  # the old library has head dim 128's kernels
+    added = sass.compare_kernels(sass.parse_sass(old), sass.parse_sass(with_kernel(old, mangled)))
+    assert not added.tables_hold and added.added_head_dims == ()
     with pytest.raises(rk.RekeyError, match="SASS differs"):
         rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", added)
 
 
 COMBINE = "_ZN9flashcore21combine_splits_kernelILi64ENS_4Bf16EEEvNS_12KernelParamsE"
+NEW_HD_KERNELS = ("_ZN9flashcore30attention_forward_wgmma_kernelILi160ELi1ENS_4Bf16ELb0ELb0ELb0ELb0EEEvv",
+                  "_ZN9flashcore21combine_splits_kernelILi160ENS_4Bf16EEEvNS_12KernelParamsE")
+
+
+def test_a_new_kernel_head_dim_keeps_the_tables_unless_they_name_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels of a head dim the old library had none of (160 beside 64) are no point a table of the old kernel
+    measured: recorded, the tables kept; a table whose entries run on that head dim now is refused."""
+    new = listing()
+    for name in NEW_HD_KERNELS:
+        new = with_kernel(new, name)
+    added = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(new))
+    assert added.added_head_dims == (160,) and set(added.added_head_dim_kernels) == set(NEW_HD_KERNELS)
+    assert added.tables_hold
+    text, count = rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", added)
+    assert count == 1 and "    added_head_dims: [160]\n" in text and "added_fp8" not in text
+    ids = {"old.so": "aaaa000000000001", "new.so": "bbbb000000000002"}
+    monkeypatch.setattr(rk, "library_kernel_id", lambda lib: ids[lib.name])
+    monkeypatch.setattr(rk, "compare_libraries", lambda old, new: added)
+    table = tmp_path / "tuned.yaml"
+    for head_dim, kept in ((64, False), (152, True)):  # 152 runs on the 160 kernel now
+        table.write_text(TABLE.replace("head_dim: 64", f"head_dim: {head_dim}"))
+        if kept:
+            with pytest.raises(rk.RekeyError, match="head dims 152, which now run on a kernel"):
+                rk.rekey(table, tmp_path / "old.so", tmp_path / "new.so", say=lambda _: None)
+            assert "aaaa000000000001" in table.read_text()
+        else:
+            assert rk.rekey(table, tmp_path / "old.so", tmp_path / "new.so", say=lambda _: None) == 1
 
 
 def test_another_objects_copy_of_an_unchanged_kernel_keeps_the_tables() -> None:

@@ -5,13 +5,16 @@ The tables of flashcore/tuned.yaml are keyed by fc_kernel_id(), a hash of the ke
 a file or rewording a comment makes every table stale although the GPU runs the same instructions. This command dumps
 the SASS of every kernel of both libraries (harness/tune/sass.py) and, only when each kernel of the old library is
 identical in the new one but FP8 ones (which no table names: the tables hold bf16 and fp16 buckets) and the new one
-adds none but FP8 kernels and other objects' copies of unchanged kernels (the same SASS under the same name), rewrites
-the kernel_id of every table measured on the old library's kernel to the new library's, recording where it came from:
+adds none but FP8 kernels, other objects' copies of unchanged kernels (the same SASS under the same name) and the
+kernels of a head dim the old library had no kernel of (refused when a table names a head dim that now runs on one),
+rewrites the kernel_id of every table measured on the old library's kernel to the new library's, recording where it
+came from:
 
     kernel_id: <new id>
     rekeyed_from: {kernel_id: <old id>, sass_sha256: <digest of every kernel's SASS>, kernels: <count>,
                    added_fp8: <FP8 kernels only in the new library, when any>,
                    added_copies: <copies of unchanged kernels in another object, when any>,
+                   added_head_dims: <the kernel head dims only the new library has, when any>,
                    changed_fp8: <FP8 kernels whose SASS changed, when any>}
 
 Otherwise it refuses, naming the kernels that differ, and the file stays as it was: those tables need `make tune`.
@@ -74,12 +77,14 @@ def rekey_text(text: str, old_id: str, new_id: str, sass: SassComparison) -> tup
             out.append(f"{m.group(1)}kernel_id: {new_id}\n")
             out.append(f"{pad}rekeyed_from:\n{pad}  kernel_id: {old_id}\n{pad}  sass_sha256: {sass.new_digest}\n"
                        f"{pad}  kernels: {sass.total}\n")
-            if fp8 := len(sass.only_new) - len(sass.copies):
+            if fp8 := len(sass.only_new) - len(sass.copies) - len(sass.added_head_dim_kernels):
                 out.append(f"{pad}  added_fp8: {fp8}\n")
             if sass.changed:
                 out.append(f"{pad}  changed_fp8: {len(sass.changed)}\n")
             if sass.copies:
                 out.append(f"{pad}  added_copies: {len(sass.copies)}\n")
+            if sass.added_head_dims:
+                out.append(f"{pad}  added_head_dims: [{', '.join(map(str, sass.added_head_dims))}]\n")
             count += 1
             record_pad = pad
             continue
@@ -89,6 +94,7 @@ def rekey_text(text: str, old_id: str, new_id: str, sass: SassComparison) -> tup
 
 def rekey(table: Path, old_lib: Path, new_lib: Path, say: Callable[[str], None] = print) -> int:
     """Rewrite `table` in place when every kernel's SASS is identical; returns the tables rewritten."""
+    from flashcore.head_dims import kernel_head_dim
     from flashcore.tuning import parse_tables
 
     old_id, new_id = library_kernel_id(old_lib), library_kernel_id(new_lib)
@@ -105,6 +111,11 @@ def rekey(table: Path, old_lib: Path, new_lib: Path, say: Callable[[str], None] 
     sass = compare_libraries(old_lib, new_lib)
     for line in sass.lines():
         say(line)
+    moved = sorted({e.head_dim for t in tables if t.kernel_id == old_id for e in t.entries
+                    if kernel_head_dim(e.head_dim) in sass.added_head_dims})
+    if moved:
+        raise RekeyError(f"the tables name head dims {', '.join(map(str, moved))}, which now run on a kernel the old "
+                         "library did not have: re-run make tune")
     new_text, count = rekey_text(text, old_id, new_id, sass)
     rewritten = parse_tables(new_text, str(table))  # the result must still parse, every table in its place
     if [t.gpu for t in rewritten] != [t.gpu for t in tables] or \

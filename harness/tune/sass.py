@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,6 +126,20 @@ def is_attention_kernel(name: str) -> bool:
     return "attention_forward" in name
 
 
+_HEAD_DIM = re.compile(r"kernelILi(\d+)E")
+
+
+def kernel_head_dim(name: str) -> int | None:
+    """The head dim a kernel is compiled for (its first template argument, mangled `..._kernelILi<hd>E`: the attention,
+    combine and tail kernels); None for kernels without one (the zero kernel, the append)."""
+    m = _HEAD_DIM.search(name)
+    return int(m.group(1)) if m else None
+
+
+def head_dims_of(kernels: Iterable[str]) -> set[int]:
+    return {d for n in kernels if (d := kernel_head_dim(n)) is not None}
+
+
 def is_fp8_kernel(name: str) -> bool:
     """An attention kernel instantiated for FP8 inputs (template argument flashcore::E4m3, mangled `4E4m3`)."""
     return is_attention_kernel(name) and "4E4m3" in name
@@ -144,6 +159,15 @@ class SassComparison:
     # Of only_new: another object's copy (`name#2`, ...) of a kernel identical in both, with the same SASS (two
     # objects instantiate one template: kernel/fp8_decode.cu's combine and zero kernels)
     copies: tuple[str, ...] = ()
+    # Head dims whose kernels are all new: no kernel of the old library had them (a kernel head dim added, as 160 and
+    # 224 beside 192 and 256). A table keyed by the old kernel names none of them (rekey checks its entries).
+    added_head_dims: tuple[int, ...] = ()
+
+    @property
+    def added_head_dim_kernels(self) -> tuple[str, ...]:
+        """The kernels only in the new library of an added head dim, FP8 ones and copies left out (counted apart)."""
+        return tuple(n for n in self.only_new if kernel_head_dim(n) in self.added_head_dims and not is_fp8_kernel(n)
+                     and n not in self.copies)
 
     @property
     def total(self) -> int:
@@ -158,9 +182,10 @@ class SassComparison:
     def tables_hold(self) -> bool:
         """Every kernel a tuned table can name is as it was: none gone, the changed ones FP8 kernels, which no table
         names (tables hold bf16 and fp16 buckets: flashcore/tuning.py), and the kernels only in the new library
-        FP8 ones or copies of unchanged kernels."""
+        FP8 ones, copies of unchanged kernels or kernels of a head dim the old library had none of."""
+        added = set(self.added_head_dim_kernels)
         return (not self.only_old and all(is_fp8_kernel(n) for n in self.changed)
-                and all(is_fp8_kernel(n) or n in self.copies for n in self.only_new))
+                and all(is_fp8_kernel(n) or n in self.copies or n in added for n in self.only_new))
 
     def differing(self) -> tuple[str, ...]:
         """The kernels that are not identical in both, changed first."""
@@ -181,6 +206,7 @@ class SassComparison:
     def to_dict(self) -> dict[str, object]:
         return {"total": self.total, "identical": list(self.identical), "changed": list(self.changed),
                 "only_old": list(self.only_old), "only_new": list(self.only_new), "copies": list(self.copies),
+                "added_head_dims": list(self.added_head_dims),
                 "old_digest": self.old_digest,
                 "new_digest": self.new_digest}
 
@@ -203,6 +229,7 @@ def compare_kernels(old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, .
         new_digest=digest(new),
         names=demangle(every),
         copies=tuple(n for n in sorted(set(new) - set(old)) if copy_of_unchanged(n)),
+        added_head_dims=tuple(sorted(head_dims_of(new) - head_dims_of(old))),
     )
 
 

@@ -55,9 +55,11 @@ SHAPES = {
     "s2k-d224-causal": (16, 16, 16, 2048, 2048, 224, True, "bf16"),
     "decode-d160": (64, 32, 8, 1, 8192, 160, False, "bf16"),
     "decode-d224": (64, 32, 8, 1, 8192, 224, False, "bf16"),
-    # hdim 32 runs on the 64 kernel, as FA3 runs it on its own 64 one
+    # hdim 32: FA3 runs it on its 64 kernel
     "d32": (4, 16, 16, 8192, 8192, 32, False, "bf16"),
     "d32-causal": (4, 16, 16, 8192, 8192, 32, True, "bf16"),
+    "s2k-d32-causal": (16, 16, 16, 2048, 2048, 32, True, "bf16"),
+    "decode-d32": (64, 32, 8, 1, 8192, 32, False, "bf16"),
     "d128-fp16": (8, 16, 16, 4096, 4096, 128, False, "fp16"),
     "s1k-causal": (16, 16, 16, 1024, 1024, 128, True, "bf16"),
     "s2k": (16, 16, 16, 2048, 2048, 128, False, "bf16"),

@@ -42,7 +42,7 @@ def attention(
     """O = softmax(softmax_scale * Q K^T + mask) V, with the per-row log-sum-exp. Forward only (no autograd).
 
     q: [B, Sq, Hq, D]; k, v: [B, Sk, Hkv, D]; CUDA tensors on one device, fp16 or bf16 (all the same);
-    D a multiple of 8 up to 256, as FA3 (each runs on the smallest of the 64, 96, 128, 160, 192, 224 and 256
+    D a multiple of 8 up to 256, as FA3 (each runs on the smallest of the 32, 64, 96, 128, 160, 192, 224 and 256
     kernels that holds it, TMA zero-filling the missing columns); v's D the same or, with D 136..192, 104..128
     (FA3's pairs; out then [B, Sq, Hq, v's D]); flashcore.api.SUPPORTED_HEAD_DIMS lists them. Hq a multiple of Hkv
     (query head h reads K/V head h // (Hq // Hkv)); B, Hq <= 65535.

@@ -17,10 +17,11 @@ from flashcore import _lib
 HEADERS = (Path(__file__).resolve().parent / "include" / "flashcore.h",  # a wheel's copy
            Path(__file__).resolve().parent.parent / "kernel" / "flashcore.h")  # a source checkout
 # The tile instantiations of the kernel (kernel/head_dims.h KernelHeadDims, which tests/test_head_dims.py compares):
-# every other head dim runs on the smallest one that holds it, TMA zero-filling the missing columns (72..88 on 96,
-# 104..120 on 128, 136..152 on 160, 168..184 on 192, 200..216 on 224, 232..248 on 256; v's 104..128 of FA3's pairs on
-# the kernel of q's head dim; paged calls on 128, 192 or 256: kernel/head_dims.h paged_kernel_head_dim).
-KERNEL_HEAD_DIMS = (64, 96, 128, 160, 192, 224, 256)
+# every other head dim runs on the smallest one that holds it, TMA zero-filling the missing columns (8..24 on 32,
+# 40..56 on 64, 72..88 on 96, 104..120 on 128, 136..152 on 160, 168..184 on 192, 200..216 on 224, 232..248 on 256;
+# v's 104..128 of FA3's pairs on the kernel of q's head dim; paged calls on 128, 192 or 256: kernel/head_dims.h
+# paged_kernel_head_dim).
+KERNEL_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 _MACRO = re.compile(r"#define\s+FC_HEAD_DIM_TABLE\(X\)((?:[^\n]*\\\n)*[^\n]*)")
 _ENTRY = re.compile(r"X\(\s*(\d+)\s*,\s*(\d+)\s*,\s*([01])\s*\)")
 _MAX_ENTRIES = 256

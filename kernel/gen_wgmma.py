@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 # S = Q K^T uses N = BLOCK_N (any multiple of 16 a tile choice may take, kernel/hopper_config.h); O += P V uses
-# N = head dim (64, 128, 192, 256). Uninstantiated templates cost nothing in the build.
-N_VALUES = tuple(range(64, 257, 16))
+# N = the kernel head dim (32, 64, 96, ..., 256). Uninstantiated templates cost nothing in the build.
+N_VALUES = (32, *range(64, 257, 16))
 
 
 class Kind(NamedTuple):

@@ -13,14 +13,15 @@ namespace flashcore {
 
 // The head dims a Hopper kernel is compiled for, ascending (each has its HeadDimTraits and BlockNChoice, and those FP8
 // runs an Fp8Choice: kernel/hopper_config.h, kernel/tile_choice.h). A table entry runs on the smallest one that holds
-// it. vLLM's FA3 backend lists 32, 64, 96, 128, 160, 192, 224 and 256; FA3 runs 160 on its 192 kernel and 224 on its
-// 256 one, a sixth and an eighth of every GEMM on zero columns, which 160's and 224's own kernels do not compute.
-using KernelHeadDims = std::integer_sequence<int, 64, 96, 128, 160, 192, 224, 256>;
+// it. vLLM's FA3 backend lists 32, 64, 96, 128, 160, 192, 224 and 256; FA3 runs 32 on its 64 kernel, 160 on its 192
+// one and 224 on its 256 one, so half, a sixth and an eighth of every GEMM multiply zero columns, which 32's, 160's
+// and 224's own kernels do not compute.
+using KernelHeadDims = std::integer_sequence<int, 32, 64, 96, 128, 160, 192, 224, 256>;
 
 // The kernel head dims whose default points kernel/head_dims_apart.cu compiles, X(hd) each: flashcore.cu declares
 // them extern (as the FP8 decode points, kernel/fp8_points.h): instantiated in flashcore.cu's module they would change
 // cicc's code for its other kernels, and a tuned table could no longer carry over to them (harness/tune/rekey.py).
-#define FC_HEAD_DIMS_APART(X) X(160) X(224)
+#define FC_HEAD_DIMS_APART(X) X(32) X(160) X(224)
 
 template <int... kDims>
 constexpr bool in_sequence(int head_dim, std::integer_sequence<int, kDims...>) {
@@ -56,9 +57,9 @@ constexpr bool fp8_head_dim(int64_t head_dim) {
   return found;
 }
 
-// The kernel head dim that runs `head_dim`, the smallest that holds it (8..56 on 64, 72..88 on 96, 104..120 on 128,
-// 136..152 on 160, 168..184 on 192, 200..216 on 224, 232..248 on 256: TMA zero-fills the missing columns); 0 for a
-// head dim the table does not list. A paged call runs on a kernel of 128-byte spans (kernel/validate.cu
+// The kernel head dim that runs `head_dim`, the smallest that holds it (8..24 on 32, 40..56 on 64, 72..88 on 96,
+// 104..120 on 128, 136..152 on 160, 168..184 on 192, 200..216 on 224, 232..248 on 256: TMA zero-fills the missing
+// columns); 0 for a head dim the table does not list. A paged call runs on a kernel of 128-byte spans (kernel/validate.cu
 // launch_head_dim).
 constexpr int64_t kernel_head_dim(int64_t head_dim) {
   bool listed = false;
@@ -70,10 +71,11 @@ constexpr int64_t kernel_head_dim(int64_t head_dim) {
 
 // The kernel that runs a paged call whose head dim runs on `kernel_hd`: the smallest from 128 up whose rows are whole
 // 128-byte swizzle spans (hdim 64's three consumer warpgroups run no pages; the small-page gather copies 128-byte
-// spans, and the page walk's boxes are built and tested on them): 64 and 96 on 128, 160 on 192, 224 on 256. 0 for 0.
+// spans, and the page walk's boxes are built and tested on them): 32, 64 and 96 on 128, 160 on 192, 224 on 256. 0 for
+// 0.
 constexpr int64_t paged_kernel_head_dim(int64_t kernel_hd) {
   int64_t found = 0;
-  for (int k : {64, 96, 128, 160, 192, 224, 256}) {
+  for (int k : {32, 64, 96, 128, 160, 192, 224, 256}) {
     if (found == 0 && kernel_hd != 0 && k >= kernel_hd && k >= 128 && k % 64 == 0 && is_kernel_head_dim(k)) found = k;
   }
   return found;

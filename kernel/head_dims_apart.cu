@@ -5,16 +5,23 @@
 
 namespace flashcore {
 
-// One point per head dim: these head dims compile one tile for every call (kernel/tile_choice.h BlockNChoice) and no
-// one-warpgroup decode point (hopper_config.h kOneWgDecode), so the short, long and decode points are one.
-#define FC_COMPILE_DEFAULT_POINT(hd)                                                                                \
-  static_assert(DefaultPoints<hd>::kShort == DefaultPoints<hd>::kLong &&                                            \
-                    DefaultPoints<hd>::kShort == DefaultPoints<hd>::kDecode,                                        \
-                "head dim " #hd ": more than one default point; instantiate each here");                           \
-  template int make_plan<hd, DefaultPoints<hd>::kShort>(const fc_params*, const KernelParams&, LaunchPlan*);        \
-  template int run_tiles<hd, DefaultPoints<hd>::kShort, Bf16>(const fc_params*, const KernelParams&, cudaStream_t); \
-  template int run_tiles<hd, DefaultPoints<hd>::kShort, Fp16>(const fc_params*, const KernelParams&, cudaStream_t);
+#define FC_COMPILE_POINT(hd, code)                                                                  \
+  template int make_plan<hd, code>(const fc_params*, const KernelParams&, LaunchPlan*);            \
+  template int run_tiles<hd, code, Bf16>(const fc_params*, const KernelParams&, cudaStream_t);     \
+  template int run_tiles<hd, code, Fp16>(const fc_params*, const KernelParams&, cudaStream_t);
+
+// Each of these head dims compiles one tile for every call (kernel/tile_choice.h BlockNChoice: the short and long
+// points are one); 32 also has the one-warpgroup decode point (hopper_config.h kOneWgDecode), 160 and 224 do not
+// (their decode point is the short one). A head dim that breaks this fails here, or at the link (--no-undefined).
+#define FC_COMPILE_DEFAULT_POINT(hd)                                                                     \
+  static_assert(DefaultPoints<hd>::kShort == DefaultPoints<hd>::kLong,                                   \
+                "head dim " #hd ": a short and a long default point; instantiate both here");            \
+  static_assert((DefaultPoints<hd>::kDecode != DefaultPoints<hd>::kShort) == ((hd) == 32),               \
+                "head dim " #hd ": its decode point is instantiated below for 32 only");                 \
+  FC_COMPILE_POINT(hd, DefaultPoints<hd>::kShort)
 FC_HEAD_DIMS_APART(FC_COMPILE_DEFAULT_POINT)
+FC_COMPILE_POINT(32, DefaultPoints<32>::kDecode)
 #undef FC_COMPILE_DEFAULT_POINT
+#undef FC_COMPILE_POINT
 
 }  // namespace flashcore

@@ -90,8 +90,8 @@ enum NamedBarrier : int {
 
 // The default point of each head dim, each choice with its reason (FA3's choices where they applied here); a
 // tuned table may name another compiled point per shape bucket (flashcore/tuned.yaml, kernel/tuned_points.inc):
-//   kConsumerWGs: hdim 64 takes 3 (BLOCK_M 192): each K/V tile serves more rows, and its short GEMMs leave softmax
-//                 as the long pole, which a third warpgroup in the ping-pong ring helps hide; 2 otherwise.
+//   kConsumerWGs: hdim 32 and 64 take 3 (BLOCK_M 192): each K/V tile serves more rows, and their short GEMMs leave
+//                 softmax as the long pole, which a third warpgroup in the ping-pong ring helps hide; 2 otherwise.
 //   kPingPong:    consumer warpgroups take turns issuing GEMMs (named barriers), so one's softmax hides under the
 //                 other's GEMMs. hdim 256 without it measured the same; kept on everywhere. FP8 hdim 128
 //                 passes the turn around the softmax instead (kSoftmaxRing below).
@@ -107,14 +107,14 @@ enum NamedBarrier : int {
 // upstream FA3, the baseline we time, runs 128 x 176 on two): a second (or third) warpgroup would run every GEMM
 // and softmax of each K/V block on rows that hold nothing, doubling the tensor work that sits beside the block's DRAM
 // time. No ping-pong (a ring of one has no partner); the short BLOCK_N, so a
-// paged cache keeps its page boxes (gcd(page_size, BLOCK_N) rows); 3 stages at hdim 128 and 4 at hdim 64 (what the
+// paged cache keeps its page boxes (gcd(page_size, BLOCK_N) rows); 3 stages at hdim 128 and 4 at hdim 32 and 64 (what the
 // smaller Q leaves room for: more K/V loads in flight); FA3's 56-register producer (the consumer gets 256).
 // Up to hdim 128 (FA3's rule); the larger head dims' 16-bit decode keeps the default points (FP8's decode points:
 // tile_choice.h Fp8Choice).
 template <int kHeadDim>
 struct HeadDimTraits {
   static_assert(is_kernel_head_dim(kHeadDim), "not a compiled head dim (kernel/head_dims.h KernelHeadDims)");
-  static constexpr int kConsumerWGs = kHeadDim == 64 ? 3 : 2;
+  static constexpr int kConsumerWGs = kHeadDim <= 64 ? 3 : 2;
   static constexpr int kStages = 2;
   static constexpr bool kPingPong = true;
   static constexpr bool kRescaleEarly = false;
@@ -127,7 +127,7 @@ struct HeadDimTraits {
   }
   static constexpr bool kOneWgDecode = kHeadDim <= 128;
   static constexpr int decode_point() {
-    return point_code(BlockNChoice<kHeadDim>::kShort, kHeadDim == 64 ? 4 : 3, 1, false, false, 56);
+    return point_code(BlockNChoice<kHeadDim>::kShort, kHeadDim <= 64 ? 4 : 3, 1, false, false, 56);
   }
 };
 

@@ -4,6 +4,7 @@
 //   hdim 128: 128 keys for causal masking and short key ranges (less diagonal waste, 2x fewer registers
 //             for S; S = 1K causal 0.85x -> 0.98x FA3), 176 otherwise (fewer iterations: 8K +2-3 % over 128).
 //   hdim 64 : 128 keys (S is 64 of the 160 registers three consumer warpgroups get).
+//   hdim 32 : hdim 64's tile (64-byte spans: one 32-column chunk a row; O 16 registers). FA3 runs 32 on its 64 kernel.
 //   hdim 96 : hdim 128's pair, 128 and 176 keys, 2 consumer warpgroups (O 48 + S 88 + P 44 registers at 176). FA3
 //             runs 192 x 144 with P through shared memory (three warpgroups of 160 registers hold no S and P
 //             beside O here). Not measured yet.
@@ -22,6 +23,10 @@ namespace flashcore {
 
 template <int kHeadDim>
 struct BlockNChoice;
+template <>
+struct BlockNChoice<32> {
+  static constexpr int kShort = 128, kLong = 128;
+};
 template <>
 struct BlockNChoice<64> {
   static constexpr int kShort = 128, kLong = 128;

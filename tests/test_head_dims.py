@@ -25,16 +25,16 @@ def test_todays_table_from_the_header() -> None:
 
 
 def test_each_head_dim_runs_on_the_smallest_kernel_that_holds_it() -> None:
-    dims = (8, 56, 64, 72, 96, 104, 128, 136, 152, 160, 168, 184, 192, 200, 216, 224, 232, 248, 256)
+    dims = (8, 24, 32, 40, 56, 64, 72, 96, 104, 128, 136, 152, 160, 168, 184, 192, 200, 216, 224, 232, 248, 256)
     assert [head_dims.kernel_head_dim(d) for d in dims] == \
-        [64, 64, 64, 96, 96, 128, 128, 160, 160, 160, 192, 192, 192, 224, 224, 224, 256, 256, 256]
+        [32, 32, 32, 64, 64, 64, 96, 96, 128, 128, 160, 160, 160, 192, 192, 192, 224, 224, 224, 256, 256, 256]
     assert [head_dims.kernel_head_dim(d) for d in (4, 36, 260, 512)] == [None] * 4
 
 
 def test_hdim_192_runs_on_its_own_kernel_as_python_and_the_kernel_read_it() -> None:
     """192 (and DeepSeek's 192 / 128) runs on the 192 kernel, not padded onto 256; Python's kernel list is the
     kernel's KernelHeadDims (kernel/head_dims.h), so the two cannot drift apart."""
-    assert all(head_dims.kernel_head_dim(d) == d for d in (96, 160, 192, 224))
+    assert all(head_dims.kernel_head_dim(d) == d for d in (32, 96, 160, 192, 224))
     assert 128 in head_dims.HEAD_DIM_V[192]
     text = (REPO / "kernel" / "head_dims.h").read_text()
     m = re.search(r"using KernelHeadDims = std::integer_sequence<int, ([\d, ]+)>;", text)

@@ -1,12 +1,13 @@
-"""Head dims 96, 160, 192 and 224 on kernels of their own (kernel/head_dims.h KernelHeadDims): 96, 160 and 224 with
-64-byte swizzle spans (three, five and seven 32-column chunks of Q, K and V; 96 at 128 and 176 keys per tile, 160 at
-128, 224 at 96), 192 with 112 keys per tile, q/k 192 with v 192 and with v 128 (DeepSeek's pair: V's tile is 192
-columns, TMA zero-fills past 128 and the store clips them), 160 with v 128 likewise, and 152 and 216 padded onto 160
-and 224, on the H100/H200 against the float32 reference: dense causal and not with GQA, packed varlen with and without
-a window, a KV cache decode with cache_seqlens (split-KV) and with an append and soft-capping, and paged caches of
-16-key and 64-key pages (paged hdim 96 runs on the 128 kernel, 160 on 192, 224 on 256). Fresh random inputs per run
-(the seed is in every failure message, tests/test_head_dims_gpu.py draws it); out and lse are poisoned (NaN) first,
-and every checked row must be finite. Also: which kernel the library runs 136..224 on, and what it compiled."""
+"""Head dims 32, 96, 160, 192 and 224 on kernels of their own (kernel/head_dims.h KernelHeadDims): 32, 96, 160 and 224
+with 64-byte swizzle spans (one, three, five and seven 32-column chunks of Q, K and V; 32 at 128 keys on three
+consumer warpgroups and its one-warpgroup decode point, 96 at 128 and 176 keys per tile, 160 at 128, 224 at 96), 192
+with 112 keys per tile, q/k 192 with v 192 and with v 128 (DeepSeek's pair: V's tile is 192 columns, TMA zero-fills
+past 128 and the store clips them), 160 with v 128 likewise, and 24, 152 and 216 padded onto 32, 160 and 224, on the
+H100/H200 against the float32 reference: dense causal and not with GQA, packed varlen with and without a window, a
+KV cache decode with cache_seqlens (split-KV) and with an append and soft-capping, and paged caches of 16-key and
+64-key pages (paged hdim 32 and 96 run on the 128 kernel, 160 on 192, 224 on 256). Fresh random inputs per run (the
+seed is in every failure message, tests/test_head_dims_gpu.py draws it); out and lse are poisoned (NaN) first, and
+every checked row must be finite. Also: which kernel the library runs 8..232 on, and what it compiled."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from flashcore import reference, serving
 from tests.test_head_dims_gpu import SEED, close, kvcache_append_with_softcap, paged_cache, poisoned, rand
 
 pytestmark = pytest.mark.gpu
-PAIRS = [(96, 96), (192, 192), (192, 128), (160, 160), (160, 128), (224, 224), (152, 152), (216, 216)]  # (q/k, v)
+PAIRS = [(96, 96), (192, 192), (192, 128), (160, 160), (160, 128), (224, 224), (152, 152), (216, 216), (32, 32),
+         (24, 24)]  # (q/k head dim, v head dim)
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +28,8 @@ def _seeded() -> None:
     torch.manual_seed(SEED)
 
 
-def test_the_library_compiles_hdim_96_160_192_and_224() -> None:
+def test_the_library_compiles_hdim_32_96_160_192_and_224() -> None:
+    assert flashcore.api.block_n_options(32) == (128,)
     assert flashcore.api.block_n_options(96) == (128, 176)
     assert flashcore.api.block_n_options(160) == (128,)
     assert flashcore.api.block_n_options(192) == (112,)

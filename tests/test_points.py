@@ -19,12 +19,13 @@ from harness.tune.runner import table_points
 from tests.conftest import build_host_program
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULTS = {64: Point(128, 2, 3, True, False, 32), 96: Point(176, 2, 2, True, False, 32),
-            128: Point(176, 2, 2, True, False, 32), 160: Point(128, 2, 2, True, False, 32),
-            192: Point(112, 2, 2, True, False, 32), 224: Point(96, 2, 2, True, False, 40),
-            256: Point(80, 2, 2, True, False, 32)}
+DEFAULTS = {32: Point(128, 2, 3, True, False, 32), 64: Point(128, 2, 3, True, False, 32),
+            96: Point(176, 2, 2, True, False, 32), 128: Point(176, 2, 2, True, False, 32),
+            160: Point(128, 2, 2, True, False, 32), 192: Point(112, 2, 2, True, False, 32),
+            224: Point(96, 2, 2, True, False, 40), 256: Point(80, 2, 2, True, False, 32)}
 # The one-warpgroup decode points (kernel/hopper_config.h HeadDimTraits::decode_point).
-DECODE = {64: Point(128, 4, 1, False, False, 56), 128: Point(128, 3, 1, False, False, 56)}
+DECODE = {32: Point(128, 4, 1, False, False, 56), 64: Point(128, 4, 1, False, False, 56),
+          128: Point(128, 3, 1, False, False, 56)}
 
 
 def test_name_code_and_back() -> None:

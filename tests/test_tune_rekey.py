@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flashcore.tuning import parse_tables
+from flashcore.tuning import dump_tables, parse_tables
 from harness.tune import rekey as rk
 from harness.tune import sass
 
@@ -179,7 +179,8 @@ def test_a_new_kernel_head_dim_keeps_the_tables_unless_they_name_it(tmp_path: Pa
     assert added.added_head_dims == (160,) and set(added.added_head_dim_kernels) == set(NEW_HD_KERNELS)
     assert added.tables_hold
     text, count = rk.rekey_text(TABLE, "aaaa000000000001", "bbbb000000000002", added)
-    assert count == 1 and "    added_head_dims: [160]\n" in text and "added_fp8" not in text
+    assert count == 1 and "    added_head_dims:\n    - 160\n" in text and "added_fp8" not in text
+    assert dump_tables(parse_tables(text)) == text  # the form make tune writes back
     ids = {"old.so": "aaaa000000000001", "new.so": "bbbb000000000002"}
     monkeypatch.setattr(rk, "library_kernel_id", lambda lib: ids[lib.name])
     monkeypatch.setattr(rk, "compare_libraries", lambda old, new: added)
@@ -260,8 +261,6 @@ def test_real_libraries_compare(tmp_path: Path) -> None:
 
 
 def test_a_rewrite_of_the_table_file_keeps_each_tables_rekeyed_from() -> None:
-    from flashcore.tuning import dump_tables
-
     shipped = (Path(__file__).resolve().parent.parent / "flashcore" / "tuned.yaml").read_text()
     tables = parse_tables(shipped)
     assert any(t.rekeyed_from for t in tables)  # the H100 table was carried over identical SASS

@@ -14,7 +14,7 @@ came from:
     rekeyed_from: {kernel_id: <old id>, sass_sha256: <digest of every kernel's SASS>, kernels: <count>,
                    added_fp8: <FP8 kernels only in the new library, when any>,
                    added_copies: <copies of unchanged kernels in another object, when any>,
-                   added_head_dims: <the kernel head dims only the new library has, when any>,
+                   added_head_dims: <the kernel head dims only the new library has (a list), when any>,
                    changed_fp8: <FP8 kernels whose SASS changed, when any>}
 
 Otherwise it refuses, naming the kernels that differ, and the file stays as it was: those tables need `make tune`.
@@ -83,8 +83,8 @@ def rekey_text(text: str, old_id: str, new_id: str, sass: SassComparison) -> tup
                 out.append(f"{pad}  changed_fp8: {len(sass.changed)}\n")
             if sass.copies:
                 out.append(f"{pad}  added_copies: {len(sass.copies)}\n")
-            if sass.added_head_dims:
-                out.append(f"{pad}  added_head_dims: [{', '.join(map(str, sass.added_head_dims))}]\n")
+            if sass.added_head_dims:  # a block list, as flashcore.tuning.dump_tables writes it back
+                out.append(f"{pad}  added_head_dims:\n" + "".join(f"{pad}  - {d}\n" for d in sass.added_head_dims))
             count += 1
             record_pad = pad
             continue

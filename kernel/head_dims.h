@@ -59,8 +59,8 @@ constexpr bool fp8_head_dim(int64_t head_dim) {
 
 // The kernel head dim that runs `head_dim`, the smallest that holds it (8..24 on 32, 40..56 on 64, 72..88 on 96,
 // 104..120 on 128, 136..152 on 160, 168..184 on 192, 200..216 on 224, 232..248 on 256: TMA zero-fills the missing
-// columns); 0 for a head dim the table does not list. A paged call runs on a kernel of 128-byte spans (kernel/validate.cu
-// launch_head_dim).
+// columns); 0 for a head dim the table does not list. A paged call runs on a kernel of 128-byte spans
+// (paged_kernel_head_dim, kernel/validate.cu launch_head_dim).
 constexpr int64_t kernel_head_dim(int64_t head_dim) {
   bool listed = false;
 #define FC_ANY_V(hd, hd_v, fp8) listed = listed || head_dim == (hd);
@@ -70,16 +70,18 @@ constexpr int64_t kernel_head_dim(int64_t head_dim) {
 }
 
 // The kernel that runs a paged call whose head dim runs on `kernel_hd`: the smallest from 128 up whose rows are whole
-// 128-byte swizzle spans (hdim 64's three consumer warpgroups run no pages; the small-page gather copies 128-byte
-// spans, and the page walk's boxes are built and tested on them): 32, 64 and 96 on 128, 160 on 192, 224 on 256. 0 for
-// 0.
-constexpr int64_t paged_kernel_head_dim(int64_t kernel_hd) {
+// 128-byte swizzle spans (hdim 32's and 64's three consumer warpgroups run no pages; the small-page gather copies
+// 128-byte spans, and the page walk's boxes are built and tested on them): 32, 64 and 96 on 128, 160 on 192, 224 on
+// 256. 0 for 0.
+template <int... kDims>
+constexpr int64_t smallest_paged_kernel(int64_t kernel_hd, std::integer_sequence<int, kDims...>) {
   int64_t found = 0;
-  for (int k : {32, 64, 96, 128, 160, 192, 224, 256}) {
-    if (found == 0 && kernel_hd != 0 && k >= kernel_hd && k >= 128 && k % 64 == 0 && is_kernel_head_dim(k)) found = k;
+  for (int k : {kDims...}) {
+    if (found == 0 && kernel_hd != 0 && k >= kernel_hd && k >= 128 && k % 64 == 0) found = k;
   }
   return found;
 }
+constexpr int64_t paged_kernel_head_dim(int64_t kernel_hd) { return smallest_paged_kernel(kernel_hd, KernelHeadDims{}); }
 
 // FA3's rule, which the table spells out: q's head dim a multiple of kHeadDimAlign (a row is whole 16-byte chunks
 // of 16-bit elements, what TMA and the cp.async gather copy) up to kMaxHeadDim. Error messages state the rule.
@@ -96,10 +98,13 @@ constexpr bool table_follows_rule() {
 static_assert(table_follows_rule(), "FC_HEAD_DIM_TABLE: lists every multiple of kHeadDimAlign up to kMaxHeadDim (with "
               "head_dim_v == head_dim), and no other head dim");
 
-// Every entry runs on a compiled kernel that holds both of its head dims; FP8 runs unpadded kernels only.
+// Every entry runs on a compiled kernel that holds both of its head dims, paged calls too; FP8 runs unpadded kernels
+// only.
 #define FC_CHECK_ENTRY(hd, hd_v, fp8)                                                                              \
   static_assert(kernel_head_dim(hd) != 0 && (hd_v) <= kernel_head_dim(hd), "FC_HEAD_DIM_TABLE: no kernel holds " \
                 "head dims " #hd " / " #hd_v);                                                                   \
+  static_assert(paged_kernel_head_dim(kernel_head_dim(hd)) >= kernel_head_dim(hd), "FC_HEAD_DIM_TABLE: no kernel " \
+                "of 128-byte spans runs paged calls of head dim " #hd);                                          \
   static_assert(!(fp8) || kernel_head_dim(hd) == (hd), "FC_HEAD_DIM_TABLE: FP8 at " #hd " needs a kernel of it");
 FC_HEAD_DIM_TABLE(FC_CHECK_ENTRY)
 #undef FC_CHECK_ENTRY

@@ -107,8 +107,8 @@ enum NamedBarrier : int {
 // upstream FA3, the baseline we time, runs 128 x 176 on two): a second (or third) warpgroup would run every GEMM
 // and softmax of each K/V block on rows that hold nothing, doubling the tensor work that sits beside the block's DRAM
 // time. No ping-pong (a ring of one has no partner); the short BLOCK_N, so a
-// paged cache keeps its page boxes (gcd(page_size, BLOCK_N) rows); 3 stages at hdim 128 and 4 at hdim 32 and 64 (what the
-// smaller Q leaves room for: more K/V loads in flight); FA3's 56-register producer (the consumer gets 256).
+// paged cache keeps its page boxes (gcd(page_size, BLOCK_N) rows); 3 stages at hdim 128 and 4 at hdim 32 and 64
+// (what the smaller Q leaves room for: more K/V loads in flight); FA3's 56-register producer (the consumer gets 256).
 // Up to hdim 128 (FA3's rule); the larger head dims' 16-bit decode keeps the default points (FP8's decode points:
 // tile_choice.h Fp8Choice).
 template <int kHeadDim>

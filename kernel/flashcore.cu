@@ -194,7 +194,7 @@ int with_fp8_point(const fc_params* in, const KernelParams& p, F&& f) {
 }
 
 // with_fp8_point where FP8 has a kernel of the head dim: FC_HEAD_DIM_TABLE's fp8_supported ones. check_fp8 refuses FP8
-// at the others (hdims 96 and 192 are 16-bit only: no Fp8Choice) before a call gets here.
+// at the others (the kernel head dims without an Fp8Choice are 16-bit only) before a call gets here.
 template <int kHeadDim, typename F>
 int with_fp8_kernel_point(const fc_params* in, const KernelParams& p, F&& f) {
   if constexpr (fp8_head_dim(kHeadDim)) {

@@ -16,11 +16,11 @@ enum fc_dtype { FC_FP16 = 0, FC_BF16 = 1, FC_E4M3 = 2 };
 // The head dims FlashCore takes, as FA3: X(head_dim, head_dim_v, fp8_supported) per entry; every other head dim (and
 // pair) is refused with FC_ERR_INVALID_ARGUMENT. Every multiple of 8 up to 256 (a row of 8 16-bit elements is one
 // 16-byte TMA chunk), and FA3's v head dims of their own: head dims 136..192 with v 104..128 (192 with v 128 is
-// DeepSeek-style prefill). Each runs on the smallest compiled kernel that holds it (kernel/head_dims.h: 64, 96, 128,
-// 192, 256; 192 with v 128 on the 192 kernel): the TMA maps have the tensors' own head dims, so TMA zero-fills the
-// kernel's missing columns on loads and clips them on the store. FP8 (FC_E4M3) runs the head dims with
-// fp8_supported 1, each on an FP8 kernel of its own (96's and 192's are 16-bit only). fc_head_dims() gives the table to
-// callers that cannot read this header.
+// DeepSeek-style prefill). Each runs on the smallest compiled kernel that holds it (kernel/head_dims.h KernelHeadDims:
+// 32, 64, 96, 128, 160, 192, 224, 256; 192 with v 128 on the 192 kernel): the TMA maps have the tensors' own head dims,
+// so TMA zero-fills the kernel's missing columns on loads and clips them on the store. FP8 (FC_E4M3) runs the head dims
+// with fp8_supported 1, each on an FP8 kernel of its own (the other kernels are 16-bit only). fc_head_dims() gives the
+// table to callers that cannot read this header.
 #define FC_HEAD_DIM_TABLE(X)                                                                                       \
   X(8, 8, 0) X(16, 16, 0) X(24, 24, 0) X(32, 32, 0) X(40, 40, 0) X(48, 48, 0) X(56, 56, 0) X(64, 64, 1)            \
   X(72, 72, 0) X(80, 80, 0) X(88, 88, 0) X(96, 96, 0) X(104, 104, 0) X(112, 112, 0) X(120, 120, 0) X(128, 128, 1)  \

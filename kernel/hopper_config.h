@@ -157,8 +157,8 @@ struct HopperTileConfig {
                 "FP8 runs on 2 or 3 consumer warpgroups, or 1 for decode with V transposed in shared memory "
                 "(tile_choice.h Fp8Choice)");
   // Q, K and 16-bit V TMA boxes and wgmma atoms are one swizzle span wide: 128 bytes (64 16-bit or 128 FP8 columns),
-  // or 64 bytes where a row is not whole 128-byte spans (FP8 hdim 64: one; 16-bit hdim 96: three of 32 columns):
-  // 64-byte swizzle, 8-row groups of 512 bytes.
+  // or 64 bytes where a row is not whole 128-byte spans (FP8 hdim 64: one; 16-bit hdim 32, 96, 160, 224: one, three,
+  // five, seven of 32 columns): 64-byte swizzle, 8-row groups of 512 bytes.
   static constexpr int kRowBytes = kHeadDim * kElemBytes;  // one row of Q or K
   static constexpr int kSpan = kRowBytes % 128 == 0 ? 128 : 64;
   static_assert(kRowBytes % kSpan == 0, "a row of Q, K and V is whole swizzle spans (64 or 128 bytes)");
@@ -183,7 +183,8 @@ struct HopperTileConfig {
   static constexpr int kVtStaging = kVtFused ? 2 : 0;
   // A paged cache runs on 16-bit points of 1 or 2 consumers only (run_tiles.cuh make_plan). Those of 128-byte spans up
   // to hdim 128 gather small pages (kernel/paged_gather.cuh) and hold its slots; the others keep one TMA box per page
-  // (paged calls of head dims up to 128 run on the 128 kernel: kernel/validate.cu launch_head_dim). At hdim 192 a row
+  // (paged calls run on kernels of 128-byte spans: up to hdim 128 on the 128 kernel, 160 on 192, 224 on 256,
+  // kernel/head_dims.h paged_kernel_head_dim). At hdim 192 a row
   // is 24 16-byte pieces, one per lane, and a warp must hold whole rows (32 lanes: the gather's row and page-id
   // mapping); at hdim 256 the gather warps' code made 4 of the kernels spill 4 B (the producer's tile decode).
   static constexpr bool kPagedCapable = !kFp8 && kConsumerWGs <= 2;

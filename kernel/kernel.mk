@@ -94,14 +94,14 @@ $(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(wildcard kernel/driver/*.cuh) 
 	$(NVCC) $(NVCC_FLAGS) -o $@ kernel/driver.cu $(LIB_OBJS) $(BUILD_DIR)/naive.o
 
 # The attention kernels' PTX: flashcore.cu's, the FP8 decode points' (kernel/fp8_decode.cu) and the head dims compiled
-# apart (kernel/head_dims_apart.cu), one file.
-ptx:
-	@mkdir -p $(BUILD_DIR)
-	$(NVCC) $(NVCC_FLAGS) -ptx kernel/flashcore.cu -o $(BUILD_DIR)/flashcore.cu.ptx
-	$(NVCC) $(NVCC_FLAGS) -ptx kernel/fp8_decode.cu -o $(BUILD_DIR)/fp8_decode.cu.ptx
-	$(NVCC) $(NVCC_FLAGS) -ptx kernel/head_dims_apart.cu -o $(BUILD_DIR)/head_dims_apart.cu.ptx
-	cat $(BUILD_DIR)/flashcore.cu.ptx $(BUILD_DIR)/fp8_decode.cu.ptx $(BUILD_DIR)/head_dims_apart.cu.ptx \
-	  > $(BUILD_DIR)/flashcore.ptx
+# apart (kernel/head_dims_apart.cu), one file; each source its own target, so make -j compiles them side by side.
+PTX_PARTS := $(BUILD_DIR)/flashcore.cu.ptx $(BUILD_DIR)/fp8_decode.cu.ptx $(BUILD_DIR)/head_dims_apart.cu.ptx
+ptx: $(PTX_PARTS)
+	cat $(PTX_PARTS) > $(BUILD_DIR)/flashcore.ptx
+
+$(BUILD_DIR)/%.cu.ptx: kernel/%.cu $(KERNEL_HEADERS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -ptx $< -o $@
 
 sass: $(BUILD_DIR)/libflashcore.so
 	cuobjdump --dump-sass $(BUILD_DIR)/libflashcore.so > $(BUILD_DIR)/flashcore.sass

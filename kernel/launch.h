@@ -19,17 +19,19 @@ int check_serving(const fc_params* in);
 void convert_serving(const fc_params* in, KernelParams* out);
 
 // Whether a call uses a serving field (packed rows, per-sequence keys, cache slots, paged keys, window,
-// soft-capping, head dims 96/192 or a v head dim of its own), which only the Hopper kernel implements.
+// soft-capping, a head dim the phase-1 kernel has no tile of or a v head dim of its own), which only the Hopper kernel
+// implements.
 bool uses_serving(const fc_params* in);
 
 // Whether a call's sequences have rows of their own (packed rows, used counts, cache lengths, slots, a left pad,
 // pages) rather than one dense [batch, seqlen] block: FP8 runs those on V transposed in shared memory only.
 bool rows_per_sequence(const fc_params* in);
 
-// The kernel head dim a call launches: kernel_head_dim, but a paged cache at head dims up to 96 runs on the 128 kernel
-// (the 64 kernel's 3 consumer warpgroups leave its producer 32 registers, too few for the page walk; the 96 kernel's
-// 64-byte spans have no small-page gather, kernel/paged_gather.cuh; decode reads the same bytes either way: TMA
-// zero-fills the missing columns without reading memory).
+// The kernel head dim a call launches: kernel_head_dim, but a paged cache runs on a kernel of 128-byte spans
+// (kernel/head_dims.h paged_kernel_head_dim: 32, 64 and 96 on 128, 160 on 192, 224 on 256): the 32 and 64 kernels' 3
+// consumer warpgroups leave their producer 32 registers, too few for the page walk, and kernels of 64-byte spans have
+// no small-page gather (kernel/paged_gather.cuh); decode reads the same bytes either way: TMA zero-fills the missing
+// columns without reading memory.
 int64_t launch_head_dim(const fc_params* in);
 
 // Stores a printf-style message for fc_last_error() and returns `status`.

@@ -1,9 +1,9 @@
-"""Head dims between the compiled kernels' (8..248 on the 64, 96, 128, 192 and 256 kernels, TMA zero-filling the missing
-columns and clipping the store) on the H100/H200 against the float32 reference: dense causal and not, GQA, packed
-varlen with a window, a KV cache with an append and soft-capping, paged caches of 16-key and 1-key pages, and FA3's
-v head dims of their own. Fresh random inputs per run (the seed is in every failure message); out and lse are
-poisoned (NaN) first, and every checked row must be finite. The table the loaded library exports (fc_head_dims) is
-the header's."""
+"""Head dims on and between the compiled kernels' (8..248 on the 32, 64, 96, 128, 160, 192, 224 and 256 kernels, TMA
+zero-filling the missing columns and clipping the store) on the H100/H200 against the float32 reference: dense
+causal and not, GQA, packed varlen with a window, a KV cache with an append and soft-capping, paged caches of 16-key
+and 1-key pages, and FA3's v head dims of their own. Fresh random inputs per run (the seed is in every failure
+message); out and lse are poisoned (NaN) first, and every checked row must be finite. The table the loaded library
+exports (fc_head_dims) is the header's."""
 
 from __future__ import annotations
 

@@ -100,3 +100,22 @@ def test_paged_cache(dims: tuple[int, int], page_size: int) -> None:
         for i, n in enumerate(lengths):
             ref, ref_lse = reference.sequence(q[i], k[i, :n], v[i, :n], causal=True, scale=d ** -0.5)
             close(f"paged d{d} v{dv} pages of {page_size}, {sq} queries, sequence {i}", out[i], ref, lse[i], ref_lse)
+
+
+@pytest.mark.parametrize("d, block_m", [(32, 192), (160, 128), (224, 128)])
+def test_the_stream_k_tail_of_each_new_kernel(d: int, block_m: int) -> None:
+    """B1 H5 of 28 query tiles each, no mask: 140 equal tiles, so on 132 SMs a last wave of 8 tiles is cut into
+    stream-K pieces (kernel/stream_tail.h) and their combine kernel (combine_tail_kernel<hd, BLOCK_M>) runs; the
+    result matches the float32 reference and repeats its bits."""
+    s = 28 * block_m
+    q, k, v = rand(1, s, 5, d), rand(1, s, 5, d), rand(1, s, 5, d)
+    plan = flashcore.api.plan(q, k, v)
+    if not 0 < 140 % plan.ctas <= plan.ctas // 4:
+        pytest.skip(f"{plan.ctas} CTAs: a last wave of {140 % plan.ctas} tiles is not cut")
+    assert 0 < plan.tail_tiles < plan.tail_pieces, f"head dim {d}: no stream-K tail planned ({plan})"
+    out, lse = poisoned(1, s, 5, d), poisoned(1, 5, s, dtype=torch.float32)
+    flashcore.attention(q, k, v, out=out, lse=lse)
+    ref, ref_lse = reference.dense(q, k, v, causal=False, scale=d ** -0.5)
+    close(f"stream-K tail d{d} S{s}", out, ref, lse, ref_lse)
+    again, again_lse = flashcore.attention(q, k, v)
+    assert torch.equal(out, again) and torch.equal(lse, again_lse)

@@ -121,11 +121,12 @@ def test_the_rules_agree_with_the_kernels_static_asserts(tmp_path: Path) -> None
 
 @pytest.mark.nvcc
 def test_the_decode_points_are_hopper_config_hs(tmp_path: Path) -> None:
-    """HeadDimTraits::decode_point() of hdim 64 and 128 is DECODE's; hdim 256 has none."""
+    """HeadDimTraits::decode_point() of hdim 32, 64 and 128 is DECODE's; hdim 160, 224 and 256 have none."""
     asserts = "".join(f"static_assert(flashcore::HeadDimTraits<{hd}>::decode_point() == {p.code});\n"
                       for hd, p in DECODE.items())
     proc = _nvcc_compile(tmp_path, "decode", f'#include "hopper_config.h"\n{asserts}'
-                         "static_assert(!flashcore::HeadDimTraits<256>::kOneWgDecode);\n")
+                         + "".join(f"static_assert(!flashcore::HeadDimTraits<{hd}>::kOneWgDecode);\n"
+                                   for hd in (160, 224, 256)))
     assert proc.returncode == 0, proc.stderr
 
 

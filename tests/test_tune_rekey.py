@@ -185,14 +185,35 @@ def test_a_new_kernel_head_dim_keeps_the_tables_unless_they_name_it(tmp_path: Pa
     monkeypatch.setattr(rk, "library_kernel_id", lambda lib: ids[lib.name])
     monkeypatch.setattr(rk, "compare_libraries", lambda old, new: added)
     table = tmp_path / "tuned.yaml"
-    for head_dim, kept in ((64, False), (152, True)):  # 152 runs on the 160 kernel now
+    for head_dim, refused in ((64, False), (152, True)):  # 152 runs on the 160 kernel now
         table.write_text(TABLE.replace("head_dim: 64", f"head_dim: {head_dim}"))
-        if kept:
+        if refused:
             with pytest.raises(rk.RekeyError, match="head dims 152, which now run on a kernel"):
                 rk.rekey(table, tmp_path / "old.so", tmp_path / "new.so", say=lambda _: None)
             assert "aaaa000000000001" in table.read_text()
         else:
             assert rk.rekey(table, tmp_path / "old.so", tmp_path / "new.so", say=lambda _: None) == 1
+
+
+def test_kernels_of_a_head_dim_python_does_not_list_are_refused(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new first template argument that is no kernel head dim flashcore/head_dims.py knows (a tile size, say) is
+    not explained by an added head dim; and kernels of other kinds never count as one."""
+    odd = [n.replace("ILi160E", "ILi48E") for n in NEW_HD_KERNELS]
+    new = listing()
+    for name in odd:
+        new = with_kernel(new, name)
+    added = sass.compare_kernels(sass.parse_sass(listing()), sass.parse_sass(new))
+    assert added.added_head_dims == (48,)
+    ids = {"old.so": "aaaa000000000001", "new.so": "bbbb000000000002"}
+    monkeypatch.setattr(rk, "library_kernel_id", lambda lib: ids[lib.name])
+    monkeypatch.setattr(rk, "compare_libraries", lambda old, new: added)
+    table = tmp_path / "tuned.yaml"
+    table.write_text(TABLE)
+    with pytest.raises(rk.RekeyError, match="head dims 48 are new, but flashcore/head_dims.py KERNEL_HEAD_DIMS"):
+        rk.rekey(table, tmp_path / "old.so", tmp_path / "new.so", say=lambda _: None)
+    assert table.read_text() == TABLE
+    assert sass.kernel_head_dim("_ZN9flashcore13other_kernelILi160EEEvv") is None
 
 
 def test_another_objects_copy_of_an_unchanged_kernel_keeps_the_tables() -> None:

@@ -94,7 +94,7 @@ def rekey_text(text: str, old_id: str, new_id: str, sass: SassComparison) -> tup
 
 def rekey(table: Path, old_lib: Path, new_lib: Path, say: Callable[[str], None] = print) -> int:
     """Rewrite `table` in place when every kernel's SASS is identical; returns the tables rewritten."""
-    from flashcore.head_dims import kernel_head_dim
+    from flashcore.head_dims import KERNEL_HEAD_DIMS, kernel_head_dim
     from flashcore.tuning import parse_tables
 
     old_id, new_id = library_kernel_id(old_lib), library_kernel_id(new_lib)
@@ -111,6 +111,10 @@ def rekey(table: Path, old_lib: Path, new_lib: Path, say: Callable[[str], None] 
     sass = compare_libraries(old_lib, new_lib)
     for line in sass.lines():
         say(line)
+    unknown = sorted(set(sass.added_head_dims) - set(KERNEL_HEAD_DIMS))
+    if unknown:
+        raise RekeyError(f"kernels of head dims {', '.join(map(str, unknown))} are new, but flashcore/head_dims.py "
+                         f"KERNEL_HEAD_DIMS ({', '.join(map(str, KERNEL_HEAD_DIMS))}) does not list them")
     moved = sorted({e.head_dim for t in tables if t.kernel_id == old_id for e in t.entries
                     if kernel_head_dim(e.head_dim) in sass.added_head_dims})
     if moved:

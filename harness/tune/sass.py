@@ -126,12 +126,14 @@ def is_attention_kernel(name: str) -> bool:
     return "attention_forward" in name
 
 
-_HEAD_DIM = re.compile(r"kernelILi(\d+)E")
+# The kernels whose first template argument is the kernel head dim (mangled `<name>ILi<hd>E`): the Hopper attention
+# kernel, its split-KV and stream-K tail combines.
+_HEAD_DIM = re.compile(r"(?:attention_forward_wgmma_kernel|combine_splits_kernel|combine_tail_kernel)ILi(\d+)E")
 
 
 def kernel_head_dim(name: str) -> int | None:
-    """The head dim a kernel is compiled for (its first template argument, mangled `..._kernelILi<hd>E`: the attention,
-    combine and tail kernels); None for kernels without one (the zero kernel, the append)."""
+    """The head dim a Hopper attention or combine kernel is compiled for; None for other kernels (the zero kernel,
+    the append, the phase-1 kernel)."""
     m = _HEAD_DIM.search(name)
     return int(m.group(1)) if m else None
 

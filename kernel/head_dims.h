@@ -29,11 +29,13 @@ constexpr bool in_sequence(int head_dim, std::integer_sequence<int, kDims...>) {
 }
 constexpr bool is_kernel_head_dim(int head_dim) { return in_sequence(head_dim, KernelHeadDims{}); }
 
+// The smallest of kDims that holds `head_dim` and that `accept` (when given) takes; 0 when none does.
 template <int... kDims>
-constexpr int64_t smallest_kernel_at_least(int64_t head_dim, std::integer_sequence<int, kDims...>) {
+constexpr int64_t smallest_kernel_at_least(int64_t head_dim, std::integer_sequence<int, kDims...>,
+                                           bool (*accept)(int) = nullptr) {
   int64_t found = 0;
   for (int k : {kDims...}) {
-    if (found == 0 && head_dim <= k) found = k;
+    if (found == 0 && head_dim <= k && (accept == nullptr || accept(k))) found = k;
   }
   return found;
 }
@@ -73,15 +75,10 @@ constexpr int64_t kernel_head_dim(int64_t head_dim) {
 // 128-byte swizzle spans (hdim 32's and 64's three consumer warpgroups run no pages; the small-page gather copies
 // 128-byte spans, and the page walk's boxes are built and tested on them): 32, 64 and 96 on 128, 160 on 192, 224 on
 // 256. 0 for 0.
-template <int... kDims>
-constexpr int64_t smallest_paged_kernel(int64_t kernel_hd, std::integer_sequence<int, kDims...>) {
-  int64_t found = 0;
-  for (int k : {kDims...}) {
-    if (found == 0 && kernel_hd != 0 && k >= kernel_hd && k >= 128 && k % 64 == 0) found = k;
-  }
-  return found;
+constexpr bool runs_pages(int kernel_hd) { return kernel_hd >= 128 && kernel_hd % 64 == 0; }
+constexpr int64_t paged_kernel_head_dim(int64_t kernel_hd) {
+  return kernel_hd == 0 ? 0 : smallest_kernel_at_least(kernel_hd, KernelHeadDims{}, runs_pages);
 }
-constexpr int64_t paged_kernel_head_dim(int64_t kernel_hd) { return smallest_paged_kernel(kernel_hd, KernelHeadDims{}); }
 
 // FA3's rule, which the table spells out: q's head dim a multiple of kHeadDimAlign (a row is whole 16-byte chunks
 // of 16-bit elements, what TMA and the cp.async gather copy) up to kMaxHeadDim. Error messages state the rule.

@@ -5,11 +5,6 @@
 
 namespace flashcore {
 
-#define FC_COMPILE_POINT(hd, code)                                                                  \
-  template int make_plan<hd, code>(const fc_params*, const KernelParams&, LaunchPlan*);            \
-  template int run_tiles<hd, code, Bf16>(const fc_params*, const KernelParams&, cudaStream_t);     \
-  template int run_tiles<hd, code, Fp16>(const fc_params*, const KernelParams&, cudaStream_t);
-
 // Each of these head dims compiles one tile for every call (kernel/tile_choice.h BlockNChoice: the short and long
 // points are one); 32 also has the one-warpgroup decode point (hopper_config.h kOneWgDecode), 160 and 224 do not
 // (their decode point is the short one). A head dim that breaks this fails here, or at the link (--no-undefined).
@@ -18,10 +13,9 @@ namespace flashcore {
                 "head dim " #hd ": a short and a long default point; instantiate both here");            \
   static_assert((DefaultPoints<hd>::kDecode != DefaultPoints<hd>::kShort) == ((hd) == 32),               \
                 "head dim " #hd ": its decode point is instantiated below for 32 only");                 \
-  FC_COMPILE_POINT(hd, DefaultPoints<hd>::kShort)
+  FC_POINT_INSTANCES(, hd, DefaultPoints<hd>::kShort)
 FC_HEAD_DIMS_APART(FC_COMPILE_DEFAULT_POINT)
-FC_COMPILE_POINT(32, DefaultPoints<32>::kDecode)
+FC_POINT_INSTANCES(, 32, DefaultPoints<32>::kDecode)
 #undef FC_COMPILE_DEFAULT_POINT
-#undef FC_COMPILE_POINT
 
 }  // namespace flashcore

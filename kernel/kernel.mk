@@ -22,7 +22,9 @@ KERNEL_ID := $(shell cat $(KERNEL_SOURCES) | sha256sum | cut -c1-16)
 POINTS_FILE ?= kernel/tuned_points.inc
 POINT_NAMES := $(shell sed -n 's/^FC_POINT(\([0-9, ]*\)).*/\1/p' $(POINTS_FILE) | tr -d ' ' | tr ',' '_' | sort -u)
 POINT_OBJS := $(POINT_NAMES:%=$(BUILD_DIR)/points/p%.o)
-LIB_OBJS := $(BUILD_DIR)/flashcore.o $(BUILD_DIR)/fp8_decode.o $(BUILD_DIR)/head_dims_apart.o $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/validate_serving.o \
+# Objects of kernels compiled apart from flashcore.cu (their rule below says why).
+APART_OBJS := $(BUILD_DIR)/fp8_decode.o $(BUILD_DIR)/head_dims_apart.o
+LIB_OBJS := $(BUILD_DIR)/flashcore.o $(APART_OBJS) $(POINT_OBJS) $(BUILD_DIR)/validate.o $(BUILD_DIR)/validate_serving.o \
   $(BUILD_DIR)/tensor_maps.o $(BUILD_DIR)/append.o
 point_arg = $(word $(1),$(subst _, ,$*))
 
@@ -41,14 +43,9 @@ $(BUILD_DIR)/flashcore.o: kernel/flashcore.cu $(KERNEL_HEADERS) $(POINTS_FILE)
 	  2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
 	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
 
-# FP8's decode points of head dims 64 and 256 (kernel/fp8_points.h: why apart from flashcore.cu).
-$(BUILD_DIR)/fp8_decode.o: kernel/fp8_decode.cu $(KERNEL_HEADERS)
-	@mkdir -p $(BUILD_DIR)
-	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
-	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
-
-# The default points of the head dims FC_HEAD_DIMS_APART lists (kernel/head_dims.h: why apart from flashcore.cu).
-$(BUILD_DIR)/head_dims_apart.o: kernel/head_dims_apart.cu $(KERNEL_HEADERS)
+# Kernels compiled apart from flashcore.cu, which declares them extern: FP8's decode points of head dims 64 and 256
+# (kernel/fp8_points.h says why) and the default points of the head dims FC_HEAD_DIMS_APART lists (kernel/head_dims.h).
+$(APART_OBJS): $(BUILD_DIR)/%.o: kernel/%.cu $(KERNEL_HEADERS)
 	@mkdir -p $(BUILD_DIR)
 	$(NVCC) $(NVCC_FLAGS) -Xptxas=-v -c $< -o $@ 2> $(@:.o=.ptxas.log) || { cat $(@:.o=.ptxas.log); exit 1; }
 	@grep -E "error|warning" $(@:.o=.ptxas.log) || true
@@ -86,8 +83,7 @@ $(BUILD_DIR)/naive.o: kernel/naive.cu $(KERNEL_HEADERS)
 # --no-undefined: a point the dispatch declares extern but no object defines fails here, not at dlopen.
 $(BUILD_DIR)/libflashcore.so: $(LIB_OBJS)
 	$(NVCC) $(ARCH_FLAGS) -shared -Xlinker=--no-undefined -o $@ $^ -cudart=static
-	@cat $(BUILD_DIR)/flashcore.ptxas.log $(BUILD_DIR)/fp8_decode.ptxas.log $(BUILD_DIR)/head_dims_apart.ptxas.log \
-	  $(POINT_OBJS:.o=.ptxas.log) \
+	@cat $(BUILD_DIR)/flashcore.ptxas.log $(APART_OBJS:.o=.ptxas.log) $(POINT_OBJS:.o=.ptxas.log) \
 	  $(BUILD_DIR)/append.ptxas.log > $(BUILD_DIR)/ptxas.log
 
 $(BUILD_DIR)/flashcore_driver: kernel/driver.cu $(wildcard kernel/driver/*.cuh) $(LIB_OBJS) $(BUILD_DIR)/naive.o $(KERNEL_HEADERS)

@@ -15,8 +15,6 @@ namespace flashcore {
 constexpr int kPointHd = FC_POINT_HD;
 constexpr int kPointCode = point_code(FC_POINT_BN, FC_POINT_STAGES, FC_POINT_WGS, FC_POINT_PINGPONG, FC_POINT_RESCALE,
                                       FC_POINT_PRODUCER);
-template int make_plan<kPointHd, kPointCode>(const fc_params*, const KernelParams&, LaunchPlan*);
-template int run_tiles<kPointHd, kPointCode, Bf16>(const fc_params*, const KernelParams&, cudaStream_t);
-template int run_tiles<kPointHd, kPointCode, Fp16>(const fc_params*, const KernelParams&, cudaStream_t);
+FC_POINT_INSTANCES(, kPointHd, kPointCode)
 
 }  // namespace flashcore

@@ -374,12 +374,15 @@ int run_tiles(const fc_params* in, const KernelParams& params, cudaStream_t stre
 }
 
 
+// A point's plan and its launch for both 16-bit dtypes; `ext`: extern (declared here, compiled in another object)
+// or empty (compiled here: kernel/point.cu, kernel/head_dims_apart.cu).
+#define FC_POINT_INSTANCES(ext, hd, code)                                                                     \
+  ext template int make_plan<hd, code>(const fc_params*, const KernelParams&, LaunchPlan*);                   \
+  ext template int run_tiles<hd, code, Bf16>(const fc_params*, const KernelParams&, cudaStream_t);            \
+  ext template int run_tiles<hd, code, Fp16>(const fc_params*, const KernelParams&, cudaStream_t);
 // Instantiated for the points of the points file in kernel/point.cu (one object each), so flashcore.cu declares
 // them extern (FC_POINT in kernel/flashcore.cu).
-#define FC_EXTERN_POINT(hd, code)                                                                         \
-  extern template int make_plan<hd, code>(const fc_params*, const KernelParams&, LaunchPlan*);            \
-  extern template int run_tiles<hd, code, Bf16>(const fc_params*, const KernelParams&, cudaStream_t);     \
-  extern template int run_tiles<hd, code, Fp16>(const fc_params*, const KernelParams&, cudaStream_t);
+#define FC_EXTERN_POINT(hd, code) FC_POINT_INSTANCES(extern, hd, code)
 // A head dim's default points, declared extern (FC_HEAD_DIMS_APART, kernel/head_dims.h): its short and long points,
 // and the decode point, which is the short one where the head dim has none (the three may be one point: an extern
 // declaration may repeat).

@@ -213,7 +213,7 @@ def test_kernels_of_a_head_dim_python_does_not_list_are_refused(tmp_path: Path,
     with pytest.raises(rk.RekeyError, match="head dims 48 are new, but flashcore/head_dims.py KERNEL_HEAD_DIMS"):
         rk.rekey(table, tmp_path / "old.so", tmp_path / "new.so", say=lambda _: None)
     assert table.read_text() == TABLE
-    assert sass.kernel_head_dim("_ZN9flashcore13other_kernelILi160EEEvv") is None
+    assert sass.head_dim_of("_ZN9flashcore13other_kernelILi160EEEvv") is None
 
 
 def test_another_objects_copy_of_an_unchanged_kernel_keeps_the_tables() -> None:

@@ -131,7 +131,7 @@ def is_attention_kernel(name: str) -> bool:
 _HEAD_DIM = re.compile(r"(?:attention_forward_wgmma_kernel|combine_splits_kernel|combine_tail_kernel)ILi(\d+)E")
 
 
-def kernel_head_dim(name: str) -> int | None:
+def head_dim_of(name: str) -> int | None:
     """The head dim a Hopper attention or combine kernel is compiled for; None for other kernels (the zero kernel,
     the append, the phase-1 kernel)."""
     m = _HEAD_DIM.search(name)
@@ -139,7 +139,7 @@ def kernel_head_dim(name: str) -> int | None:
 
 
 def head_dims_of(kernels: Iterable[str]) -> set[int]:
-    return {d for n in kernels if (d := kernel_head_dim(n)) is not None}
+    return {d for n in kernels if (d := head_dim_of(n)) is not None}
 
 
 def is_fp8_kernel(name: str) -> bool:
@@ -168,7 +168,7 @@ class SassComparison:
     @property
     def added_head_dim_kernels(self) -> tuple[str, ...]:
         """The kernels only in the new library of an added head dim, FP8 ones and copies left out (counted apart)."""
-        return tuple(n for n in self.only_new if kernel_head_dim(n) in self.added_head_dims and not is_fp8_kernel(n)
+        return tuple(n for n in self.only_new if head_dim_of(n) in self.added_head_dims and not is_fp8_kernel(n)
                      and n not in self.copies)
 
     @property
